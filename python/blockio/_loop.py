@@ -743,6 +743,19 @@ def _sendfile_closed(sent: int) -> ConnectionAbortedError:
     return ConnectionAbortedError(errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes")
 
 
+def _writable_bytes(buf: Any) -> memoryview:
+    """``buf`` as a flat byte view for ``sock_recv_into``, refused before any
+    byte is taken, with the ``TypeError`` of ``socket.recv_into``, when it is
+    read-only or not contiguous."""
+    try:
+        view = memoryview(buf)
+    except TypeError:
+        view = None
+    if view is None or view.readonly or not view.c_contiguous:
+        raise TypeError(f"recv_into() argument 1 must be read-write bytes-like object, not {type(buf).__name__}")
+    return view.cast("B")
+
+
 class UringEventLoop(proactor_events.BaseProactorEventLoop):
     """An asyncio event loop on io_uring (see the module's doc)."""
 
@@ -1037,24 +1050,16 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_recv_into(self, sock, buf):
         self._check_receiving_sock(sock)
-        with memoryview(buf) as view:
-            size = view.nbytes
-        if not size:
-            return await self._proactor.recv_into(sock, buf)
-        # Received into new bytes, copied into ``buf`` once this call
-        # resumes: a call cancelled meanwhile leaves ``buf`` untouched, as
-        # on asyncio's loop, and its bytes go to the next receive. (No view
-        # of ``buf`` is held meanwhile: the caller may resize it.)
-        fut = self._proactor.recv(sock, size)
+        view = _writable_bytes(buf)
+        fut = self._proactor.recv_into(sock, view)
         try:
-            data = await fut
+            return await fut
         except exceptions.CancelledError:
+            # As in sock_recv: the bytes the kernel wrote into ``buf`` are
+            # copied and kept for the next receive.
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._proactor.keep_received(sock, fut.result())
+                self._proactor.keep_received(sock, bytes(view[: fut.result()]))
             raise
-        with memoryview(buf) as view, view.cast("B") as flat:
-            flat[: len(data)] = data
-        return len(data)
 
     async def sock_recvfrom(self, sock, bufsize):
         self._check_receiving_sock(sock)
