@@ -581,6 +581,17 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
             return  # aborted meanwhile
         self._write_fut = None
         fut.exception()  # a failed poll: the send below reports the socket's error
+        try:
+            self._send_buffered()
+        finally:
+            # Also when error_received raised (the loop's exception handler
+            # gets it, as on asyncio's loop): the rest is sent, or the
+            # close completes.
+            if not self._conn_lost:
+                self._after_sends()
+
+    def _send_buffered(self) -> None:
+        """Sends the buffered datagrams until the socket is full or fails."""
         while self._buffer:
             data, addr = self._buffer.popleft()
             self._buffer_size -= len(data) + _DATAGRAM_HEADER
@@ -598,6 +609,10 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
             except BaseException as exc:
                 self._fatal_error(exc, "Fatal write error on datagram transport")
                 return
+
+    def _after_sends(self) -> None:
+        """After sends from the buffer: waits for the socket to take the
+        rest, or ends a close that waited for them."""
         self._maybe_resume_protocol()  # may append to the buffer
         if self._buffer:
             if self._write_fut is None:

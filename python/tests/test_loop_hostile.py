@@ -1277,3 +1277,46 @@ def test_sock_recv_into_refuses_a_buffer_it_cannot_write_before_taking_bytes(loo
             b.close()
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (b"HELLO", 8, b"12345678")
+
+
+def test_datagram_close_completes_when_error_received_raises_while_buffered_sends_drain(loop, tmp_path):
+    """``error_received`` raising for a buffered datagram's failed send goes
+    to the loop's exception handler, as on asyncio's loop, and the rest of
+    the buffer is still sent (each failure reported) and ``close()`` still
+    ends in ``connection_lost``."""
+
+    async def main():
+        handled = []
+        loop.set_exception_handler(lambda _, ctx: handled.append(ctx.get("exception")))
+        b = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        b.bind(str(tmp_path / "b"))
+        a = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        a.bind(str(tmp_path / "a"))
+        a.connect(str(tmp_path / "b"))
+        a.setblocking(False)
+        lost = loop.create_future()
+        errors = []
+
+        class Proto(asyncio.DatagramProtocol):
+            def error_received(self, exc):
+                errors.append(exc)
+                if len(errors) == 1:
+                    raise RuntimeError("from error_received")
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        t, _ = await loop.create_datagram_endpoint(Proto, sock=a)
+        while t.get_write_buffer_size() == 0:
+            t.sendto(b"x" * 100)
+        for _ in range(3):
+            t.sendto(b"y" * 100)
+        b.close()  # the buffered sends now fail
+        await await_until(lambda: t.get_write_buffer_size() == 0, "the buffer drained")
+        t.close()
+        return await lost, len(errors), handled
+
+    exc, nerrors, handled = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert exc is None
+    assert nerrors >= 2
+    assert [type(e) for e in handled] == [RuntimeError]
