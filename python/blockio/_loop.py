@@ -1506,7 +1506,12 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         if self._debug and sock.gettimeout() != 0:
             raise ValueError("the socket must be non-blocking")
         kept = self._kept_conns.get(sock)
-        if kept:
+        if kept and sock.fileno() == -1:
+            # The listener is closed: its kept connections are closed, as
+            # its backlog's are, and the accept below fails (EBADF).
+            for conn, _addr in self._kept_conns.pop(sock):
+                _proactor.reset(conn)
+        elif kept:
             conn = kept.pop(0)
             if not kept:
                 del self._kept_conns[sock]

@@ -489,6 +489,8 @@ class RingProactor:
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
         fd = listener.fileno()
+        if fd == -1:
+            self._drop_closed_listeners_conns(listener)
         entry = self._kept_conns.get(fd)
         if entry is not None:
             if entry[0]() is listener:
@@ -548,6 +550,13 @@ class RingProactor:
         cancelled meanwhile, for the next receive."""
         if data:
             self._after_cancel(_RECV, (_fd_of(conn), conn, len(data)), len(data), data)
+
+    def _drop_closed_listeners_conns(self, listener: socket.socket) -> None:
+        """Closes the connections kept for ``listener``, closed since (as its
+        backlog's are); the accept on it then fails with EBADF."""
+        for fd, (ref, _conns) in list(self._kept_conns.items()):
+            if ref() is listener:
+                self._drop_kept_conns(fd)
 
     def _drop_kept_conns(self, fd: int) -> None:
         """Closes the connections kept for listening descriptor ``fd``."""

@@ -1320,3 +1320,39 @@ def test_datagram_close_completes_when_error_received_raises_while_buffered_send
     assert exc is None
     assert nerrors >= 2
     assert [type(e) for e in handled] == [RuntimeError]
+
+
+def test_sock_accept_on_a_closed_listener_fails_and_closes_its_kept_connections(loop):
+    """A connection a cancelled ``sock_accept`` kept for its listener,
+    closed since: the next ``sock_accept`` on it fails with EBADF, as on
+    asyncio's loop, and the kept connection is closed (its client sees it
+    end), as one left in the closed listener's backlog is."""
+
+    async def main():
+        loop.set_exception_handler(lambda _loop, ctx: None)
+        kept = 0
+        for i in range(30):
+            ls = socket.create_server(("127.0.0.1", 0))
+            ls.setblocking(False)
+            task = asyncio.ensure_future(loop.sock_accept(ls))
+            await asyncio.sleep(0)  # the accept waits
+            client = socket.create_connection(ls.getsockname())
+            for _ in range(i % 3):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                (await task)[0].close()
+            except asyncio.CancelledError:
+                kept += 1
+                ls.close()
+                with pytest.raises(OSError) as err:
+                    await loop.sock_accept(ls)
+                assert err.value.errno == 9
+                client.settimeout(DEADLINE)
+                with contextlib.suppress(ConnectionResetError):
+                    assert client.recv(1) == b""
+            client.close()
+            ls.close()
+        return kept
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) > 0
