@@ -758,17 +758,22 @@ def _sendfile_closed(sent: int) -> ConnectionAbortedError:
     return ConnectionAbortedError(errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes")
 
 
-def _writable_bytes(buf: Any) -> memoryview:
-    """``buf`` as a flat byte view for ``sock_recv_into``, refused before any
-    byte is taken, with the ``TypeError`` of ``socket.recv_into``, when it is
-    read-only or not contiguous."""
+def _writable_bytes(buf: Any) -> Any:
+    """``buf`` for ``sock_recv_into``, refused before any byte is taken, with
+    the ``TypeError`` of ``socket.recv_into``, when it is read-only or not
+    contiguous; a buffer of other items than bytes (``array('i')``) as a
+    flat byte view of it. (``buf`` itself otherwise: a view would keep it
+    from being resized after the call, until the view is collected.)"""
     try:
         view = memoryview(buf)
     except TypeError:
         view = None
     if view is None or view.readonly or not view.c_contiguous:
         raise TypeError(f"recv_into() argument 1 must be read-write bytes-like object, not {type(buf).__name__}")
-    return view.cast("B")
+    with view:
+        if view.format == "B" and view.ndim == 1:
+            return buf
+    return memoryview(buf).cast("B")
 
 
 class UringEventLoop(proactor_events.BaseProactorEventLoop):
@@ -1065,15 +1070,14 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_recv_into(self, sock, buf):
         self._check_receiving_sock(sock)
-        view = _writable_bytes(buf)
-        fut = self._proactor.recv_into(sock, view)
+        fut = self._proactor.recv_into(sock, _writable_bytes(buf))
         try:
             return await fut
         except exceptions.CancelledError:
             # As in sock_recv: the bytes the kernel wrote into ``buf`` are
             # copied and kept for the next receive.
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._proactor.keep_received(sock, bytes(view[: fut.result()]))
+                self._proactor.keep_received(sock, bytes(memoryview(buf).cast("B")[: fut.result()]))
             raise
 
     async def sock_recvfrom(self, sock, bufsize):
