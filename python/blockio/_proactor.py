@@ -599,22 +599,33 @@ class RingProactor:
                 pass
 
     def _waiting(self, conn: socket.socket, coro: Any) -> futures.Future:
-        """A task running ``coro``, with ``conn`` held open while it runs:
-        from its first step (before which it has nothing in flight) to the
-        step that ends it, so that a close waiting for it happens in that
-        same step of the loop, as on asyncio's loop."""
+        """A task running ``coro``, with ``conn`` held open from now (its
+        caller took ``conn``'s descriptor number) to the step that ends the
+        task, so that the number never reaches another socket meanwhile and
+        a close waiting for it happens in that same step, as on asyncio's
+        loop. A task cancelled before its first step never starts ``coro``:
+        it is released in that step."""
+        held = hold_open(conn)
+        started = False
 
         async def run() -> Any:
-            held = hold_open(conn)
+            nonlocal started
+            started = True
             try:
                 return await coro
             finally:
                 if held:
                     release(conn)
 
+        def not_started() -> None:
+            # (called right after the task's first step)
+            if not started:
+                coro.close()
+                if held:
+                    release(conn)
+
         task = self._loop.create_task(run())
-        # (a task cancelled before its first step never starts ``coro``)
-        task.add_done_callback(lambda _task: coro.close())
+        self._loop.call_soon(not_started)
         return task
 
     def _inline_or_when_ready(self, conn: socket.socket, mask: int, call: Callable[[], Any]) -> futures.Future:

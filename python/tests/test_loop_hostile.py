@@ -1356,3 +1356,48 @@ def test_sock_accept_on_a_closed_listener_fails_and_closes_its_kept_connections(
         return kept
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) > 0
+
+
+def test_a_socket_closed_before_its_waiting_receive_starts_keeps_its_number_until_it_ends(monkeypatch):
+    """A ``sock_recvfrom`` that must wait, its socket closed by a callback
+    that runs before the waiting task's first step: the socket's number
+    is not handed to a socket made meanwhile, so the receive's poll never
+    reaches another socket. On io_uring only: the epoll backend's
+    ``sock_recvfrom`` is asyncio's, whose reader is registered before the
+    close (and removed from epoll by it)."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    assert loop.backend == "uring"
+
+    async def main():
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        a.setblocking(False)
+        old = a.fileno()
+        made = []
+
+        def close_and_make():
+            a.close()
+            made.extend(socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))
+
+        async def receiver():
+            loop.call_soon(close_and_make)  # before the waiting task's first step
+            return await loop.sock_recvfrom(a, 100)
+
+        task = asyncio.ensure_future(receiver())
+        await await_until(lambda: made, "the socket closed and new ones made")
+        numbers = [s.fileno() for s in made]
+        made[1].send(b"for the new socket")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        got = made[0].recv(100)
+        for s in (b, *made):
+            s.close()
+        return old, numbers, got
+
+    try:
+        old, numbers, got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+    assert old not in numbers
+    assert got == b"for the new socket"
