@@ -49,12 +49,14 @@ ring.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import errno
 import io
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 import warnings
@@ -71,10 +73,17 @@ _T = TypeVar("_T")
 
 os.register_at_fork(after_in_child=_blockio.after_fork)
 
-# The errnos with which io_uring_setup says io_uring is not available here.
 # The most a socket transport's receive takes at once (as uvloop's).
 _RECV_SIZE = 256 * 1024
 
+# Whether an empty datagram is sent (asyncio's selector loop sends one from
+# 3.13 on; before, its sendto(b"") does nothing), and what a buffered
+# datagram adds to get_write_buffer_size() beside its bytes (3.13 on: a
+# header's 8 bytes), as on asyncio's selector loop of the running Python.
+_SENDS_EMPTY_DATAGRAMS = sys.version_info >= (3, 13)
+_DATAGRAM_HEADER = 8 if sys.version_info >= (3, 13) else 0
+
+# The errnos with which io_uring_setup says io_uring is not available here.
 _UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
 
 # Arms a socket transport's next receive (RingProactor.receive, in Rust).
@@ -92,12 +101,14 @@ class _Watch:
     readiness is checked against what ``fd`` names when it is reported.
     """
 
-    __slots__ = ("handle", "token", "fd", "mask", "own", "file")
+    __slots__ = ("handle", "token", "fd", "obj", "mask", "own", "file")
 
-    def __init__(self, handle: events.Handle, fd: int, mask: int, file: tuple[int, int]) -> None:
+    def __init__(self, handle: events.Handle, fd: int, mask: int, file: tuple[int, int], obj: Any) -> None:
         self.handle = handle
         self.token: int | None = None
         self.fd = fd
+        #: What the caller passed: ``fd`` or a file object whose number it is.
+        self.obj = obj
         self.mask = mask
         self.file = file
         self.own = os.dup(fd)
@@ -386,7 +397,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 return  # end of stream: no next receive
             if self._closing:
                 return
-            if not self._paused:
+            if not self._paused and not isinstance(self._protocol, asyncio.BufferedProtocol):
                 _arm_receive(self._rx, self._received)
                 self._read_fut = self._rx
         except OSError as exc:
@@ -406,6 +417,12 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                         self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
                 else:
                     self._data_received(data, len(data))
+                    if data and self._read_fut is None:
+                        # A buffered protocol's next receive, armed once it
+                        # has taken these bytes and not paused reading in
+                        # the middle of them (the rest then goes first, at
+                        # resume_reading).
+                        self._loop_reading()
 
     def _deliver(self, data: Any) -> None:
         """Hands bytes to a plain protocol; an exception it lets out ends the
@@ -427,9 +444,26 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             self._fatal_error(exc, "Fatal read error on pipe transport")
 
     def resume_reading(self) -> None:
+        buffered = isinstance(self._protocol, asyncio.BufferedProtocol)
+        if self._paused and not self._closing and self._pending_data_length > -1 and buffered:
+            # A buffered protocol's next receive is armed once it has taken
+            # the bytes kept meanwhile (see _received): no receive is in
+            # flight now, and none may finish before they are handed on.
+            self._paused = False
+            data, self._data = self._data[: self._pending_data_length], b""
+            self._pending_data_length = -1
+            self._loop.call_soon(self._hand_on, data)
+            return
         super().resume_reading()
         if not self._paused:
             self._data = b""  # handed on (or nothing was kept)
+
+    def _hand_on(self, data: bytes) -> None:
+        """Hands a buffered protocol the bytes kept while it was paused,
+        then arms the next receive unless it paused again."""
+        self._data_received(data, len(data))
+        if data and self._read_fut is None:
+            self._loop_reading()
 
     def _data_received(self, data: Any, length: int) -> None:
         if self._closing:
@@ -478,26 +512,183 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             except BaseException as exc:
                 self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
                 return
+            if self._closing:
+                return  # "no more data will be received" (see above)
+            if self._paused and data:
+                # Paused by buffer_updated(): the rest waits for
+                # resume_reading, as a whole receive's bytes would.
+                self._data = bytes(data)
+                self._pending_data_length = len(data)
+                return
 
 
 class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
-    """asyncio's proactor datagram transport, ended as on Linux, and reading
-    on after an error."""
+    """asyncio's proactor datagram transport, with the behaviour of its
+    selector one on Linux: each datagram is sent at once when the socket
+    takes it, else buffered (counted in ``get_write_buffer_size``, pausing
+    the protocol's writing) until a ring poll says the socket is writable;
+    ``close()`` sends what is buffered, then reports ``connection_lost``;
+    an empty datagram is delivered as ``b""``; reading goes on after an
+    error. (asyncio's proactor version stops writing at ``close()`` and
+    then never reports ``connection_lost`` while a send is in flight,
+    counts no datagram handed to the proactor, and drops empty datagrams.)
+    """
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._buffer_size = 0
+
+    def get_write_buffer_size(self) -> int:
+        return self._buffer_size
+
+    def _send_one(self, data: bytes, addr: Any) -> None:
+        if self._address is not None or addr is None:
+            self._sock.send(data)
+        else:
+            self._sock.sendto(data, addr)
+
+    def sendto(self, data: Any, addr: Any = None) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
+        if not data and not _SENDS_EMPTY_DATAGRAMS:
+            return
+        if self._address is not None and addr not in (None, self._address):
+            raise ValueError(f"Invalid address: must be None or {self._address}")
+        if self._conn_lost:
+            if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
+                base_events.logger.warning("socket.sendto() raised exception.")
+            self._conn_lost += 1
+            return
+        if not self._buffer and self._write_fut is None:
+            try:
+                self._send_one(data, addr)
+                return
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as exc:
+                self._protocol.error_received(exc)
+                return
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal write error on datagram transport")
+                return
+        self._buffer.append((bytes(data), addr))
+        self._buffer_size += len(data) + _DATAGRAM_HEADER
+        if self._write_fut is None:
+            self._wait_writable()
+        self._maybe_pause_protocol()
+
+    def _wait_writable(self) -> None:
+        self._write_fut = self._loop._proactor.poll(self._sock.fileno(), POLLOUT)
+        self._write_fut.add_done_callback(self._sendto_ready)
+
+    def _sendto_ready(self, fut: Any) -> None:
+        """asyncio's selector ``_sendto_ready``, once a poll says the socket is writable."""
+        if fut is not self._write_fut or fut.cancelled():
+            return  # aborted meanwhile
+        self._write_fut = None
+        fut.exception()  # a failed poll: the send below reports the socket's error
+        try:
+            self._send_buffered()
+        finally:
+            # Also when error_received raised (the loop's exception handler
+            # gets it, as on asyncio's loop): the rest is sent, or the
+            # close completes.
+            if not self._conn_lost:
+                self._after_sends()
+
+    def _send_buffered(self) -> None:
+        """Sends the buffered datagrams until the socket is full or fails."""
+        while self._buffer:
+            data, addr = self._buffer.popleft()
+            self._buffer_size -= len(data) + _DATAGRAM_HEADER
+            try:
+                self._send_one(data, addr)
+            except (BlockingIOError, InterruptedError):
+                self._buffer.appendleft((data, addr))
+                self._buffer_size += len(data) + _DATAGRAM_HEADER
+                break
+            except OSError as exc:
+                self._protocol.error_received(exc)
+                break  # the rest when the socket is writable again
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal write error on datagram transport")
+                return
+
+    def _after_sends(self) -> None:
+        """After sends from the buffer: waits for the socket to take the
+        rest, or ends a close that waited for them."""
+        self._maybe_resume_protocol()  # may append to the buffer
+        if self._buffer:
+            if self._write_fut is None:
+                self._wait_writable()
+        elif self._closing and self._write_fut is None:
+            self._conn_lost += 1
+            self._call_connection_lost(None)
+
+    def close(self) -> None:
+        # As asyncio's selector version: what is buffered is sent first.
+        if self._closing:
+            return
+        self._closing = True
+        if self._read_fut is not None:
+            self._read_fut.cancel()
+            self._read_fut = None
+        if not self._buffer and self._write_fut is None:
+            self._conn_lost += 1
+            self._loop.call_soon(self._call_connection_lost, None)
+
+    def _force_close(self, exc: BaseException | None) -> None:
+        super()._force_close(exc)
+        self._buffer = collections.deque()  # (asyncio's sets it to None)
+        self._buffer_size = 0
 
     def _loop_reading(self, fut: Any = None) -> None:
-        super()._loop_reading(fut)
-        # asyncio's proactor version stops reading once a receive fails (a
-        # connected socket's ICMP error, handed to error_received); later
-        # errors then surface only when a send happens to take them. As on
-        # asyncio's selector loop, the next receive waits for the next one.
-        if (
-            fut is not None
-            and self._read_fut is None
-            and not (self._closing or self._conn_lost)
-            and not fut.cancelled()
-            and isinstance(fut.exception(), OSError)
-        ):
-            super()._loop_reading()
+        """asyncio's proactor read loop, delivering empty datagrams and
+        reading on after a failed receive: as on asyncio's selector loop,
+        a connected socket's ICMP error goes to ``error_received`` and the
+        next receive waits for the next datagram (or error)."""
+        received = False
+        data = addr = None
+        try:
+            if self._conn_lost or self._closing:
+                return
+            self._read_fut = None
+            if fut is not None:
+                res = fut.result()
+                if self._address is not None:
+                    data, addr = res, self._address
+                else:
+                    data, addr = res
+                received = True
+            if self._address is not None:
+                self._read_fut = self._loop._proactor.recv(self._sock, self.max_size)
+            else:
+                self._read_fut = self._loop._proactor.recvfrom(self._sock, self.max_size)
+        except OSError as exc:
+            self._protocol.error_received(exc)
+            if fut is not None and self._read_fut is None and not (self._closing or self._conn_lost):
+                self._loop_reading()
+        except exceptions.CancelledError:
+            if not self._closing:
+                raise
+        else:
+            self._read_fut.add_done_callback(self._loop_reading)
+        finally:
+            if received:
+                self._protocol.datagram_received(data, addr)
+
+
+def _check_pipe(pipe: Any, message: str) -> None:
+    """Refuses a file that is no pipe, socket or character device (a
+    regular file, a directory) with asyncio's ``ValueError``: a pipe
+    transport's reads and writes would go through it once and end."""
+    mode = os.fstat(pipe.fileno()).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+        raise ValueError(message)
 
 
 def _held(pipe: Any) -> Any:
@@ -514,6 +705,9 @@ class _Pipe:
     """A pipe transport on a held file (see :func:`_held`), whose
     ``get_extra_info("pipe")`` is still the caller's file object."""
 
+    # (for __del__ when the file is refused before the transport is made)
+    _sock: Any = None
+
     def _set_extra(self, sock: Any) -> None:
         self._extra["pipe"] = getattr(sock, "pipe", sock)
 
@@ -523,6 +717,7 @@ class _ReadPipeTransport(_Pipe, _Closing, proactor_events._ProactorReadPipeTrans
     descriptor and ended as on Linux."""
 
     def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
+        _check_pipe(pipe, "Pipe transport is for pipes/sockets only.")
         super().__init__(loop, _held(pipe), *args, **kw)
 
     def _eof_received(self) -> None:
@@ -550,6 +745,7 @@ class _WritePipeTransport(_Pipe, _Writing, _Closing, proactor_events._ProactorBa
     """
 
     def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
+        _check_pipe(pipe, "Pipe transport is only for pipes, sockets and character devices")
         super().__init__(loop, _held(pipe), *args, **kw)
         self._read_fut = self._loop._proactor.wait_closed(self._sock)
         if self._read_fut is not None:
@@ -568,6 +764,24 @@ class _WritePipeTransport(_Pipe, _Writing, _Closing, proactor_events._ProactorBa
 def _sendfile_closed(sent: int) -> ConnectionAbortedError:
     """The error of a sendfile whose socket was closed (a transport's abort)."""
     return ConnectionAbortedError(errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes")
+
+
+def _writable_bytes(buf: Any) -> Any:
+    """``buf`` for ``sock_recv_into``, refused before any byte is taken, with
+    the ``TypeError`` of ``socket.recv_into``, when it is read-only or not
+    contiguous; a buffer of other items than bytes (``array('i')``) as a
+    flat byte view of it. (``buf`` itself otherwise: a view would keep it
+    from being resized after the call, until the view is collected.)"""
+    try:
+        view = memoryview(buf)
+    except TypeError:
+        view = None
+    if view is None or view.readonly or not view.c_contiguous:
+        raise TypeError(f"recv_into() argument 1 must be read-write bytes-like object, not {type(buf).__name__}")
+    with view:
+        if view.format == "B" and view.ndim == 1:
+            return buf
+    return memoryview(buf).cast("B")
 
 
 class UringEventLoop(proactor_events.BaseProactorEventLoop):
@@ -728,7 +942,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             # The number was closed without remove_*() and names another
             # file now: that file gets a watch of its own.
             self._unwatch(table, fileno)
-        w = _Watch(handle, fileno, mask, file)
+        w = _Watch(handle, fileno, mask, file, fd)
         table[fileno] = w
         self._arm(table, w)
 
@@ -759,7 +973,14 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         w.token = self._proactor.poll_callback(w.own, w.mask, fired)
 
     def _unwatch(self, table: dict[int, _Watch], fd: Any) -> bool:
-        fileno = self._fileno(fd)
+        try:
+            fileno = self._fileno(fd)
+        except ValueError:
+            # A file object closed since it was added (its fileno() is -1):
+            # found by the object, as asyncio's selector finds it.
+            fileno = next((w.fd for w in table.values() if w.obj is fd), None)
+            if fileno is None:
+                raise
         w = table.pop(fileno, None)
         if w is None:
             return False
@@ -833,8 +1054,18 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if self._debug and sock.gettimeout() != 0:
             raise ValueError("the socket must be non-blocking")
 
-    async def sock_recv(self, sock, n):
+    def _check_receiving_sock(self, sock: socket.socket) -> None:
+        """:meth:`_check_sock`, and a socket a transport owns is refused
+        with asyncio's ``RuntimeError``: the transport always has a receive
+        of its own in flight, which the call's would compete with. (asyncio's
+        selector loop refuses it when the call would wait.)"""
         self._check_sock(sock)
+        fd = sock.fileno()
+        if fd in self._transports:
+            self._ensure_fd_no_transport(fd)
+
+    async def sock_recv(self, sock, n):
+        self._check_receiving_sock(sock)
         fut = self._proactor.recv(sock, n)
         try:
             return await fut
@@ -846,8 +1077,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             raise
 
     async def sock_recv_into(self, sock, buf):
-        self._check_sock(sock)
-        fut = self._proactor.recv_into(sock, buf)
+        self._check_receiving_sock(sock)
+        fut = self._proactor.recv_into(sock, _writable_bytes(buf))
         try:
             return await fut
         except exceptions.CancelledError:
@@ -858,11 +1089,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             raise
 
     async def sock_recvfrom(self, sock, bufsize):
-        self._check_sock(sock)
+        self._check_receiving_sock(sock)
         return await self._proactor.recvfrom(sock, bufsize)
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
-        self._check_sock(sock)
+        self._check_receiving_sock(sock)
         return await self._proactor.recvfrom_into(sock, buf, nbytes or len(buf))
 
     async def sock_sendall(self, sock, data):
@@ -1241,6 +1472,11 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         #: removing the signal handlers).
         self._wakeup_number = self._csock.fileno()
         _LOOPS[self._wakeup_number] = self
+        # listening socket -> connections a cancelled sock_accept took, for
+        # the next accept on it (gone, and so closed, with the listener)
+        self._kept_conns: weakref.WeakKeyDictionary[socket.socket, list[tuple[socket.socket, Any]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def run_forever(self) -> None:
         """Runs until :meth:`stop`, holding Python's wake-up descriptor
@@ -1260,6 +1496,11 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
             for sig in list(self._signal_handlers):
                 self.remove_signal_handler(sig)
             _drop_wakeup_fd(self._csock)
+        if not self.is_running():
+            for conns in list(self._kept_conns.values()):
+                for conn, _addr in conns:
+                    _proactor.reset(conn)
+            self._kept_conns.clear()
         super().close()
 
     def remove_signal_handler(self, sig: int) -> bool:
@@ -1268,6 +1509,48 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
 
     def _process_self_data(self, data: bytes) -> None:
         _hand_signals(self, data)
+
+    async def sock_accept(self, sock):  # type: ignore[no-untyped-def]
+        """asyncio's ``sock_accept``, except that a connection accepted for
+        a caller cancelled meanwhile is kept for the next accept on the same
+        socket (as on io_uring), not lost."""
+        base_events._check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError("the socket must be non-blocking")
+        kept = self._kept_conns.get(sock)
+        if kept and sock.fileno() == -1:
+            # The listener is closed: its kept connections are closed, as
+            # its backlog's are, and the accept below fails (EBADF).
+            for conn, _addr in self._kept_conns.pop(sock):
+                _proactor.reset(conn)
+        elif kept:
+            conn = kept.pop(0)
+            if not kept:
+                del self._kept_conns[sock]
+            return conn
+        fut = self.create_future()
+        self._sock_accept(fut, sock)
+        try:
+            return await fut
+        except exceptions.CancelledError:
+            # Cancelled after the connection came, before this call resumed.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._keep_accepted(sock, fut.result())
+            raise
+
+    def _sock_accept(self, fut: asyncio.Future, sock: socket.socket) -> None:
+        # A readiness handle already queued when the accept was cancelled
+        # would take a connection that nothing can return (asyncio's
+        # version then fails with InvalidStateError and the connection is
+        # lost): it stays in the backlog for the next accept.
+        if not fut.done():
+            super()._sock_accept(fut, sock)
+
+    def _keep_accepted(self, sock: socket.socket, conn: tuple[socket.socket, Any]) -> None:
+        if sock.fileno() == -1:
+            _proactor.reset(conn[0])  # the listener is closed: as its backlog's
+            return
+        self._kept_conns.setdefault(sock, []).append(conn)
 
     def _make_datagram_transport(  # type: ignore[no-untyped-def]
         self, sock, protocol, address=None, waiter=None, extra=None

@@ -489,6 +489,8 @@ class RingProactor:
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
         fd = listener.fileno()
+        if fd == -1:
+            self._drop_closed_listeners_conns(listener)
         entry = self._kept_conns.get(fd)
         if entry is not None:
             if entry[0]() is listener:
@@ -549,6 +551,13 @@ class RingProactor:
         if data:
             self._after_cancel(_RECV, (_fd_of(conn), conn, len(data)), len(data), data)
 
+    def _drop_closed_listeners_conns(self, listener: socket.socket) -> None:
+        """Closes the connections kept for ``listener``, closed since (as its
+        backlog's are); the accept on it then fails with EBADF."""
+        for fd, (ref, _conns) in list(self._kept_conns.items()):
+            if ref() is listener:
+                self._drop_kept_conns(fd)
+
     def _drop_kept_conns(self, fd: int) -> None:
         """Closes the connections kept for listening descriptor ``fd``."""
         _ref, conns = self._kept_conns.pop(fd, (None, []))
@@ -590,10 +599,33 @@ class RingProactor:
                 pass
 
     def _waiting(self, conn: socket.socket, coro: Any) -> futures.Future:
-        """A task running ``coro``, with ``conn`` held open until it ends."""
-        task = self._loop.create_task(coro)
-        if hold_open(conn):
-            task.add_done_callback(lambda _task: release(conn))
+        """A task running ``coro``, with ``conn`` held open from now (its
+        caller took ``conn``'s descriptor number) to the step that ends the
+        task, so that the number never reaches another socket meanwhile and
+        a close waiting for it happens in that same step, as on asyncio's
+        loop. A task cancelled before its first step never starts ``coro``:
+        it is released in that step."""
+        held = hold_open(conn)
+        started = False
+
+        async def run() -> Any:
+            nonlocal started
+            started = True
+            try:
+                return await coro
+            finally:
+                if held:
+                    release(conn)
+
+        def not_started() -> None:
+            # (called right after the task's first step)
+            if not started:
+                coro.close()
+                if held:
+                    release(conn)
+
+        task = self._loop.create_task(run())
+        self._loop.call_soon(not_started)
         return task
 
     def _inline_or_when_ready(self, conn: socket.socket, mask: int, call: Callable[[], Any]) -> futures.Future:

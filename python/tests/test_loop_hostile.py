@@ -7,6 +7,7 @@ hang, that nothing reaches the wrong socket."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import gc
@@ -383,6 +384,38 @@ def test_cancelled_sock_accept_loses_no_connection(loop):
     for conn in accepted:
         conn.close()
     ls.close()
+
+
+def test_sock_accept_cancelled_as_its_connection_comes_hands_it_to_the_next(loop):
+    """A client connects while an accept waits, and the accept is cancelled
+    in the turn its readiness (completion) is handled: the connection goes
+    to the next accept. (asyncio's selector loop accepts it for the
+    cancelled caller, fails with ``InvalidStateError`` and loses it.)"""
+
+    async def main():
+        errors = []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        for _ in range(20):
+            ls = socket.create_server(("127.0.0.1", 0))
+            ls.setblocking(False)
+            task = asyncio.ensure_future(loop.sock_accept(ls))
+            await asyncio.sleep(0)  # the accept waits
+            client = socket.create_connection(ls.getsockname())
+            await asyncio.sleep(0)  # the connection is seen in this turn...
+            task.cancel()  # ...and the accept cancelled in it
+            try:
+                conn, _ = await task
+            except asyncio.CancelledError:
+                conn, _ = await loop.sock_accept(ls)
+            conn.setblocking(True)
+            conn.sendall(b"!")
+            client.settimeout(DEADLINE)
+            assert client.recv(1) == b"!"
+            for s in (conn, client, ls):
+                s.close()
+        return errors
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == []
 
 
 def test_add_reader_refuses_a_closed_descriptor_and_a_closed_one_never_fires(loop):
@@ -1094,3 +1127,448 @@ def test_a_read_pipe_closed_by_its_owner_takes_nothing_from_a_file_taking_its_nu
         return left
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"for the new pipe"
+
+
+@pytest.mark.parametrize("connected", [False, True])
+def test_datagram_close_sends_what_was_buffered_then_reports_the_loss(loop, connected):
+    """``close()`` right after many ``sendto()``: every datagram reaches the
+    peer, ``connection_lost`` comes, and the socket is closed."""
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+
+    async def main():
+        lost = loop.create_future()
+
+        class P(asyncio.DatagramProtocol):
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        where = {"remote_addr": peer.getsockname()} if connected else {"local_addr": ("127.0.0.1", 0)}
+        t, _ = await loop.create_datagram_endpoint(P, **where)
+        sock = t.get_extra_info("socket")
+        for i in range(50):
+            t.sendto(b"%d" % i, None if connected else peer.getsockname())
+        t.close()
+        assert await lost is None
+        return sock.fileno()
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == -1
+    peer.setblocking(False)
+    got = []
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            got.append(peer.recv(100))
+    peer.close()
+    assert got == [b"%d" % i for i in range(50)]
+
+
+@pytest.mark.parametrize("connected", [False, True])
+def test_datagram_endpoint_receives_empty_datagrams(loop, connected):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+
+    async def main():
+        got = asyncio.Queue()
+
+        class D(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                got.put_nowait((data, addr))
+
+        where = {"remote_addr": s.getsockname()} if connected else {}
+        t, _ = await loop.create_datagram_endpoint(D, local_addr=("127.0.0.1", 0), **where)
+        for d in (b"", b"x", b""):
+            s.sendto(d, t.get_extra_info("sockname"))
+        seen = [await got.get() for _ in range(3)]
+        t.close()
+        return seen
+
+    seen = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    addr = s.getsockname()
+    s.close()
+    assert seen == [(b"", addr), (b"x", addr), (b"", addr)]
+
+
+def test_datagram_buffered_while_the_peer_is_full_pauses_writing(loop, tmp_path):
+    """A datagram the socket cannot take is buffered, counted in
+    ``get_write_buffer_size()`` and pauses the protocol's writing (high
+    water 0); once the peer reads, it goes out and writing resumes."""
+    path = str(tmp_path / "peer")
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    peer.bind(path)
+    peer.setblocking(False)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    queued = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            s.sendto(b"x" * 1024, path)
+            queued += 1
+
+    async def main():
+        events = []
+        resumed = loop.create_future()
+
+        class P(asyncio.DatagramProtocol):
+            def pause_writing(self):
+                events.append(("pause", t.get_write_buffer_size()))
+
+            def resume_writing(self):
+                events.append(("resume", t.get_write_buffer_size()))
+                resumed.set_result(None)
+
+        t, _ = await loop.create_datagram_endpoint(P, sock=s)
+        t.set_write_buffer_limits(high=0)
+        t.sendto(b"y" * 1024, path)
+        buffered = t.get_write_buffer_size()
+        drained = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                drained += len(peer.recv(2048))
+        await resumed
+        last = await loop.sock_recv(peer, 2048)
+        t.close()
+        return events, buffered, drained, last
+
+    events, buffered, drained, last = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    peer.close()
+    assert queued > 0 and drained == queued * 1024
+    assert buffered >= 1024
+    assert events == [("pause", buffered), ("resume", 0)]
+    assert last == b"y" * 1024
+
+
+@pytest.mark.parametrize("resume", ["soon", "later"])
+def test_buffered_protocol_paused_in_buffer_updated_gets_nothing_until_resumed(loop, resume):
+    """A ``BufferedProtocol`` with a buffer smaller than what one receive
+    takes pauses reading in each ``buffer_updated()``: no call comes while
+    it is paused, and every byte comes in order."""
+    data = os.urandom(1 << 20)
+    a, b = socket.socketpair()
+
+    async def main():
+        got = bytearray()
+        while_paused = []
+        eof = loop.create_future()
+
+        class P(asyncio.BufferedProtocol):
+            paused = False
+
+            def connection_made(self, transport):
+                self.t = transport
+                self.buf = bytearray(65536)
+
+            def get_buffer(self, hint):
+                return self.buf
+
+            def buffer_updated(self, n):
+                if self.paused:
+                    while_paused.append(n)
+                got.extend(self.buf[:n])
+                self.t.pause_reading()
+                self.paused = True
+                if resume == "soon":
+                    loop.call_soon(self.go_on)
+                else:
+                    loop.call_later(0.001, self.go_on)
+
+            def go_on(self):
+                self.paused = False
+                self.t.resume_reading()
+
+            def eof_received(self):
+                eof.set_result(None)
+
+        t, _ = await loop.create_connection(P, sock=a)
+        await loop.run_in_executor(None, b.sendall, data)
+        b.shutdown(socket.SHUT_WR)
+        await eof
+        t.close()
+        return bytes(got), while_paused
+
+    got, while_paused = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    b.close()
+    assert while_paused == []
+    assert got == data
+
+
+@pytest.mark.parametrize("which", ["reader", "writer"])
+def test_remove_reader_and_writer_find_a_socket_closed_since_it_was_added(loop, which):
+    """``remove_reader(sock)`` after ``sock.close()`` removes its watch and
+    says so, as asyncio's selector finds the object it was added with; a
+    closed socket that was never added is still an invalid descriptor."""
+
+    async def main():
+        calls = []
+        a, b = socket.socketpair()
+        getattr(loop, "add_" + which)(a, calls.append, "fired")
+        a.close()
+        removed = getattr(loop, "remove_" + which)(a)
+        with pytest.raises(ValueError, match="Invalid file descriptor: -1"):
+            getattr(loop, "remove_" + which)(a)
+        b.close()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return removed, calls
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (True, [])
+
+
+def test_sock_receives_refuse_a_socket_a_transport_owns(loop):
+    """``sock_recv``, ``sock_recv_into``, ``sock_recvfrom`` and
+    ``sock_recvfrom_into`` on a socket a transport reads are refused with
+    asyncio's ``RuntimeError``, and the transport still gets every byte."""
+
+    async def main():
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        got = asyncio.Queue()
+
+        class P(asyncio.Protocol):
+            def data_received(self, data):
+                got.put_nowait(data)
+
+        t, _ = await loop.create_connection(P, sock=a)
+        d = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        d.bind(("127.0.0.1", 0))
+        d.setblocking(False)
+        dt, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=d)
+        calls = [
+            (a, lambda: loop.sock_recv(a, 100)),
+            (a, lambda: loop.sock_recv_into(a, bytearray(10))),
+            (d, lambda: loop.sock_recvfrom(d, 100)),
+            (d, lambda: loop.sock_recvfrom_into(d, bytearray(10))),
+        ]
+        for sock, call in calls:
+            with pytest.raises(RuntimeError, match=f"File descriptor {sock.fileno()} is used by transport"):
+                await call()
+        b.send(b"hello")
+        data = await got.get()
+        t.close()
+        dt.close()
+        b.close()
+        return data
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"hello"
+
+
+def test_pipe_transports_refuse_a_regular_file(loop, tmp_path):
+    """``connect_read_pipe``/``connect_write_pipe`` refuse a regular file
+    with asyncio's ``ValueError`` and messages, leaving the file open."""
+    path = tmp_path / "regular"
+    path.write_bytes(b"data")
+
+    async def main():
+        messages = []
+        for connect, mode in ((loop.connect_read_pipe, "rb"), (loop.connect_write_pipe, "wb")):
+            with open(path, mode) as f:
+                with pytest.raises(ValueError) as err:
+                    await connect(asyncio.Protocol, f)
+                messages.append(str(err.value))
+                assert not f.closed
+                os.fstat(f.fileno())  # still open
+        return messages
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == [
+        "Pipe transport is for pipes/sockets only.",
+        "Pipe transport is only for pipes, sockets and character devices",
+    ]
+
+
+def test_cancelled_sock_recv_into_loses_no_byte(loop):
+    """A ``sock_recv_into`` cancelled as its bytes come may have written
+    them into its buffer, but they also go to the next receive: none is
+    lost."""
+
+    async def main():
+        lost = 0
+        for i in range(40):
+            a, b = socket.socketpair()
+            a.setblocking(False)
+            buf = bytearray(b"." * 16)
+            task = asyncio.ensure_future(loop.sock_recv_into(a, buf))
+            await asyncio.sleep(0)  # the receive waits
+            b.send(b"DATA%03d" % i)
+            await asyncio.sleep(0)  # its bytes come in this turn...
+            task.cancel()  # ...and it is cancelled in it
+            try:
+                n = await task
+                got = bytes(buf[:n])
+            except asyncio.CancelledError:
+                other = bytearray(16)
+                n = await loop.sock_recv_into(a, other)
+                got = bytes(other[:n])
+            lost += got != b"DATA%03d" % i
+            a.close()
+            b.close()
+        return lost
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == 0
+
+
+@pytest.mark.parametrize("receiving", [True, False])
+def test_aborted_datagram_transport_closes_its_socket_in_the_next_turn(loop, receiving):
+    """``abort()`` on a datagram endpoint whose receive waits for the
+    socket to be readable (or has not started yet): as on asyncio's loop,
+    the socket is closed for real one turn of the loop later, not held
+    open a turn longer by the receive being cancelled."""
+
+    async def main():
+        t, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+        sock = t.get_extra_info("socket")
+        if receiving:
+            await _sentinel(loop, 3)  # the receive waits
+        t.abort()
+        await asyncio.sleep(0)
+        return sock.fileno()
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == -1
+
+
+@pytest.mark.parametrize("make", [lambda: memoryview(bytearray(64))[::2], lambda: memoryview(b"\0" * 32), lambda: b"abc"])
+def test_sock_recv_into_refuses_a_buffer_it_cannot_write_before_taking_bytes(loop, make):
+    """A read-only or non-contiguous buffer gets ``socket.recv_into``'s
+    ``TypeError``, as on asyncio's loop, and the bytes waiting stay for the
+    next receive; an ``array`` of ints is received into as bytes."""
+
+    async def main():
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.send(b"HELLO")
+        try:
+            with pytest.raises(TypeError, match="must be read-write bytes-like object"):
+                await loop.sock_recv_into(a, make())
+            got = await loop.sock_recv(a, 100)
+            b.send(b"12345678")
+            arr = array.array("i", [0, 0, 0, 0])
+            n = await loop.sock_recv_into(a, arr)
+            return got, n, arr.tobytes()[:n]
+        finally:
+            a.close()
+            b.close()
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (b"HELLO", 8, b"12345678")
+
+
+def test_datagram_close_completes_when_error_received_raises_while_buffered_sends_drain(loop, tmp_path):
+    """``error_received`` raising for a buffered datagram's failed send goes
+    to the loop's exception handler, as on asyncio's loop, and the rest of
+    the buffer is still sent (each failure reported) and ``close()`` still
+    ends in ``connection_lost``."""
+
+    async def main():
+        handled = []
+        loop.set_exception_handler(lambda _, ctx: handled.append(ctx.get("exception")))
+        b = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        b.bind(str(tmp_path / "b"))
+        a = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        a.bind(str(tmp_path / "a"))
+        a.connect(str(tmp_path / "b"))
+        a.setblocking(False)
+        lost = loop.create_future()
+        errors = []
+
+        class Proto(asyncio.DatagramProtocol):
+            def error_received(self, exc):
+                errors.append(exc)
+                if len(errors) == 1:
+                    raise RuntimeError("from error_received")
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        t, _ = await loop.create_datagram_endpoint(Proto, sock=a)
+        while t.get_write_buffer_size() == 0:
+            t.sendto(b"x" * 100)
+        for _ in range(3):
+            t.sendto(b"y" * 100)
+        b.close()  # the buffered sends now fail
+        await await_until(lambda: t.get_write_buffer_size() == 0, "the buffer drained")
+        t.close()
+        return await lost, len(errors), handled
+
+    exc, nerrors, handled = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert exc is None
+    assert nerrors >= 2
+    assert [type(e) for e in handled] == [RuntimeError]
+
+
+def test_sock_accept_on_a_closed_listener_fails_and_closes_its_kept_connections(loop):
+    """A connection a cancelled ``sock_accept`` kept for its listener,
+    closed since: the next ``sock_accept`` on it fails with EBADF, as on
+    asyncio's loop, and the kept connection is closed (its client sees it
+    end), as one left in the closed listener's backlog is."""
+
+    async def main():
+        loop.set_exception_handler(lambda _loop, ctx: None)
+        kept = 0
+        for i in range(30):
+            ls = socket.create_server(("127.0.0.1", 0))
+            ls.setblocking(False)
+            task = asyncio.ensure_future(loop.sock_accept(ls))
+            await asyncio.sleep(0)  # the accept waits
+            client = socket.create_connection(ls.getsockname())
+            for _ in range(i % 3):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                (await task)[0].close()
+            except asyncio.CancelledError:
+                kept += 1
+                ls.close()
+                with pytest.raises(OSError) as err:
+                    await loop.sock_accept(ls)
+                assert err.value.errno == 9
+                client.settimeout(DEADLINE)
+                with contextlib.suppress(ConnectionResetError):
+                    assert client.recv(1) == b""
+            client.close()
+            ls.close()
+        return kept
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) > 0
+
+
+def test_a_socket_closed_before_its_waiting_receive_starts_keeps_its_number_until_it_ends(monkeypatch):
+    """A ``sock_recvfrom`` that must wait, its socket closed by a callback
+    that runs before the waiting task's first step: the socket's number
+    is not handed to a socket made meanwhile, so the receive's poll never
+    reaches another socket. On io_uring only: the epoll backend's
+    ``sock_recvfrom`` is asyncio's, whose reader is registered before the
+    close (and removed from epoll by it)."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    assert loop.backend == "uring"
+
+    async def main():
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        a.setblocking(False)
+        old = a.fileno()
+        made = []
+
+        def close_and_make():
+            a.close()
+            made.extend(socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))
+
+        async def receiver():
+            loop.call_soon(close_and_make)  # before the waiting task's first step
+            return await loop.sock_recvfrom(a, 100)
+
+        task = asyncio.ensure_future(receiver())
+        await await_until(lambda: made, "the socket closed and new ones made")
+        numbers = [s.fileno() for s in made]
+        made[1].send(b"for the new socket")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        got = made[0].recv(100)
+        for s in (b, *made):
+            s.close()
+        return old, numbers, got
+
+    try:
+        old, numbers, got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+    assert old not in numbers
+    assert got == b"for the new socket"
