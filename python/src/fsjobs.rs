@@ -727,7 +727,14 @@ impl PoolHandle {
     }
 }
 
+/// A pool thread's stack: its jobs are one blocking system call and the
+/// wake of their waiter, a few frames deep; the default 2 MiB of each would
+/// reserve address space that a limit on it (`ulimit -v`) counts.
+const THREAD_STACK: usize = 256 << 10;
+
 /// Queues `job` on the pool `shared`, starting a thread if none is idle.
+/// A thread that cannot be started (a limit on address space or threads)
+/// leaves the job to the threads running; only with none is it an error.
 fn submit(shared: &Arc<(Mutex<Queue>, Condvar)>, job: FsCall) -> io::Result<JobFuture> {
     let slot = Arc::new(Mutex::new(Slot::default()));
     let (lock, cv) = &**shared;
@@ -735,12 +742,20 @@ fn submit(shared: &Arc<(Mutex<Queue>, Condvar)>, job: FsCall) -> io::Result<JobF
     q.jobs.push_back((job, Arc::clone(&slot)));
     if q.idle >= q.jobs.len() || q.threads >= MAX_THREADS {
         cv.notify_one();
-    } else {
-        let shared = Arc::clone(shared);
-        std::thread::Builder::new()
-            .name("blockio-fs".into())
-            .spawn(move || serve(&shared))?;
-        q.threads += 1;
+        return Ok(JobFuture(slot));
+    }
+    let mine = Arc::clone(shared);
+    match std::thread::Builder::new()
+        .name("blockio-fs".into())
+        .stack_size(THREAD_STACK)
+        .spawn(move || serve(&mine))
+    {
+        Ok(_) => q.threads += 1,
+        Err(_) if q.threads > 0 => cv.notify_one(),
+        Err(e) => {
+            q.jobs.pop_back();
+            return Err(e);
+        }
     }
     Ok(JobFuture(slot))
 }

@@ -2,93 +2,234 @@
 //! backend of both engines runs on it.
 
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-/// `threads` workers named `{name}-{i}`, each running `handle` on the jobs
-/// it takes.
+/// A worker's stack: its jobs are system calls a few frames deep (a
+/// batch's reads and writes, a blocking file operation and the wake of
+/// its waiter), so 256 KiB leaves them ample room, where the default
+/// 2 MiB of each of up to 64 workers reserves address space a limit on it
+/// (`ulimit -v`) counts.
+const WORKER_STACK: usize = 256 << 10;
+
+/// Up to `threads` workers named `{name}-{i}`, each running `handle` on
+/// the jobs it takes, started as the jobs need them: one at once, another
+/// whenever a job is queued while more jobs wait than workers are idle.
+///
+/// A worker that cannot be started (a limit on address space, `ulimit -v`,
+/// or on threads) lowers the bound to the workers running, which take the
+/// jobs; only the first failing is an error.
 ///
 /// Dropping the pool closes its queue: the workers finish the jobs already
 /// queued and exit. It does not wait for them, so the last handle may be
 /// dropped on one of the pool's own workers (a completion that wakes a task
 /// which drops its engine) without a deadlock.
 pub(crate) struct WorkerPool<J: Send + 'static> {
+    /// The queue's sending end (None once shut down, or with no workers);
+    /// its lock also serialises the starting of workers.
     tx: Mutex<Option<Sender<J>>>,
-    threads: usize,
+    /// What the workers share with the pool.
+    shared: Arc<Shared<J>>,
+    /// The workers' name, numbered.
+    name: String,
+    /// What a worker runs on each job.
+    handle: fn(J),
+}
+
+/// The queue's receiving end and the counts that say when to start a worker.
+struct Shared<J> {
+    rx: Mutex<Receiver<J>>,
+    /// The most workers: the bound asked for, lowered to those running
+    /// when one fails to start.
+    bound: AtomicUsize,
+    /// Workers started.
+    started: AtomicUsize,
+    /// Workers waiting for a job.
+    idle: AtomicUsize,
+    /// Jobs queued and not yet taken by a worker.
+    queued: AtomicUsize,
 }
 
 impl<J: Send + 'static> WorkerPool<J> {
-    /// Starts the workers: `threads` of them, or as many as can be had
-    /// when that is fewer (under a limit on address space, `ulimit -v`,
-    /// or on threads), at least one; an error only when none can.
+    /// A pool of at most `threads` workers (at least one), one started now;
+    /// an error only when that one cannot be.
     pub(crate) fn new(threads: usize, name: &str, handle: fn(J)) -> io::Result<WorkerPool<J>> {
         let (tx, rx) = mpsc::channel::<J>();
-        let rx = Arc::new(Mutex::new(rx));
-        let mut started = 0;
-        for i in 0..threads.max(1) {
-            let rx = rx.clone();
-            match thread::Builder::new()
-                .name(format!("{name}-{i}"))
-                .spawn(move || work(&rx, handle))
-            {
-                Ok(_) => started += 1,
-                Err(e) if started == 0 => return Err(e),
-                Err(_) => break,
-            }
-        }
-        Ok(WorkerPool {
+        let pool = WorkerPool {
             tx: Mutex::new(Some(tx)),
-            threads: started,
-        })
+            shared: Arc::new(Shared {
+                rx: Mutex::new(rx),
+                bound: AtomicUsize::new(threads.max(1)),
+                started: AtomicUsize::new(0),
+                idle: AtomicUsize::new(0),
+                queued: AtomicUsize::new(0),
+            }),
+            name: name.to_owned(),
+            handle,
+        };
+        pool.start_worker()?;
+        Ok(pool)
     }
 
     /// A pool of no workers, whose queue takes no jobs (every job sent is
     /// given back): for a user that does all the work itself when no
     /// thread can be had (a limit on processes, `ulimit -u`).
     pub(crate) fn none() -> WorkerPool<J> {
+        let (_, rx) = mpsc::channel::<J>();
         WorkerPool {
             tx: Mutex::new(None),
-            threads: 0,
+            shared: Arc::new(Shared {
+                rx: Mutex::new(rx),
+                bound: AtomicUsize::new(0),
+                started: AtomicUsize::new(0),
+                idle: AtomicUsize::new(0),
+                queued: AtomicUsize::new(0),
+            }),
+            name: String::new(),
+            handle: drop,
         }
     }
 
-    /// How many workers there are.
+    /// How many workers the pool may have (started or to be started).
     pub(crate) fn threads(&self) -> usize {
-        self.threads
+        self.shared.bound.load(Ordering::Acquire)
     }
 
-    /// Queues `jobs` in order; gives back, from the first, those that no
-    /// worker will take (the pool is shutting down).
+    /// How many workers have been started.
+    #[cfg(test)]
+    fn started(&self) -> usize {
+        self.shared.started.load(Ordering::Acquire)
+    }
+
+    /// Starts one more worker (called with `tx` locked, or before the pool
+    /// is shared).
+    fn start_worker(&self) -> io::Result<()> {
+        let shared = &self.shared;
+        let i = shared.started.load(Ordering::Acquire);
+        let mine = Arc::clone(shared);
+        let handle = self.handle;
+        thread::Builder::new()
+            .name(format!("{}-{i}", self.name))
+            .stack_size(WORKER_STACK)
+            .spawn(move || work(&mine, handle))?;
+        shared.started.store(i + 1, Ordering::Release);
+        // (idle until it takes a job: counted now, so that jobs queued
+        // before it first waits start no other worker for themselves)
+        shared.idle.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Starts workers while more jobs wait than workers are idle, up to
+    /// the bound; a worker that cannot be started lowers the bound to
+    /// those running (called with `tx` locked).
+    fn grow(&self) {
+        let s = &self.shared;
+        while s.queued.load(Ordering::Acquire) > s.idle.load(Ordering::Acquire)
+            && s.started.load(Ordering::Acquire) < s.bound.load(Ordering::Acquire)
+        {
+            if self.start_worker().is_err() {
+                s.bound
+                    .store(s.started.load(Ordering::Acquire), Ordering::Release);
+                return;
+            }
+        }
+    }
+
+    /// Queues `jobs` in order, starting workers as they need; gives back,
+    /// from the first, those that no worker will take (the pool is
+    /// shutting down).
     pub(crate) fn send(&self, jobs: impl IntoIterator<Item = J>) -> Vec<J> {
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let mut refused = Vec::new();
         for job in jobs {
             match tx.as_ref() {
-                Some(tx) if refused.is_empty() => {
-                    if let Err(mpsc::SendError(job)) = tx.send(job) {
+                Some(sender) if refused.is_empty() => {
+                    self.shared.queued.fetch_add(1, Ordering::AcqRel);
+                    if let Err(mpsc::SendError(job)) = sender.send(job) {
+                        self.shared.queued.fetch_sub(1, Ordering::AcqRel);
                         refused.push(job);
                     }
                 }
                 _ => refused.push(job),
             }
         }
+        if tx.is_some() {
+            self.grow();
+        }
         refused
     }
 }
 
-fn work<J>(rx: &Mutex<Receiver<J>>, handle: fn(J)) {
+fn work<J>(shared: &Shared<J>, handle: fn(J)) {
     loop {
-        let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+        let job = match shared.rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
             Ok(job) => job,
             Err(_) => return,
         };
+        shared.queued.fetch_sub(1, Ordering::AcqRel);
+        shared.idle.fetch_sub(1, Ordering::AcqRel);
         handle(job);
+        shared.idle.fetch_add(1, Ordering::AcqRel);
     }
 }
 
 impl<J: Send + 'static> Drop for WorkerPool<J> {
     fn drop(&mut self) {
         self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::sync_channel;
+
+    /// Where each job reports its number as it starts, and, for a job
+    /// numbered 1000 or more, what it then waits for before it ends.
+    static REPORTS: Mutex<Option<mpsc::SyncSender<usize>>> = Mutex::new(None);
+    static GO: Mutex<Option<Receiver<()>>> = Mutex::new(None);
+
+    fn job(n: usize) {
+        if let Some(tx) = REPORTS.lock().unwrap().as_ref() {
+            tx.send(n).unwrap();
+        }
+        if n >= 1000 {
+            let go = GO.lock().unwrap();
+            go.as_ref().unwrap().recv().unwrap();
+        }
+    }
+
+    #[test]
+    fn workers_start_as_jobs_need_them_up_to_the_bound() {
+        let (report, reports) = sync_channel(100);
+        let (go, went) = mpsc::channel();
+        *REPORTS.lock().unwrap() = Some(report);
+        *GO.lock().unwrap() = Some(went);
+        let pool = WorkerPool::new(8, "pool-test", job).unwrap();
+        assert_eq!(pool.started(), 1, "one worker at first");
+        assert_eq!(pool.threads(), 8);
+        // One job at a time, each waited for: one worker takes them, or
+        // two (a job queued while the one worker ends its last one).
+        for i in 0..20 {
+            assert!(pool.send([i]).is_empty());
+            assert_eq!(reports.recv().unwrap(), i);
+        }
+        assert!(pool.started() <= 2, "{}", pool.started());
+        // Eight jobs that wait, all begun: eight workers at once.
+        assert!(pool.send(1000..1008).is_empty());
+        let mut begun: Vec<usize> = (0..8).map(|_| reports.recv().unwrap()).collect();
+        begun.sort_unstable();
+        assert_eq!(begun, (1000..1008).collect::<Vec<_>>());
+        assert_eq!(pool.started(), 8);
+        // A ninth waits for one of them: the bound holds.
+        assert!(pool.send([8]).is_empty());
+        assert_eq!(pool.started(), 8);
+        for _ in 0..8 {
+            go.send(()).unwrap();
+        }
+        assert_eq!(reports.recv().unwrap(), 8);
+        *REPORTS.lock().unwrap() = None;
     }
 }
