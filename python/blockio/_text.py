@@ -539,13 +539,16 @@ class AsyncTextFile(LineReader[str]):
         """Writes the bytes :meth:`_encode` made (``at_start``: the file's
         first), flushing them if the text had a line end and the file is
         line buffered."""
-        await self.buffer.write(data)
-        if at_start and data and self.buffer._readable and codecs.lookup(self.encoding).name in _BOM_CODECS:
-            # Past the BOM just written: what is read next is decoded as
-            # the rest of the file, with the byte order the BOM gives
-            # (flushed first, so that the BOM is there to be looked at).
-            await self.buffer._flush_writes()
+        learn = at_start and data and self.buffer._readable and codecs.lookup(self.encoding).name in _BOM_CODECS
+        if learn:
+            # Past the BOM encoded: what is read next is decoded as the rest
+            # of the file, with the byte order the BOM gives. Set before the
+            # write first yields, so that a seek made meanwhile (placed
+            # after this write) sets the text state last.
             self._past_the_start()
+        await self.buffer.write(data)
+        if learn:
+            await self.buffer._flush_writes()  # (the BOM there to be looked at)
         if self.line_buffering and line_end:
             await self.buffer.flush()
 

@@ -32,12 +32,22 @@ def _sequence(rnd):
         elif k < 0.9:
             ops.append(("seek_end", 0))
         else:
-            ops.append(("truncate", rnd.randint(0, 50)))
+            ops.append(("truncate", rnd.choice([None, rnd.randint(0, 50)])))
     return ops
 
 
-def _builtin(path, mode, ops):
-    with open(path, mode, encoding="utf-8") as f:
+#: What an ``r+`` file holds before the calls.
+BEFORE = "héllo\n" * 20
+
+
+def _prepare(path, mode, encoding):
+    if mode == "r+":
+        path.write_text(BEFORE, encoding=encoding)
+
+
+def _builtin(path, mode, ops, encoding):
+    _prepare(path, mode, encoding)
+    with open(path, mode, encoding=encoding) as f:
         for op, arg in ops:
             if op == "write":
                 f.write(arg)
@@ -60,13 +70,14 @@ def _call(f, op, arg):
     return f.truncate(arg)
 
 
-def _started_then_ended(path, mode, ops, ending, engine):
+def _started_then_ended(path, mode, ops, ending, engine, encoding):
     """Starts each call of ``ops`` in a task of its own (its first step run),
     then ends the loop as ``ending`` says; the file object, for the next loop."""
     box = {}
+    _prepare(path, mode, encoding)
 
     async def main():
-        f = box["f"] = await blockio.open(path, mode, encoding="utf-8", engine=engine)
+        f = box["f"] = await blockio.open(path, mode, encoding=encoding, engine=engine)
         tasks = []
         for op, arg in ops:
             tasks.append(asyncio.ensure_future(_call(f, op, arg)))
@@ -98,15 +109,16 @@ async def _tell_and_close(f):
 
 
 @BACKENDS
-@pytest.mark.parametrize("mode", ["w", "w+"])
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "utf-8-sig"])
+@pytest.mark.parametrize("mode", ["w", "w+", "r+"])
 @pytest.mark.parametrize("ending", ["asyncio-run", "cancel-all", "cancel-seeks", "loop-close"])
-def test_text_seek_and_truncate_keep_their_place_when_cancelled(tmp_path, backend, mode, ending):
+def test_text_seek_and_truncate_keep_their_place_when_cancelled(tmp_path, backend, encoding, mode, ending):
     with blockio.Engine(backend=backend) as e:
         for trial in range(TRIALS):
             ops = _sequence(random.Random(trial))
             ref, got = tmp_path / f"ref{trial}", tmp_path / f"got{trial}"
-            want_tell = _builtin(ref, mode, ops)
-            f = _started_then_ended(got, mode, ops, ending, e)
+            want_tell = _builtin(ref, mode, ops, encoding)
+            f = _started_then_ended(got, mode, ops, ending, e, encoding)
             at = asyncio.run(_tell_and_close(f))
             assert (got.read_bytes(), at) == (ref.read_bytes(), want_tell), (trial, ops)
 
