@@ -19,8 +19,10 @@ const WORKER_STACK: usize = 256 << 10;
 /// whenever a job is queued while more jobs wait than workers are idle.
 ///
 /// A worker that cannot be started (a limit on address space, `ulimit -v`,
-/// or on threads) lowers the bound to the workers running, which take the
-/// jobs; only the first failing is an error.
+/// or on threads) leaves the jobs to the workers running; the next job
+/// queued while more jobs wait than workers are idle tries again, so a
+/// limit that is lifted (or a transient failure) does not shrink the pool
+/// for good. Only the first worker's failing is an error.
 ///
 /// Dropping the pool closes its queue: the workers finish the jobs already
 /// queued and exit. It does not wait for them, so the last handle may be
@@ -41,8 +43,7 @@ pub(crate) struct WorkerPool<J: Send + 'static> {
 /// The queue's receiving end and the counts that say when to start a worker.
 struct Shared<J> {
     rx: Mutex<Receiver<J>>,
-    /// The most workers: the bound asked for, lowered to those running
-    /// when one fails to start.
+    /// The most workers.
     bound: AtomicUsize,
     /// Workers started.
     started: AtomicUsize,
@@ -50,6 +51,9 @@ struct Shared<J> {
     idle: AtomicUsize,
     /// Jobs queued and not yet taken by a worker.
     queued: AtomicUsize,
+    /// Worker starts still to fail, as a limit would fail them.
+    #[cfg(test)]
+    fail_starts: AtomicUsize,
 }
 
 impl<J: Send + 'static> WorkerPool<J> {
@@ -65,6 +69,8 @@ impl<J: Send + 'static> WorkerPool<J> {
                 started: AtomicUsize::new(0),
                 idle: AtomicUsize::new(0),
                 queued: AtomicUsize::new(0),
+                #[cfg(test)]
+                fail_starts: AtomicUsize::new(0),
             }),
             name: name.to_owned(),
             handle,
@@ -86,6 +92,8 @@ impl<J: Send + 'static> WorkerPool<J> {
                 started: AtomicUsize::new(0),
                 idle: AtomicUsize::new(0),
                 queued: AtomicUsize::new(0),
+                #[cfg(test)]
+                fail_starts: AtomicUsize::new(0),
             }),
             name: String::new(),
             handle: drop,
@@ -108,6 +116,14 @@ impl<J: Send + 'static> WorkerPool<J> {
     fn start_worker(&self) -> io::Result<()> {
         let shared = &self.shared;
         let i = shared.started.load(Ordering::Acquire);
+        #[cfg(test)]
+        if shared
+            .fail_starts
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         let mine = Arc::clone(shared);
         let handle = self.handle;
         thread::Builder::new()
@@ -122,16 +138,14 @@ impl<J: Send + 'static> WorkerPool<J> {
     }
 
     /// Starts workers while more jobs wait than workers are idle, up to
-    /// the bound; a worker that cannot be started lowers the bound to
-    /// those running (called with `tx` locked).
+    /// the bound; when one cannot be started the jobs are left to those
+    /// running, and the next send tries again (called with `tx` locked).
     fn grow(&self) {
         let s = &self.shared;
         while s.queued.load(Ordering::Acquire) > s.idle.load(Ordering::Acquire)
             && s.started.load(Ordering::Acquire) < s.bound.load(Ordering::Acquire)
         {
             if self.start_worker().is_err() {
-                s.bound
-                    .store(s.started.load(Ordering::Acquire), Ordering::Release);
                 return;
             }
         }
@@ -168,8 +182,12 @@ fn work<J>(shared: &Shared<J>, handle: fn(J)) {
             Ok(job) => job,
             Err(_) => return,
         };
-        shared.queued.fetch_sub(1, Ordering::AcqRel);
+        // Idle first: a send between the two sees one more job waiting
+        // than workers idle and starts a worker (one too many at worst),
+        // where the other order would let it see the job as taken by an
+        // idle worker and start none.
         shared.idle.fetch_sub(1, Ordering::AcqRel);
+        shared.queued.fetch_sub(1, Ordering::AcqRel);
         handle(job);
         shared.idle.fetch_add(1, Ordering::AcqRel);
     }
@@ -186,37 +204,68 @@ mod tests {
     use super::*;
     use std::sync::mpsc::sync_channel;
 
-    /// Where each job reports its number as it starts, and, for a job
-    /// numbered 1000 or more, what it then waits for before it ends.
-    static REPORTS: Mutex<Option<mpsc::SyncSender<usize>>> = Mutex::new(None);
-    static GO: Mutex<Option<Receiver<()>>> = Mutex::new(None);
+    /// What a test's jobs share: where each job reports its number as it
+    /// starts, and, for a job numbered 1000 or more, what it then waits
+    /// for before it ends. One per test (the tests run at once).
+    struct Line {
+        reports: Mutex<Option<mpsc::SyncSender<usize>>>,
+        go: Mutex<Option<Receiver<()>>>,
+    }
 
-    fn job(n: usize) {
-        if let Some(tx) = REPORTS.lock().unwrap().as_ref() {
-            tx.send(n).unwrap();
+    impl Line {
+        const fn new() -> Line {
+            Line {
+                reports: Mutex::new(None),
+                go: Mutex::new(None),
+            }
         }
-        if n >= 1000 {
-            let go = GO.lock().unwrap();
-            go.as_ref().unwrap().recv().unwrap();
+
+        /// Opens the line: the receiver of the reports, the sender that
+        /// lets a waiting job end.
+        fn open(&self) -> (Receiver<usize>, Sender<()>) {
+            let (report, reports) = sync_channel(100);
+            let (go, went) = mpsc::channel();
+            *self.reports.lock().unwrap() = Some(report);
+            *self.go.lock().unwrap() = Some(went);
+            (reports, go)
+        }
+
+        fn job(&self, n: usize) {
+            if let Some(tx) = self.reports.lock().unwrap().as_ref() {
+                tx.send(n).unwrap();
+            }
+            if n >= 1000 {
+                let go = self.go.lock().unwrap();
+                go.as_ref().unwrap().recv().unwrap();
+            }
+        }
+    }
+
+    static GROWING: Line = Line::new();
+    static FAILING: Line = Line::new();
+
+    /// Waits until every worker started waits for a job (the event that
+    /// ends a job's run: its worker counted idle again).
+    fn all_idle<J: Send + 'static>(pool: &WorkerPool<J>) {
+        while pool.shared.idle.load(Ordering::Acquire) < pool.started() {
+            thread::yield_now();
         }
     }
 
     #[test]
     fn workers_start_as_jobs_need_them_up_to_the_bound() {
-        let (report, reports) = sync_channel(100);
-        let (go, went) = mpsc::channel();
-        *REPORTS.lock().unwrap() = Some(report);
-        *GO.lock().unwrap() = Some(went);
-        let pool = WorkerPool::new(8, "pool-test", job).unwrap();
+        let (reports, go) = GROWING.open();
+        let pool = WorkerPool::new(8, "pool-test", |n| GROWING.job(n)).unwrap();
         assert_eq!(pool.started(), 1, "one worker at first");
         assert_eq!(pool.threads(), 8);
-        // One job at a time, each waited for: one worker takes them, or
-        // two (a job queued while the one worker ends its last one).
+        // One job at a time, each sent once the last has ended and its
+        // worker waits again: that one worker takes them all.
         for i in 0..20 {
             assert!(pool.send([i]).is_empty());
             assert_eq!(reports.recv().unwrap(), i);
+            all_idle(&pool);
         }
-        assert!(pool.started() <= 2, "{}", pool.started());
+        assert_eq!(pool.started(), 1);
         // Eight jobs that wait, all begun: eight workers at once.
         assert!(pool.send(1000..1008).is_empty());
         let mut begun: Vec<usize> = (0..8).map(|_| reports.recv().unwrap()).collect();
@@ -230,6 +279,31 @@ mod tests {
             go.send(()).unwrap();
         }
         assert_eq!(reports.recv().unwrap(), 8);
-        *REPORTS.lock().unwrap() = None;
+        *GROWING.reports.lock().unwrap() = None;
+    }
+
+    #[test]
+    fn a_worker_that_fails_to_start_is_tried_again_on_the_next_send() {
+        let (reports, go) = FAILING.open();
+        let pool = WorkerPool::new(4, "pool-fail", |n| FAILING.job(n)).unwrap();
+        // The one worker busy with a job that waits.
+        assert!(pool.send([1000]).is_empty());
+        assert_eq!(reports.recv().unwrap(), 1000);
+        // A second job that waits, sent when no worker can start: queued.
+        pool.shared.fail_starts.store(1, Ordering::Release);
+        assert!(pool.send([1001]).is_empty());
+        assert_eq!(pool.started(), 1);
+        assert_eq!(pool.threads(), 4, "the bound is kept");
+        // The next send starts workers again: both jobs begin while the
+        // first still waits.
+        assert!(pool.send([1]).is_empty());
+        let mut begun = [reports.recv().unwrap(), reports.recv().unwrap()];
+        begun.sort_unstable();
+        assert_eq!(begun, [1, 1001]);
+        assert!(pool.started() <= 4);
+        for _ in 0..2 {
+            go.send(()).unwrap();
+        }
+        *FAILING.reports.lock().unwrap() = None;
     }
 }
