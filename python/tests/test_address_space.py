@@ -36,7 +36,7 @@ print(json.dumps(asyncio.run(main())))
 """
 
 _NO_ROOM = r"""
-import asyncio, json, os, resource, sys
+import asyncio, errno, json, os, resource, sys
 import blockio
 d = sys.argv[1]
 
@@ -53,7 +53,11 @@ async def many(n):
 asyncio.run(many(1))  # (the engine, and the threads one call needs)
 vm = int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize")][0]) << 10
 resource.setrlimit(resource.RLIMIT_AS, (vm + (2 << 20), resource.RLIM_INFINITY))
-print(json.dumps([g if isinstance(g, int) else repr(g) for g in asyncio.run(many(40))]))
+def named(g):
+    if isinstance(g, OSError) and g.errno in errno.errorcode:
+        return errno.errorcode[g.errno]
+    return g if isinstance(g, int) else repr(g)
+print(json.dumps([named(g) for g in asyncio.run(many(40))]))
 """
 
 
@@ -77,8 +81,80 @@ def test_a_small_read_and_writes_one_at_a_time_start_few_threads(tmp_path, backe
 
 
 @BACKENDS
-def test_calls_succeed_when_no_thread_can_be_started(tmp_path, backend):
+def test_calls_succeed_or_are_refused_when_no_thread_can_be_started(tmp_path, backend):
     """40 calls at once, made once the limit leaves about 2 MiB of address
-    space: the threads that cannot be started leave the calls to those
-    running."""
-    assert _child(_NO_ROOM, tmp_path, backend) == [1000] * 40
+    space: the reads and writes that cannot start a thread are left to
+    those running; an open or close that finds every thread that opens
+    and closes busy and none can start raises EAGAIN (they may all wait
+    for good, in opens of FIFOs); nothing else fails."""
+    got = _child(_NO_ROOM, tmp_path, backend)
+    assert len(got) == 40
+    assert set(got) <= {1000, "EAGAIN"}, got
+
+
+_ALL_BLOCKED = r"""
+import asyncio, errno, json, mmap, os, resource, sys
+import blockio
+d = sys.argv[1]
+
+def fs_threads():
+    tasks = os.listdir("/proc/self/task")
+    return [t for t in tasks if open(f"/proc/self/task/{t}/comm").read().strip() == "blockio-fs"]
+
+def in_fifo_open():
+    return sum(open(f"/proc/self/task/{t}/wchan").read() == "wait_for_partner" for t in fs_threads())
+
+async def main():
+    p = os.path.join(d, "f")
+    with open(p, "wb") as f:
+        f.write(b"x")
+    async with blockio.open(p, "rb") as f:
+        await f.read()
+    # No room for another thread: the room the limit leaves taken, all
+    # but 192 KiB (for this program's own allocations; a thread's stack
+    # is 256 KiB).
+    vm = int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize")][0]) << 10
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (4 << 20), resource.RLIM_INFINITY))
+    held = []
+    while True:
+        try:
+            held.append(mmap.mmap(-1, 64 << 10))
+        except OSError:
+            break
+    for m in held[-3:]:
+        m.close()
+    # Every thread of the pool that opens files waits in the open of a
+    # FIFO that no writer has opened.
+    fifos, opens = [], []
+    for i in range(len(fs_threads())):
+        fifo = os.path.join(d, f"p{i}")
+        os.mkfifo(fifo)
+        fifos.append(fifo)
+        opens.append(asyncio.ensure_future(blockio.open(fifo, "rb")))
+        while in_fifo_open() < i + 1:
+            await asyncio.sleep(0.001)
+    try:
+        async with await asyncio.wait_for(blockio.open(p, "rb"), 20) as f:
+            got = repr(await f.read())
+    except asyncio.TimeoutError:
+        got = "hangs"
+    except OSError as e:
+        got = errno.errorcode.get(e.errno, repr(e))
+    for fifo in fifos:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    for f in await asyncio.gather(*opens):
+        await f.close()
+    return [got, len(opens)]
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+@BACKENDS
+def test_a_call_no_thread_can_take_is_refused_when_all_wait_in_fifo_opens(tmp_path, backend):
+    """Every thread that opens files blocked in the open of a FIFO, and no
+    room for another: an open raises EAGAIN, where it would wait behind
+    them until a writer comes."""
+    got, blocked = _child(_ALL_BLOCKED, tmp_path, backend)
+    assert blocked >= 1
+    assert got == "EAGAIN"
