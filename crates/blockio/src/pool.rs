@@ -54,6 +54,10 @@ struct Shared<J> {
     /// Worker starts still to fail, as a limit would fail them.
     #[cfg(test)]
     fail_starts: AtomicUsize,
+    /// Where the next job taken pauses between its two counts: it says so
+    /// on the sender, then waits on the receiver.
+    #[cfg(test)]
+    pause: Mutex<Option<(Sender<()>, Receiver<()>)>>,
 }
 
 impl<J: Send + 'static> WorkerPool<J> {
@@ -71,6 +75,8 @@ impl<J: Send + 'static> WorkerPool<J> {
                 queued: AtomicUsize::new(0),
                 #[cfg(test)]
                 fail_starts: AtomicUsize::new(0),
+                #[cfg(test)]
+                pause: Mutex::new(None),
             }),
             name: name.to_owned(),
             handle,
@@ -94,6 +100,8 @@ impl<J: Send + 'static> WorkerPool<J> {
                 queued: AtomicUsize::new(0),
                 #[cfg(test)]
                 fail_starts: AtomicUsize::new(0),
+                #[cfg(test)]
+                pause: Mutex::new(None),
             }),
             name: String::new(),
             handle: drop,
@@ -187,6 +195,11 @@ fn work<J>(shared: &Shared<J>, handle: fn(J)) {
         // where the other order would let it see the job as taken by an
         // idle worker and start none.
         shared.idle.fetch_sub(1, Ordering::AcqRel);
+        #[cfg(test)]
+        if let Some((paused, resume)) = shared.pause.lock().unwrap().take() {
+            paused.send(()).unwrap();
+            resume.recv().unwrap();
+        }
         shared.queued.fetch_sub(1, Ordering::AcqRel);
         handle(job);
         shared.idle.fetch_add(1, Ordering::AcqRel);
@@ -243,6 +256,7 @@ mod tests {
 
     static GROWING: Line = Line::new();
     static FAILING: Line = Line::new();
+    static TAKING: Line = Line::new();
 
     /// Waits until every worker started waits for a job (the event that
     /// ends a job's run: its worker counted idle again).
@@ -305,5 +319,26 @@ mod tests {
             go.send(()).unwrap();
         }
         *FAILING.reports.lock().unwrap() = None;
+    }
+
+    #[test]
+    fn a_job_sent_while_a_worker_takes_one_starts_a_worker() {
+        let (reports, go) = TAKING.open();
+        let pool = WorkerPool::new(4, "pool-take", |n| TAKING.job(n)).unwrap();
+        let (paused, is_paused) = mpsc::channel();
+        let (resume, resumed) = mpsc::channel();
+        *pool.shared.pause.lock().unwrap() = Some((paused, resumed));
+        // The one worker takes a job that waits, and pauses between its
+        // counts; a job sent then finds no idle worker and starts one.
+        assert!(pool.send([1000]).is_empty());
+        is_paused.recv().unwrap();
+        assert!(pool.send([1]).is_empty());
+        assert!(pool.started() >= 2, "{}", pool.started());
+        resume.send(()).unwrap();
+        let mut begun = [reports.recv().unwrap(), reports.recv().unwrap()];
+        begun.sort_unstable();
+        assert_eq!(begun, [1, 1000]);
+        go.send(()).unwrap();
+        *TAKING.reports.lock().unwrap() = None;
     }
 }
