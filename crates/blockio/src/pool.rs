@@ -146,14 +146,18 @@ impl<J: Send + 'static> WorkerPool<J> {
     }
 
     /// Starts workers while more jobs wait than workers are idle, up to
-    /// the bound; when one cannot be started the jobs are left to those
-    /// running, and the next send tries again (called with `tx` locked).
-    fn grow(&self) {
+    /// the bound and at most `sent` (the jobs just queued: so the workers
+    /// started are never more than one and the jobs ever sent, however
+    /// the workers are scheduled); when one cannot be started the jobs are
+    /// left to those running, and the next send tries again (called with
+    /// `tx` locked).
+    fn grow(&self, sent: usize) {
         let s = &self.shared;
-        while s.queued.load(Ordering::Acquire) > s.idle.load(Ordering::Acquire)
-            && s.started.load(Ordering::Acquire) < s.bound.load(Ordering::Acquire)
-        {
-            if self.start_worker().is_err() {
+        for _ in 0..sent {
+            if s.queued.load(Ordering::Acquire) <= s.idle.load(Ordering::Acquire)
+                || s.started.load(Ordering::Acquire) >= s.bound.load(Ordering::Acquire)
+                || self.start_worker().is_err()
+            {
                 return;
             }
         }
@@ -165,20 +169,24 @@ impl<J: Send + 'static> WorkerPool<J> {
     pub(crate) fn send(&self, jobs: impl IntoIterator<Item = J>) -> Vec<J> {
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let mut refused = Vec::new();
+        let mut sent = 0;
         for job in jobs {
             match tx.as_ref() {
                 Some(sender) if refused.is_empty() => {
                     self.shared.queued.fetch_add(1, Ordering::AcqRel);
-                    if let Err(mpsc::SendError(job)) = sender.send(job) {
-                        self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-                        refused.push(job);
+                    match sender.send(job) {
+                        Ok(()) => sent += 1,
+                        Err(mpsc::SendError(job)) => {
+                            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+                            refused.push(job);
+                        }
                     }
                 }
                 _ => refused.push(job),
             }
         }
         if tx.is_some() {
-            self.grow();
+            self.grow(sent);
         }
         refused
     }
@@ -308,12 +316,12 @@ mod tests {
         assert!(pool.send([1001]).is_empty());
         assert_eq!(pool.started(), 1);
         assert_eq!(pool.threads(), 4, "the bound is kept");
-        // The next send starts workers again: both jobs begin while the
-        // first still waits.
-        assert!(pool.send([1]).is_empty());
-        let mut begun = [reports.recv().unwrap(), reports.recv().unwrap()];
+        // The next send starts workers again (one per job it sends): the
+        // three jobs begin while the first still waits.
+        assert!(pool.send([1, 2]).is_empty());
+        let mut begun = [0; 3].map(|_| reports.recv().unwrap());
         begun.sort_unstable();
-        assert_eq!(begun, [1, 1001]);
+        assert_eq!(begun, [1, 2, 1001]);
         assert!(pool.started() <= 4);
         for _ in 0..2 {
             go.send(()).unwrap();
