@@ -121,7 +121,10 @@ class FileState:
     name: Union[str, bytes, int]
     @property
     def _bufsize(self) -> int:
-        """The buffer size (0 unbuffered)."""
+        """The buffer size (0 unbuffered): the read-ahead size."""
+    @property
+    def _wbufsize(self) -> int:
+        """What the write buffer holds before it is flushed (0 unbuffered)."""
     @property
     def _inline(self) -> bool:
         """``seek`` and ``tell`` may be served inline."""
@@ -142,7 +145,7 @@ class FileState:
     def tell(self) -> "FileCall[int]":
         """The current position (served inline at the first step when it
         is known and nothing is to be flushed)."""
-    def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int) -> None:
+    def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int, wbufsize: int) -> None:
         """What the calls served inline need: the call queue's ``free``
         list, the engine's core, the descriptor's number, the buffer size."""
     def _read_after_turn(self, size: int) -> Union[bytes, None, Literal[True]]:

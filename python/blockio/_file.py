@@ -32,7 +32,9 @@ in sequence read ahead.
 
 Buffering follows the built-in ``open``: ``buffering=-1`` (the default) or
 ``> 1`` keeps a read-ahead buffer and a write buffer of that many bytes
-(``io.DEFAULT_BUFFER_SIZE`` by default), flushed when full, by
+(``io.DEFAULT_BUFFER_SIZE`` by default for reading ahead, the built-in's
+size, the file system's preferred I/O size, for the writes it keeps),
+flushed when full, by
 :meth:`AsyncFile.flush`, by a seek or a read, and on close; ``buffering=0``
 (binary only) reads and writes exactly what is asked. Text mode
 (:class:`AsyncTextFile`) decodes incrementally over the binary file.
@@ -417,7 +419,8 @@ class AsyncFile(FileState, LineReader[bytes]):
     # only what a user sets, as the built-in file and aiofiles' take.
     __slots__ = ("__dict__", "__weakref__")
 
-    def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int, shared: bool) -> None:
+    def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int, shared: bool,
+                 write_buffer_size: Optional[int] = None) -> None:
         self._file = desc
         self._engine = engine
         #: Calls on this file run one at a time, in the order made (see
@@ -432,7 +435,8 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: handed in or made by an ``opener``, or once ``fileno()`` has
         #: been asked for (see `_sync_offset`).
         self._shared = shared
-        self._connect_callbacks(desc, engine, buffer_size)
+        self._connect_callbacks(desc, engine, buffer_size,
+                                buffer_size if write_buffer_size is None else write_buffer_size)
 
     def _init_state(self, desc: _Descriptor, mode: str) -> None:
         """Sets the file's position, buffers, mode and stream state as a
@@ -510,9 +514,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             self._stream_waits = Stops()
             self._stream_pieces = stream_in_pieces(desc.num)
 
-    def _connect_callbacks(self, desc: _Descriptor, engine: Engine, buffer_size: int) -> None:
+    def _connect_callbacks(self, desc: _Descriptor, engine: Engine, buffer_size: int,
+                           write_buffer_size: int) -> None:
         """Connects the descriptor's ``on_share`` and the queue's ``settle``
-        and ``turn_due`` to the file (weakly), and serves it inline."""
+        and ``turn_due`` to the file (weakly), and serves it inline, with
+        the read-ahead and write buffer sizes given."""
         me = weakref.ref(self)
 
         def on_share() -> None:
@@ -538,7 +544,7 @@ class AsyncFile(FileState, LineReader[bytes]):
 
         self._calls.settle = settle
         self._calls.settle_writes = settle_writes
-        self._serve(self._calls.free, engine._core, desc.num, buffer_size)
+        self._serve(self._calls.free, engine._core, desc.num, buffer_size, write_buffer_size)
         self._calls.turn_due = turn_due
         self._update_inline()
 
@@ -1840,7 +1846,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             view = view[:_MAX_IO]
         if self._rbuf:
             self._drop_read_ahead()
-        if self._bufsize > 0 and len(self._wbuf) + len(view) < self._bufsize:
+        if self._bufsize > 0 and len(self._wbuf) + len(view) < self._wbufsize:
             self._buffer(view)
             return len(view)
         if self._wbuf and not self._stream:
@@ -1855,25 +1861,57 @@ class AsyncFile(FileState, LineReader[bytes]):
                 # waiting for its turn still runs).
                 self._buffer(view)
             raise
-        return await self._write_through(view, short_ok=self._bufsize == 0)
+        if self._bufsize == 0 or self._stream:
+            return await self._write_through(view, short_ok=self._bufsize == 0)
+        return await self._write_through_buffered(view)
+
+    async def _write_through_buffered(self, view: memoryview) -> int:
+        """A buffered file's write of ``view``, too long for its buffer,
+        written through, as the built-in buffered file's: that one writes
+        while more than a buffer's worth is left, so when a write stops
+        short (``EFBIG``, ``ENOSPC`` part-way) with a buffer's worth or less
+        left, it keeps the rest in its buffer and succeeds (the next flush
+        meets the failure); with more left, it raises, keeping nothing."""
+        landed = [0]
+        try:
+            return await self._write_through(view, landed=landed)
+        except OSError:
+            rest = view[landed[0]:]
+            if not rest or len(rest) > self._wbufsize or self._wbuf:
+                raise  # (or writes made meanwhile were buffered: they raise in turn)
+            self._buffer(rest)
+            return len(view)
 
     async def _flush_with(self, view: memoryview) -> int:
-        """Writes the buffered bytes and then ``view`` as one write: so
-        both are in the file's write queue in the core before the call
-        first yields, and reach the file even if its event loop is closed
-        then (a write of ``view`` made only once the flush completed would
-        not). If the write fails, ``view`` is not kept in the buffer (the
-        built-in's write, whose flush failed, accepted none of it), unless
-        the call was cancelled: then it was made, and is kept for the next
-        flush or close with what did not land before it."""
-        self._buffer(view)
+        """Writes the buffered bytes and ``view``, which do not fit the
+        buffer together. As the built-in's buffered write, a ``view`` that
+        fits the buffer alone is buffered once the buffered bytes are
+        written, and a longer one is written through: the buffered bytes'
+        write is placed in the file's write queue in the core before the
+        call first yields, ``view`` buffered behind it (or written with it,
+        as one write) by then, so that both reach the file even if its
+        event loop is closed then. If the write fails, ``view`` is not kept
+        in the buffer (the built-in's write, whose flush failed, accepted
+        none of it), unless the call was cancelled: then it was made, and is
+        kept for the next flush or close with what did not land before it."""
+        buffered: List[bool] = []
+
+        def buffer_it() -> None:
+            self._buffer(view)
+            buffered.append(True)
+
+        if len(view) <= self._wbufsize:
+            flush = self._flush_writes(then=buffer_it)
+        else:
+            buffer_it()
+            flush = self._flush_writes()
         try:
-            await self._flush_writes()
+            await flush
         except GeneratorExit:
             raise  # (as in `_flush_writes`)
         except BaseException as e:
             tail = len(self._wbuf) - len(view)
-            if not is_cancellation(e) and tail >= 0 and self._wbuf[tail:] == view:
+            if buffered and not is_cancellation(e) and tail >= 0 and self._wbuf[tail:] == view:
                 del self._wbuf[tail:]
                 if not self._append:
                     self._pos = self._wpos + len(self._wbuf)

@@ -95,6 +95,23 @@ def _flags(mode: str) -> int:
     return flags | os.O_CLOEXEC
 
 
+def _default_buffer_size(fd: int) -> int:
+    """The buffer size the built-in ``open`` gives ``fd`` by default: its
+    ``FileIO``'s ``_blksize`` (the file system's preferred I/O size, when
+    above 1; else ``io.DEFAULT_BUFFER_SIZE``), asked of a ``FileIO`` over
+    the descriptor that never closes it. So a buffered file keeps in its
+    buffer the writes the built-in's keeps, and raises at once a failure
+    (``EFBIG``, ``ENOSPC``) where the built-in's does, not at the next
+    flush or at close."""
+    try:
+        raw = io.FileIO(fd, "r", closefd=False)
+    except (OSError, ValueError):
+        return io.DEFAULT_BUFFER_SIZE
+    with raw:
+        size = getattr(raw, "_blksize", io.DEFAULT_BUFFER_SIZE)
+    return size if isinstance(size, int) and size > 1 else io.DEFAULT_BUFFER_SIZE
+
+
 def _as_descriptor_number(file: Any) -> Any:
     """The file as an int when it is a number of another type, else as given."""
     if not isinstance(file, (int, str, bytes, float)) and not hasattr(file, "__fspath__"):
@@ -163,12 +180,16 @@ async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: 
             if stat.S_ISDIR(os.fstat(fd).st_mode):
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
         line_buffering = buffering == 1 and "b" not in mode
+        # (reads ahead a DEFAULT_BUFFER_SIZE by default, which sequential
+        # reads grow; keeps the built-in's buffer size of writes, so that
+        # the same writes fail at once)
         size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
+        wsize = _default_buffer_size(fd) if buffering in (-1, 1) else buffering
         binary_mode = _binary_mode(mode)
         # A descriptor handed in, or made by the caller's opener, may be
         # known elsewhere: its offset follows the file's position.
         shared = isinstance(file, int) or opener is not None
-        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size, shared)
+        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size, shared, wsize)
         if raw._stream and "+" in mode and buffering != 0:
             # The built-in's buffered reader and writer of one file
             # (BufferedRandom) needs a seekable one; it closes the

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 from ._aio import pause
 from ._blockio import TURN_BUDGET, count_copied, turn_count, turn_due
 from ._file import _C_INT, _MAX_OFFSET, AsyncFile, _count_arg, _int_arg, _size_arg
-from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_taking_turns
+from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns
 from ._lines import LineReader, split_keeping_ends
 
 _CHUNK = 8192
@@ -110,6 +110,20 @@ def _nl_value(bits: int) -> Union[str, Tuple[str, ...], None]:
     return None if not ends else ends[0] if len(ends) == 1 else ends
 
 
+def _seek_places(f: "AsyncTextFile", offset: Any = 0, whence: Any = os.SEEK_SET) -> bool:
+    """Whether a text ``seek`` places the binary file's seek before it first
+    yields (see `one_at_a_time_placing`): from the start or the end, not in
+    append mode (where writes go to the end whatever the position, and the
+    end is the answer of a mark in the core)."""
+    return type(whence) is int and whence in (os.SEEK_SET, os.SEEK_END) and not f.buffer._append
+
+
+def _truncate_places(f: "AsyncTextFile", size: Any = None) -> bool:
+    """Whether a text ``truncate`` places the binary file's before it first
+    yields: with a size, or at a position no text read ahead hides."""
+    return (size is not None or (f._snap is None and f.buffer._pending is None)) and not f.buffer._stream
+
+
 class AsyncTextFile(LineReader[str]):
     """A text file opened by :func:`blockio.open`: the coroutines of
     :class:`~blockio.AsyncFile` over ``str`` (``read(n)`` counts
@@ -157,6 +171,9 @@ class AsyncTextFile(LineReader[str]):
         #: The decoder's state flags once past the file's start (its BOM),
         #: learnt on the first seek past it.
         self._start_flags: Optional[int] = None
+        #: A seek (or a BOM written) left the decoder to be set as past the
+        #: file's first bytes before it next decodes (`_learn_the_start`).
+        self._flags_due = False
         #: The line endings seen before the decoder was last reset (bits:
         #: see `_nl_bits`), for ``newlines``.
         self._nl_seen = 0
@@ -259,6 +276,7 @@ class AsyncTextFile(LineReader[str]):
         The end is never remembered: a file another writer appends to has
         more to read on the next call, as the built-in text file does."""
         self._check_readable()
+        await self._learn_the_start()
         dec = self._get_decoder()
         if self._snap is None:
             self._decoded, self._used = self._pending(), 0
@@ -467,6 +485,7 @@ class AsyncTextFile(LineReader[str]):
         rest read, as the built-in's."""
         self._check_readable()  # (the text file's error, before the binary file's)
         rest = self._pending()
+        await self._learn_the_start()
         dec = self._get_decoder()
         mark = self.buffer._mark()
         stream = self.buffer._stream
@@ -724,13 +743,16 @@ class AsyncTextFile(LineReader[str]):
         """Writes the bytes :meth:`_encode` made (``at_start``: the file's
         first), flushing them if the text had a line end and the file is
         line buffered."""
+        learn = at_start and data and self.buffer._readable and codecs.lookup(self.encoding).name in _BOM_CODECS
+        if learn:
+            # Past the BOM encoded: what is read next is decoded as the rest
+            # of the file, with the byte order the BOM gives. Set before the
+            # write first yields, so that a seek made meanwhile (placed
+            # after this write) sets the text state last.
+            self._past_the_start()
         await self.buffer.write(data)
-        if at_start and data and self.buffer._readable and codecs.lookup(self.encoding).name in _BOM_CODECS:
-            # Past the BOM just written: what is read next is decoded as
-            # the rest of the file, with the byte order the BOM gives
-            # (flushed first, so that the BOM is there to be looked at).
-            await self.buffer._flush_writes()
-            await self._past_the_start()
+        if learn:
+            await self.buffer._flush_writes()  # (the BOM there to be looked at)
         if self.line_buffering and line_end:
             await self.buffer.flush()
 
@@ -922,12 +944,21 @@ class AsyncTextFile(LineReader[str]):
         last = self._decoded[self._used - 1]
         return last == "\n" or (last == "\r" and self._newline in ("", "\r"))
 
-    @one_at_a_time_taking_turns
+    @one_at_a_time_placing(_seek_places, takes_turns=True)
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         """Moves to ``offset`` (a value from :meth:`tell`, or 0), or to the
         end with ``seek(0, os.SEEK_END)``; ``seek(0, os.SEEK_CUR)`` is
         ``seek(tell())``, as on the built-in text file: it moves the file
-        to where the reader is, so that a write lands there."""
+        to where the reader is, so that a write lands there.
+
+        Once made, the seek keeps its place in the file's order, as a write
+        does (see `one_at_a_time_placing`): cancelled while it waits for its
+        turn, it still runs, and the writes made behind it land where it
+        leaves the position. Outside append mode a seek from the start or
+        the end sets the text state and places the binary file's seek
+        before the call first yields, so that writes made behind it join
+        it, placed at its offset; the decoder learns the file's BOM (a read
+        of its first bytes) only when it next decodes."""
         # The built-in text file's order: whence's type, closed, whence's
         # value, then the offset.
         whence = _int_arg(whence, "whence")
@@ -950,23 +981,63 @@ class AsyncTextFile(LineReader[str]):
             # No file offset: the built-in's cookie past 2**63 - 1 is refused
             # by the file system's lseek.
             raise OSError(errno.EINVAL, f"offset: {offset} is past the largest file offset (2**63 - 1)")
-        pos = await self.buffer.seek(offset, whence)  # (refused: nothing has moved)
+        # The text state is set before the binary file's seek first yields
+        # (its own seek is placed by then: writes joining it meanwhile
+        # encode as after the seek); put back if the seek is refused.
+        before = self._text_state()
         self._reset_decoding()
-        if pos == 0 or whence == os.SEEK_END:
+        self._flags_due = whence == os.SEEK_END or offset > 0
+        if whence == os.SEEK_END or offset == 0:
             self._nl_seen = 0  # (as the built-in's seek, which resets its decoder there)
-        self._encoder = None
-        if pos > 0:
-            await self._past_the_start()
+            self._encoder = None  # (the next write asks the position whether it writes a BOM)
+        else:
+            self._past_the_start()
+        mine = self._encoder
+        try:
+            pos: int = await self.buffer.seek(offset, whence)
+        except OSError:
+            self._put_text_state(before, mine)  # (refused: nothing has moved)
+            raise
+        if pos > 0 and self._encoder is None:
+            self._past_the_start()
         return pos
 
-    async def _past_the_start(self) -> None:
-        """Sets the codec as it is past the file's first bytes, as the
-        built-in text file's seek does: a UTF-16 or UTF-32 decoder then
-        knows the byte order its BOM gave (it would otherwise ask for a BOM
-        in the middle of the file), and the encoder writes no new BOM."""
+    def _text_state(self) -> Tuple[Any, ...]:
+        """What a seek changes of the text layer, for :meth:`_put_text_state`."""
+        dec = self._decoder
+        return (self._decoded, self._used, self._snap, self._eof, self._cp, self._nl_seen, self._encoder,
+                self._flags_due, dec, None if dec is None else dec.getstate())
+
+    def _put_text_state(self, state: Tuple[Any, ...], mine: Any) -> None:
+        """Back to ``state`` after a refused seek, unless a write made behind
+        the seek has used the text layer since (it made an encoder other than
+        ``mine``, the seek's, which then stays)."""
+        if self._decoded or self._snap is not None or self._encoder is not mine:
+            return
+        (self._decoded, self._used, self._snap, self._eof, self._cp, self._nl_seen, self._encoder,
+         self._flags_due, dec, dec_state) = state
+        self._decoder = dec
+        if dec is not None:
+            dec.setstate(dec_state)
+
+    def _past_the_start(self) -> None:
+        """Sets the encoder as it is past the file's first bytes, as the
+        built-in text file's seek does (it writes no new BOM), and has the
+        decoder learn the byte order the file's BOM gives before it next
+        decodes (:meth:`_learn_the_start`)."""
         self._encoder = codecs.getincrementalencoder(self.encoding)(self.errors)
         self._encoder.setstate(0)
-        if not self.buffer._readable:
+        self._flags_due = True
+
+    async def _learn_the_start(self) -> None:
+        """Sets the decoder as it is past the file's first bytes when a seek
+        (or a BOM written) left it due and the position is past them: a
+        UTF-16 or UTF-32 decoder then knows the byte order its BOM gave (it
+        would otherwise ask for a BOM in the middle of the file)."""
+        if not self._flags_due:
+            return
+        self._flags_due = False
+        if not self.buffer._readable or await self.buffer._position() == 0:
             return
         dec = self._get_decoder()
         if self._stateful:
@@ -997,11 +1068,14 @@ class AsyncTextFile(LineReader[str]):
             flags &= ~1  # no \r pending
         dec.setstate((b"", flags))
 
-    @one_at_a_time
+    @one_at_a_time_placing(_truncate_places)
     async def truncate(self, size: Optional[int] = None) -> int:
-        """Cuts the file to ``size`` bytes (the position by default)."""
-        await self.buffer.flush()
-        if size is None:
+        """Cuts the file to ``size`` bytes (the position by default). As a
+        seek, it keeps its place in the file's order once made: with a size,
+        or with no text read ahead, the binary file's ``truncate`` (which
+        flushes first) is placed before the call first yields."""
+        if size is None and (self._snap is not None or self.buffer._stream):
+            await self.buffer.flush()
             size = await self.tell()
         return await self.buffer.truncate(size)
 

@@ -675,7 +675,11 @@ impl Future for JobFuture {
 
 struct Queue {
     jobs: VecDeque<(FsCall, Arc<Mutex<Slot>>)>,
+    /// Threads waiting for a job.
     idle: usize,
+    /// Threads running a job (until its result is stored: a thread about
+    /// to wake the job's waiter takes the next job queued).
+    busy: usize,
     threads: usize,
     stop: bool,
 }
@@ -692,6 +696,7 @@ impl Default for Pool {
                 Mutex::new(Queue {
                     jobs: VecDeque::new(),
                     idle: 0,
+                    busy: 0,
                     threads: 0,
                     stop: false,
                 }),
@@ -727,7 +732,17 @@ impl PoolHandle {
     }
 }
 
+/// A pool thread's stack: its jobs are one blocking system call and the
+/// wake of their waiter, a few frames deep; the default 2 MiB of each would
+/// reserve address space that a limit on it (`ulimit -v`) counts.
+const THREAD_STACK: usize = 256 << 10;
+
 /// Queues `job` on the pool `shared`, starting a thread if none is idle.
+/// A thread that cannot be started (a limit on address space or threads)
+/// leaves the job to the threads not running a job, which take it after
+/// the jobs queued before it; with every thread running one it is an error
+/// (`EAGAIN`), as they may all be blocked for good (the open of a FIFO no
+/// writer opens).
 fn submit(shared: &Arc<(Mutex<Queue>, Condvar)>, job: FsCall) -> io::Result<JobFuture> {
     let slot = Arc::new(Mutex::new(Slot::default()));
     let (lock, cv) = &**shared;
@@ -735,12 +750,20 @@ fn submit(shared: &Arc<(Mutex<Queue>, Condvar)>, job: FsCall) -> io::Result<JobF
     q.jobs.push_back((job, Arc::clone(&slot)));
     if q.idle >= q.jobs.len() || q.threads >= MAX_THREADS {
         cv.notify_one();
-    } else {
-        let shared = Arc::clone(shared);
-        std::thread::Builder::new()
-            .name("blockio-fs".into())
-            .spawn(move || serve(&shared))?;
-        q.threads += 1;
+        return Ok(JobFuture(slot));
+    }
+    let mine = Arc::clone(shared);
+    match std::thread::Builder::new()
+        .name("blockio-fs".into())
+        .stack_size(THREAD_STACK)
+        .spawn(move || serve(&mine))
+    {
+        Ok(_) => q.threads += 1,
+        Err(_) if q.busy < q.threads => cv.notify_one(),
+        Err(e) => {
+            q.jobs.pop_back();
+            return Err(e);
+        }
     }
     Ok(JobFuture(slot))
 }
@@ -760,9 +783,18 @@ fn serve(shared: &(Mutex<Queue>, Condvar)) {
     let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         if let Some((job, slot)) = q.jobs.pop_front() {
+            q.busy += 1;
             drop(q);
-            finish(job, &slot);
+            let waker = finish(job, &slot);
             q = lock.lock().unwrap_or_else(|e| e.into_inner());
+            q.busy -= 1;
+            if let Some(w) = waker {
+                // (woken once this thread counts as free, so that the
+                // waiter's next call finds it)
+                drop(q);
+                w.wake();
+                q = lock.lock().unwrap_or_else(|e| e.into_inner());
+            }
         } else if q.stop {
             q.threads -= 1;
             return;
@@ -775,18 +807,14 @@ fn serve(shared: &(Mutex<Queue>, Condvar)) {
 }
 
 /// Runs one job for `slot`, unless its future is gone (then dropping the
-/// job closes the duplicate it owns); a close always runs.
-fn finish(job: FsCall, slot: &Arc<Mutex<Slot>>) {
+/// job closes the duplicate it owns); a close always runs. The waker of
+/// its waiter, for the caller to wake.
+fn finish(job: FsCall, slot: &Arc<Mutex<Slot>>) -> Option<Waker> {
     if Arc::strong_count(slot) == 1 && !matches!(job, FsCall::Close(..)) {
-        return;
+        return None;
     }
     let res = job.run();
-    let waker = {
-        let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
-        s.result = Some(res);
-        s.waker.take()
-    };
-    if let Some(w) = waker {
-        w.wake();
-    }
+    let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
+    s.result = Some(res);
+    s.waker.take()
 }

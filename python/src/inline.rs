@@ -198,10 +198,14 @@ pub(crate) struct FileState {
     mode: PyObject,
     #[pyo3(get, set)]
     name: PyObject,
-    /// The buffer size (0 unbuffered): the read-ahead size, and what the
-    /// write buffer holds before it is flushed.
+    /// The buffer size (0 unbuffered): the read-ahead size.
     #[pyo3(get, name = "_bufsize")]
     bufsize: i64,
+    /// What the write buffer holds before it is flushed (0 unbuffered):
+    /// by default the built-in ``open``'s buffer size, so that the same
+    /// writes are kept and the same ones fail at once.
+    #[pyo3(get, name = "_wbufsize")]
+    wbufsize: i64,
     /// How much the last read ahead of a run of sequential reads took
     /// (0: none since the last seek); each next one takes twice as much,
     /// up to [`SEQUENTIAL_AHEAD`] (see [`FileState::next_fill`]).
@@ -275,6 +279,7 @@ impl FileState {
             mode: none(),
             name: none(),
             bufsize: 0,
+            wbufsize: 0,
             fill: 0,
             num: -1,
             free: None,
@@ -285,12 +290,20 @@ impl FileState {
 
     /// What the calls served inline need besides the shared fields: the
     /// call queue's `free` list, the engine's core, the descriptor's
-    /// number and the buffer size.
-    fn _serve(&mut self, free: Py<PyList>, reader: Py<Core>, num: RawFd, bufsize: i64) {
+    /// number, the read-ahead size and the write buffer's size.
+    fn _serve(
+        &mut self,
+        free: Py<PyList>,
+        reader: Py<Core>,
+        num: RawFd,
+        bufsize: i64,
+        wbufsize: i64,
+    ) {
         self.free = Some(free);
         self.reader = Some(reader);
         self.num = num;
         self.bufsize = bufsize;
+        self.wbufsize = wbufsize;
     }
 
     /// Records whether `seek` and `tell` (`inline`), `read` and
@@ -923,7 +936,8 @@ pub(crate) fn write_inline(file: &Bound<'_, FileState>, data: &Bound<'_, PyAny>)
     let mut st = file.try_borrow_mut().ok()?;
     let wbuf = st.wbuf.bind(py).clone();
     let held = wbuf.len();
-    if n == 0 || held == 0 || held.checked_add(n)? >= st.ahead() || data.is(&wbuf) {
+    let room = usize::try_from(st.wbufsize).unwrap_or(0);
+    if n == 0 || held == 0 || held.checked_add(n)? >= room || data.is(&wbuf) {
         return None;
     }
     if !st

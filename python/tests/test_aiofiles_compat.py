@@ -287,3 +287,56 @@ def test_readable_writable_seekable_and_rollover_are_awaitable_as_aiofiles(tmp_p
     assert ours == theirs
     assert theirs["r -1"][0] == ["awaited", True] and theirs["rb -1"][0] is True
     assert theirs["spooled"] == ["x" * 5 + "y" * 20, True]
+
+
+#: A spooled temporary file of each mode past its ``max_size``, and names
+#: of aiofiles' modules that code for type hints imports.
+SPOOLED_AND_NAMES = """
+    import asyncio, json, os
+    import aiofiles, aiofiles.os, aiofiles.tempfile, aiofiles.threadpool
+    from aiofiles.tempfile.temptypes import AsyncSpooledTemporaryFile, AsyncTemporaryDirectory
+
+    async def main():
+        out = []
+        for mode in ("w+b", "w+"):
+            async with aiofiles.tempfile.SpooledTemporaryFile(max_size=10, mode=mode) as f:
+                data = b"x" * 20 if "b" in mode else "x" * 20
+                out.append([await f.write(data), await f.seek(0), await f.read() == data])
+        return out
+
+    names = [hasattr(aiofiles.threadpool, n) for n in ("AsyncTextIndirectIOWrapper", "AsyncIndirectBufferedIOBase")]
+    print(json.dumps([asyncio.run(main()), names, aiofiles.os.os is os]))
+"""
+
+
+def _installed_over_aiofiles(tmp_path):
+    """A directory holding aiofiles as pip leaves it when the compatibility
+    package is installed over an installed aiofiles: aiofiles' files, then
+    the package's written over them (those it lacks stay)."""
+    import shutil
+
+    theirs = json.loads(run_py("import aiofiles, json, os; print(json.dumps(os.path.dirname(aiofiles.__file__)))",
+                               compat=False))
+    site = tmp_path / "site"
+    shutil.copytree(theirs, site / "aiofiles", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(COMPAT / "aiofiles", site / "aiofiles", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return site
+
+
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+def test_spooled_files_and_type_names_as_aiofiles_also_installed_over_it(tmp_path, backend):
+    theirs = json.loads(run_py(SPOOLED_AND_NAMES, compat=False))
+    assert theirs == [[[20, 0, True], [20, 0, True]], [True, True], True]
+    assert json.loads(run_py(SPOOLED_AND_NAMES, compat=True, backend=backend)) == theirs
+    # (installed over aiofiles, its `tempfile` package must replace
+    # aiofiles' own, which a module `tempfile.py` beside it would not)
+    site = _installed_over_aiofiles(tmp_path)
+    env = {**os.environ, "BLOCKIO_BACKEND": backend, "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(SPOOLED_AND_NAMES)], capture_output=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()
+    assert json.loads(out.stdout) == theirs
+    where = subprocess.run([sys.executable, "-c", "import aiofiles.tempfile as t, blockio; print(t.blockio.__name__)"],
+                           capture_output=True, env=env, timeout=120)
+    assert where.stdout.decode().strip() == "blockio", where.stderr.decode()

@@ -2,6 +2,8 @@
 (``loop=``, ``executor=``) are aiofiles'; ``aiofiles.os.path`` is
 :mod:`aiofiles.ospath`, as in aiofiles."""
 
+import os  # noqa: F401 (as aiofiles' ``aiofiles.os.os``)
+
 from blockio.os import *  # noqa: F401,F403
 from blockio.os import __all__, wrap  # noqa: F401
 

@@ -184,7 +184,10 @@ impl EngineBuilder {
     }
 
     /// Threads of the thread-pool backend; 0 (the default) means the queue
-    /// depth, at most 64.
+    /// depth, at most 64. A bound: one starts with the engine, the others
+    /// as batches need them (with 256 KiB stacks), and one that cannot be
+    /// started (a limit on address space or threads) leaves the work to
+    /// those running.
     pub fn fallback_threads(mut self, n: usize) -> Self {
         self.threads = n;
         self

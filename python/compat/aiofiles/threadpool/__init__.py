@@ -22,8 +22,8 @@ import blockio
 
 from ..base import AiofilesContextManager
 from ._stdio import BytesStream, TextStream
-from .binary import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO
-from .text import AsyncTextIOWrapper
+from .binary import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO, AsyncIndirectBufferedIOBase
+from .text import AsyncTextIndirectIOWrapper, AsyncTextIOWrapper
 
 __all__ = ("open", "stdin", "stdout", "stderr", "stdin_bytes", "stdout_bytes", "stderr_bytes")
 

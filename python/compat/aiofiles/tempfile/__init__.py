@@ -11,10 +11,13 @@ and removes it on close, or on leaving ``async with`` with
 ``rollover()`` (moving the bytes to disk) is awaitable and has nothing
 left to do, and its ``fileno()`` is awaitable, as aiofiles' are.
 ``loop`` and ``executor`` are taken and ignored, as by :func:`blockio.open`.
+
+A package, as aiofiles' ``aiofiles.tempfile`` is (its classes in
+``temptypes``): installed over aiofiles, its files replace aiofiles' own,
+which would otherwise be imported in its place.
 """
 
 import os
-import shutil
 import tempfile as _tempfile
 from typing import Any, Optional
 
@@ -22,13 +25,13 @@ import blockio
 import blockio.os
 from blockio.os import wrap
 
-from .base import AiofilesContextManager, AsyncBase
+from ..base import AiofilesContextManager, AsyncBase
+from .temptypes import AsyncSpooledTemporaryFile, AsyncTemporaryDirectory
 
 __all__ = ["NamedTemporaryFile", "TemporaryFile", "SpooledTemporaryFile", "TemporaryDirectory"]
 
 _mkstemp = wrap(_tempfile.mkstemp)
 _mkdtemp = wrap(_tempfile.mkdtemp)
-_rmtree = wrap(shutil.rmtree)
 
 
 async def _open_temporary(mode: str, buffering: int, encoding: Optional[str], newline: Optional[str],
@@ -118,28 +121,9 @@ def TemporaryFile(mode: str = "w+b", buffering: int = -1, encoding: Optional[str
     return AiofilesContextManager(_unnamed(mode, buffering, encoding, newline, suffix, prefix, dir))
 
 
-class _SpooledFile(AsyncBase):
-    """A spooled temporary file: the blockio file's calls, with aiofiles'
-    awaitable ``rollover`` and ``fileno``."""
-
-    def __init__(self, file: Any) -> None:
-        self._file = file
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._file, name)
-
-    async def rollover(self) -> None:
-        """Moves the file's bytes to disk: they are there already, so it
-        returns at once, as the built-in's does once rolled over."""
-
-    async def fileno(self) -> int:
-        """The descriptor's number."""
-        return int(self._file.fileno())
-
-
 async def _spooled(mode: str, buffering: int, encoding: Optional[str], newline: Optional[str],
-                   suffix: Optional[str], prefix: Optional[str], dir: Any) -> _SpooledFile:
-    return _SpooledFile(await _unnamed(mode, buffering, encoding, newline, suffix, prefix, dir))
+                   suffix: Optional[str], prefix: Optional[str], dir: Any) -> AsyncSpooledTemporaryFile:
+    return AsyncSpooledTemporaryFile(await _unnamed(mode, buffering, encoding, newline, suffix, prefix, dir))
 
 
 def SpooledTemporaryFile(max_size: int = 0, mode: str = "w+b", buffering: int = -1,
@@ -148,17 +132,6 @@ def SpooledTemporaryFile(max_size: int = 0, mode: str = "w+b", buffering: int = 
                          loop: Any = None, executor: Any = None) -> AiofilesContextManager:
     """A ``TemporaryFile`` with ``rollover`` (see the module's doc)."""
     return AiofilesContextManager(_spooled(mode, buffering, encoding, newline, suffix, prefix, dir))
-
-
-class AsyncTemporaryDirectory:
-    """A temporary directory: ``name`` is its path; ``await cleanup()``
-    removes it and what it holds."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    async def cleanup(self) -> None:
-        await _rmtree(self.name)
 
 
 class _DirectoryContextManager(AiofilesContextManager):
