@@ -60,6 +60,24 @@ struct Shared<J> {
     pause: Mutex<Option<(Sender<()>, Receiver<()>)>>,
 }
 
+impl<J> Shared<J> {
+    /// The counts of a pool of at most `bound` workers, none started,
+    /// whose jobs come from `rx`.
+    fn new(rx: Receiver<J>, bound: usize) -> Shared<J> {
+        Shared {
+            rx: Mutex::new(rx),
+            bound: AtomicUsize::new(bound),
+            started: AtomicUsize::new(0),
+            idle: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            #[cfg(test)]
+            fail_starts: AtomicUsize::new(0),
+            #[cfg(test)]
+            pause: Mutex::new(None),
+        }
+    }
+}
+
 impl<J: Send + 'static> WorkerPool<J> {
     /// A pool of at most `threads` workers (at least one), one started now;
     /// an error only when that one cannot be.
@@ -67,17 +85,7 @@ impl<J: Send + 'static> WorkerPool<J> {
         let (tx, rx) = mpsc::channel::<J>();
         let pool = WorkerPool {
             tx: Mutex::new(Some(tx)),
-            shared: Arc::new(Shared {
-                rx: Mutex::new(rx),
-                bound: AtomicUsize::new(threads.max(1)),
-                started: AtomicUsize::new(0),
-                idle: AtomicUsize::new(0),
-                queued: AtomicUsize::new(0),
-                #[cfg(test)]
-                fail_starts: AtomicUsize::new(0),
-                #[cfg(test)]
-                pause: Mutex::new(None),
-            }),
+            shared: Arc::new(Shared::new(rx, threads.max(1))),
             name: name.to_owned(),
             handle,
         };
@@ -92,17 +100,7 @@ impl<J: Send + 'static> WorkerPool<J> {
         let (_, rx) = mpsc::channel::<J>();
         WorkerPool {
             tx: Mutex::new(None),
-            shared: Arc::new(Shared {
-                rx: Mutex::new(rx),
-                bound: AtomicUsize::new(0),
-                started: AtomicUsize::new(0),
-                idle: AtomicUsize::new(0),
-                queued: AtomicUsize::new(0),
-                #[cfg(test)]
-                fail_starts: AtomicUsize::new(0),
-                #[cfg(test)]
-                pause: Mutex::new(None),
-            }),
+            shared: Arc::new(Shared::new(rx, 0)),
             name: String::new(),
             handle: drop,
         }
