@@ -1,0 +1,256 @@
+"""anyio 4.16.0's and websockets 15.0.1's own tests on blockio's event loop
+(both backends) beside asyncio's own loop, each test's outcome compared.
+
+anyio's tests run their asyncio backend through ``asyncio.Runner``, and
+websockets' tests of its asyncio implementation make their loops with
+``asyncio.new_event_loop()``: both ask the event loop policy, which
+``loop_choice.py`` sets to one making asyncio's loop or blockio's (as
+``blockio.install()`` does), loaded as a pytest plugin (``-p loop_choice``)
+for anyio and by ``websockets_main.py`` (unittest) for websockets. Their
+code is not changed. The run fails unless
+
+- every test has the same outcome (passed, failed, error, skipped) on each
+  of blockio's backends as on asyncio's loop in this run, but for the
+  tests ``DESELECTED`` names, each with its reason: a failure that asyncio
+  has too (no IPv6 in a sandbox, a name that does not resolve) is the
+  environment's, and is the same on every loop;
+- each run made its loops of the class asked for (``loop_choice`` counts
+  them), and
+- asyncio's run passes at least ``MIN_PASS`` of each suite (a suite that
+  did not run, or ran in an environment that breaks it, shows there).
+
+anyio's sdist comes from PyPI (pip); websockets' PyPI sdist holds only its
+Sans-I/O tests, so its tests come from Debian's source of websockets
+15.0.1 (its ``orig`` archive, through apt). Both are pinned by sha256 and
+kept in ``target/loop-suites/downloads``; the venv (``requirements.txt``)
+is kept while the pins are the same, and blockio's wheel
+(``target/wheels``, from ``scripts/python-setup``) is installed anew.
+The six runs (two suites, three loops) go at once: the suites mostly wait
+on their peers and timers.
+
+Usage: ``python3 python/tests/loop_suites/run.py [--suite anyio|websockets]``
+from the repository root.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+# (python/testkit holds no ``blockio`` to shadow the installed one)
+sys.path.insert(0, str(ROOT / "python" / "testkit"))
+from pinned import apt_download, install_wheel, pinned_file, pinned_venv, pip_download  # noqa: E402
+WORK = ROOT / "target" / "loop-suites"
+
+#: name: (how it is fetched, file, sha256, the directory it unpacks to)
+SOURCES = {
+    "anyio": ("pip", "anyio-4.16.0.tar.gz",
+              "59bb03251907983d1603d27c3087ddb1e93299ea2163adcdba37899a4fb12ffb", "anyio-4.16.0"),
+    # (a path in the Debian archive that apt is configured with)
+    "websockets": ("apt", "pool/main/p/python-websockets/python-websockets_15.0.1.orig.tar.gz",
+                   "8451495265af3e368f794c4dc15c99ce90c771d95560f542bff8c64b5455af3b", "websockets-15.0.1"),
+}
+
+#: anyio's test modules of what a loop serves (sockets, signals,
+#: subprocesses, and the synchronisation primitives' waits), as pytest
+#: arguments from its unpacked sdist. Its own pytest configuration
+#: (pyproject.toml: warnings as errors, 20 s per test) applies. Not run:
+#: its trio and uvloop parametrisations (other libraries' loops), and the
+#: IPv6 ones, which fail on every loop in a sandbox without IPv6 and take
+#: a third of the time.
+ANYIO_ARGS = ["-k", "not trio and not uvloop and not ipv6", "tests/test_sockets.py", "tests/test_signals.py",
+              "tests/test_subprocesses.py", "tests/test_synchronization.py"]
+
+#: Each run: its name, the loop ``loop_choice`` makes, its environment,
+#: and what ``loop_choice`` must count of the loops it made.
+RUNS = [
+    ("asyncio", "asyncio", {}, "_UnixSelectorEventLoop -"),
+    ("blockio", "blockio", {}, "UringEventLoop uring"),
+    ("blockio, epoll backend", "blockio", {"BLOCKIO_BACKEND": "threads"}, "EpollEventLoop epoll"),
+]
+
+#: Tests not run on a blockio backend, and why: (suite, run) -> {test id: reason}.
+DESELECTED = {
+    ("websockets", "blockio"): {
+        # Two frames written to a peer on the same loop in one step: on
+        # io_uring the second reaches the peer's protocol one loop
+        # iteration later than on asyncio's loop, and the test waits only
+        # as many iterations as asyncio's takes (python/README.md, "Using
+        # blockio as your event loop").
+        f"tests.asyncio.test_connection.{side}ConnectionTests.test_broadcast_two_clients":
+            "a second write reaches a peer on the same io_uring loop one iteration later"
+        for side in ("Client", "Server")
+    },
+}
+
+#: The fewest tests of each suite that pass on asyncio's loop here (on
+#: Python 3.11: anyio 398 of 405, websockets' asyncio tests 420 of 446).
+MIN_PASS = {"anyio": 390, "websockets": 410}
+
+#: Seconds a suite's run may take before it counts as hung.
+RUN_TIMEOUT = 600
+
+
+def fetch(name):
+    """The source's archive in ``target/loop-suites/downloads``, fetched
+    unless already there with the pinned sha256."""
+    how, what, digest, _ = SOURCES[name]
+    into = WORK / "downloads"
+    into.mkdir(parents=True, exist_ok=True)
+    path = into / what.rsplit("/", 1)[-1]
+
+    def download():
+        if how == "pip":
+            pkg, version = what[: -len(".tar.gz")].rsplit("-", 1)
+            pip_download(f"{pkg}=={version}", into)
+        else:
+            apt_download(what, path, digest)
+
+    return pinned_file(path, digest, download, "loop-suites")
+
+
+def unpack(name, into):
+    """The suite's tests, unpacked afresh into ``into/name``: anyio's sdist
+    without its ``src`` and websockets' ``tests`` package alone, so that
+    the installed package is the one their tests import."""
+    dest = into / name
+    shutil.rmtree(dest, ignore_errors=True)
+    top = SOURCES[name][3] + "/"
+    keep = "tests/" if name == "websockets" else ""
+    with tarfile.open(fetch(name)) as t:
+        members = []
+        for m in t.getmembers():
+            rel = m.name[len(top):]
+            if m.name.startswith(top) and rel.startswith(keep) and not rel.startswith("src/"):
+                m.name = rel
+                members.append(m)
+        t.extractall(dest, members, filter="data") if sys.version_info >= (3, 12) else t.extractall(dest, members)
+    return dest
+
+
+def junit_outcomes(report):
+    """{test id: outcome} of a pytest junit report."""
+    outcomes = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        if case.find("skipped") is not None:
+            outcome = "skipped"
+        elif case.find("failure") is not None:
+            outcome = "failed"
+        elif case.find("error") is not None:
+            outcome = "error"
+        else:
+            outcome = "passed"
+        outcomes[f"{case.get('classname')}::{case.get('name')}"] = outcome
+    return outcomes
+
+
+def command(py, suite, tree, report, deselected):
+    """The command that runs ``suite`` from ``tree``, its outcomes written to ``report``."""
+    if suite == "anyio":
+        return [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "loop_choice", "--tb=short",
+                f"--junitxml={report}", *ANYIO_ARGS, *(f"--deselect={t}" for t in deselected)]
+    return [py, HERE / "websockets_main.py", report, *deselected]
+
+
+def run_one(py, suite, tree, run):
+    """(outcomes, loops made, seconds, output) of one suite on one loop."""
+    name, which, env, _ = run
+    tag = f"{suite}-{which}-{'-'.join(env.values()) or 'default'}"
+    report, made = tree.parent / f"{tag}.out", tree.parent / f"{tag}.made"
+    for f in (report, made):
+        f.unlink(missing_ok=True)
+    deselected = DESELECTED.get((suite, name), {})
+    started = time.monotonic()
+    try:
+        out = subprocess.run([str(a) for a in command(py, suite, tree, report, deselected)], cwd=tree,
+                             capture_output=True, text=True, timeout=RUN_TIMEOUT,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(tree)]),
+                                  "LOOP_SUITES_LOOP": which, "LOOP_SUITES_MADE": str(made), **env})
+        output = out.stdout + out.stderr
+    except subprocess.TimeoutExpired as e:
+        output = f"hung: no end after {RUN_TIMEOUT} s\n{e.stdout or ''}{e.stderr or ''}"
+    took = time.monotonic() - started
+    if not report.exists() or not made.exists():
+        return None, {}, took, output
+    outcomes = junit_outcomes(report) if suite == "anyio" else json.loads(report.read_text())
+    return outcomes, json.loads(made.read_text()), took, output
+
+
+def counts(outcomes):
+    n = {}
+    for o in outcomes.values():
+        n[o] = n.get(o, 0) + 1
+    return ", ".join(f"{n[o]} {o}" for o in ("passed", "failed", "error", "skipped") if o in n)
+
+
+def check(suite, results):
+    """Prints the suite's counts on each loop and each test that breaks the
+    bar (see the module's doc); returns whether all held."""
+    ok = True
+    reference = results["asyncio"][0] or {}
+    for name, _, _, expect in RUNS:
+        outcomes, made, took, output = results[name]
+        if outcomes is None:
+            print(f"  {suite} on {name}: did not run ({took:.0f} s)\n{output[-4000:]}")
+            ok = False
+            continue
+        print(f"  {suite} on {name}: {counts(outcomes)} ({took:.0f} s; loops made: {made})")
+        if set(made) != {expect}:
+            print(f"    the tests made loops {made}, not only {expect}")
+            ok = False
+        deselected = DESELECTED.get((suite, name), {})
+        for test, reason in deselected.items():
+            print(f"    not run: {test}: {reason}")
+        if name == "asyncio":
+            passed = sum(o == "passed" for o in outcomes.values())
+            if passed < MIN_PASS[suite]:
+                print(f"    {passed} passed on asyncio's loop, fewer than {MIN_PASS[suite]}\n{output[-4000:]}")
+                ok = False
+            continue
+        for test in sorted(set(reference) | set(outcomes)):
+            if test in deselected:
+                continue
+            got, want = outcomes.get(test, "not run"), reference.get(test, "not run")
+            if got != want:
+                ok = False
+                print(f"    {test}: {got} on {name}, {want} on asyncio")
+        if not ok:
+            print(output[-6000:])
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--suite", action="append", choices=sorted(SOURCES), help="only this suite (repeatable)")
+    args = ap.parse_args()
+    os.chdir(ROOT)
+    suites = args.suite or sorted(SOURCES)
+    py = pinned_venv(WORK / "venv", HERE / "requirements.txt")
+    install_wheel(py, "loop-suites")
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(len(suites) * len(RUNS)) as pool:
+        jobs = {}
+        for suite in suites:
+            for run in RUNS:
+                tree = unpack(suite, WORK / "run" / f"{run[0].replace(' ', '').replace(',', '-')}")
+                jobs[suite, run[0]] = pool.submit(run_one, py, suite, tree, run)
+        results = {suite: {name: jobs[suite, name].result() for name, *_ in RUNS} for suite in suites}
+    print(f"loop-suites: anyio's and websockets' tests on asyncio's loop and blockio's "
+          f"({time.monotonic() - started:.0f} s)")
+    ok = all([check(suite, results[suite]) for suite in suites])
+    if not ok:
+        sys.exit("loop-suites: a test's outcome on blockio's loop differs from asyncio's")
+    print("loop-suites: every test had the same outcome on blockio's loop (both backends) as on asyncio's")
+
+
+if __name__ == "__main__":
+    main()
