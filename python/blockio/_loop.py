@@ -54,6 +54,7 @@ import contextlib
 import errno
 import io
 import os
+import select
 import signal
 import socket
 import stat
@@ -131,6 +132,21 @@ def _file_id(fd: int) -> tuple[int, int]:
     """The identity of the file ``fd`` names (``OSError(EBADF)`` if none)."""
     st = os.fstat(fd)
     return st.st_dev, st.st_ino
+
+
+def _check_pollable(fd: int, mode: int) -> None:
+    """Raises asyncio's ``PermissionError`` (EPERM) for a file that has no
+    readiness to wait for: a regular file, a directory, ``/dev/null``...
+
+    epoll refuses to watch such a file, and asyncio's selector loop passes
+    its refusal on; a ring poll accepts it and reports it ready at once,
+    which would call the callback on every iteration. Sockets and FIFOs
+    always have readiness; any other file is asked of a throwaway epoll,
+    whose answer is the selector loop's."""
+    if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
+        return
+    with select.epoll(1) as probe:
+        probe.register(fd, select.EPOLLIN)
 
 
 class _Closing:
@@ -932,7 +948,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._check_closed()
         fileno = self._fileno(fd)
         handle = events.Handle(callback, args, self, None)
-        file = _file_id(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
+        st = os.fstat(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
+        _check_pollable(fileno, st.st_mode)
+        file = (st.st_dev, st.st_ino)
         w = table.get(fileno)
         if w is not None:
             if w.own != -1 and w.file == file:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import errno
 import gc
 import os
 import resource
@@ -1572,3 +1573,47 @@ def test_a_socket_closed_before_its_waiting_receive_starts_keeps_its_number_unti
         loop.close()
     assert old not in numbers
     assert got == b"for the new socket"
+
+
+def _watch_outcome(lp, which, path):
+    """What ``add_reader``/``add_writer`` (``which``) on a descriptor of
+    ``path`` does on loop ``lp``: the exception's type and errno, or
+    "accepted"; and whether ``remove_*`` then finds a watch."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            getattr(lp, "add_" + which)(fd, lambda: None)
+            outcome = "accepted"
+        except OSError as e:
+            outcome = (type(e).__name__, e.errno)
+        return outcome, getattr(lp, "remove_" + which)(fd)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("which", ["reader", "writer"])
+@pytest.mark.parametrize("what", ["a regular file", "a directory", "/dev/null", "a FIFO"])
+def test_add_reader_and_writer_refuse_a_file_without_readiness_as_asyncio_does(loop, tmp_path, which, what):
+    """A file epoll cannot watch (a regular file, a directory, /dev/null)
+    is refused with asyncio's selector loop's ``PermissionError`` (EPERM)
+    and leaves no watch; a FIFO, which has readiness, is watched on both."""
+    path = {"a regular file": tmp_path / "f", "a directory": tmp_path, "/dev/null": "/dev/null",
+            "a FIFO": tmp_path / "fifo"}[what]
+    if what == "a regular file":
+        path.write_bytes(b"x")
+    elif what == "a FIFO":
+        os.mkfifo(path)
+        keep_open = os.open(path, os.O_RDWR)  # (so that the read-only open does not wait for a writer)
+    reference = asyncio.SelectorEventLoop()
+    try:
+        want = _watch_outcome(reference, which, path)
+    finally:
+        reference.close()
+    try:
+        got = _watch_outcome(loop, which, path)
+    finally:
+        if what == "a FIFO":
+            os.close(keep_open)
+    expected = ("accepted", True) if what == "a FIFO" else (("PermissionError", errno.EPERM), False)
+    assert want == expected
+    assert got == want
