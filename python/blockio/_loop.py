@@ -1477,6 +1477,13 @@ class _PeerSendto:
         return getattr(self._sock, name)
 
 
+def _reset_all(conns: list[tuple[socket.socket, Any]]) -> None:
+    """Resets and forgets the accepted connections ``conns`` (``(socket,
+    address)`` pairs), as a closed listener's backlog's are."""
+    while conns:
+        _proactor.reset(conns.pop()[0])
+
+
 class EpollEventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop (epoll): the fallback where io_uring is unavailable."""
 
@@ -1516,8 +1523,7 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
             _drop_wakeup_fd(self._csock)
         if not self.is_running():
             for conns in list(self._kept_conns.values()):
-                for conn, _addr in conns:
-                    _proactor.reset(conn)
+                _reset_all(conns)
             self._kept_conns.clear()
         super().close()
 
@@ -1539,8 +1545,7 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         if kept and sock.fileno() == -1:
             # The listener is closed: its kept connections are closed, as
             # its backlog's are, and the accept below fails (EBADF).
-            for conn, _addr in self._kept_conns.pop(sock):
-                _proactor.reset(conn)
+            _reset_all(self._kept_conns.pop(sock))
         elif kept:
             conn = kept.pop(0)
             if not kept:
@@ -1568,7 +1573,20 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         if sock.fileno() == -1:
             _proactor.reset(conn[0])  # the listener is closed: as its backlog's
             return
-        self._kept_conns.setdefault(sock, []).append(conn)
+        kept = self._kept_conns.get(sock)
+        if kept is None:
+            kept = self._kept_conns[sock] = []
+            # (a listener collected without close() ends its kept connections too)
+            weakref.finalize(sock, _reset_all, kept)
+        kept.append(conn)
+
+    def _run_once(self) -> None:
+        """asyncio's step, after closing the connections kept for a listener
+        closed since (see ``RingProactor._drop_conns_of_closed_listeners``)."""
+        if self._kept_conns:
+            for sock in [s for s in self._kept_conns if s.fileno() == -1]:
+                _reset_all(self._kept_conns.pop(sock))
+        super()._run_once()
 
     def _make_datagram_transport(  # type: ignore[no-untyped-def]
         self, sock, protocol, address=None, waiter=None, extra=None

@@ -1617,3 +1617,41 @@ def test_add_reader_and_writer_refuse_a_file_without_readiness_as_asyncio_does(l
     expected = ("accepted", True) if what == "a FIFO" else (("PermissionError", errno.EPERM), False)
     assert want == expected
     assert got == want
+
+
+@pytest.mark.parametrize("gone", ["closed", "closed and collected"])
+def test_connections_kept_for_a_listener_end_when_it_is_closed(loop, gone):
+    """A connection that a cancelled ``sock_accept`` took (the accept done,
+    its caller cancelled before it resumed) is kept for the next accept;
+    once the listener is closed (and collected) there is none, and the
+    peer sees the end of the connection (a reset, as for one left in a
+    closed listener's backlog) without another accept."""
+
+    async def main():
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(8)
+        lsock.setblocking(False)
+        coro = loop.sock_accept(lsock)
+        accept = coro.send(None)  # the accept's future, the connection not yet there
+        client = socket.create_connection(lsock.getsockname())
+        await asyncio.wait({accept})
+        with pytest.raises(asyncio.CancelledError):
+            coro.throw(asyncio.CancelledError())
+        assert isinstance(accept.result()[0], socket.socket)  # the connection was taken, then kept
+        del coro, accept
+        lsock.close()
+        if gone == "closed and collected":
+            del lsock
+            gc.collect()
+        client.settimeout(DEADLINE)
+        try:
+            end = await loop.run_in_executor(None, client.recv, 1)
+        except ConnectionResetError:
+            end = "reset"
+        except TimeoutError:
+            end = "no end"
+        client.close()
+        return end
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), 2 * DEADLINE)) in (b"", "reset")
