@@ -1,12 +1,13 @@
 """Runs websockets' tests of its asyncio implementation (``tests/asyncio``)
 with ``loop_choice``'s loop as the policy's, but for the tests whose ids
-follow the report's file name, and writes ``{test id: outcome}`` (passed,
+follow the report's file name (or only those, after ``--only``), and writes ``{test id: outcome}`` (passed,
 failed, error, skipped) as JSON.
 
 Usage (cwd holds websockets' ``tests`` package, outside its source tree, so
 that the installed websockets is the one imported)::
 
     LOOP_SUITES_LOOP=blockio LOOP_SUITES_MADE=made.json python websockets_main.py REPORT.json [TEST_ID...]
+    ... python websockets_main.py REPORT.json --only TEST_ID...   (those tests alone)
 """
 
 import json
@@ -59,12 +60,14 @@ def tests(suite):
 
 def main():
     loop_choice.install()
-    left_out = set(sys.argv[2:])
+    # (``--only ID...``: those tests alone)
+    only = sys.argv[2:3] == ["--only"]
+    named = set(sys.argv[3:] if only else sys.argv[2:])
     found = list(tests(unittest.TestLoader().discover("tests/asyncio", top_level_dir=".")))
-    missing = left_out - {t.id() for t in found}
+    missing = named - {t.id() for t in found}
     if missing:
-        sys.exit(f"websockets_main: no such test to leave out: {sorted(missing)}")
-    suite = unittest.TestSuite(t for t in found if t.id() not in left_out)
+        sys.exit(f"websockets_main: no such test: {sorted(missing)}")
+    suite = unittest.TestSuite(t for t in found if (t.id() in named) == only)
     result = unittest.TextTestRunner(resultclass=Outcomes, verbosity=0).run(suite)
     with open(sys.argv[1], "w") as f:
         json.dump(result.outcomes, f)
