@@ -1655,3 +1655,54 @@ def test_connections_kept_for_a_listener_end_when_it_is_closed(loop, gone):
         return end
 
     assert loop.run_until_complete(asyncio.wait_for(main(), 2 * DEADLINE)) in (b"", "reset")
+
+
+def _two_writes(lp, family):
+    """How many loop iterations after two writes made in one step a peer
+    transport on the same loop ``lp`` has both, and its ``data_received``
+    calls (over a Unix ``socketpair`` or a loopback TCP connection, by ``family``)."""
+
+    async def main():
+        got = []
+
+        class P(asyncio.Protocol):
+            def data_received(self, data):
+                got.append(data)
+
+        if family == socket.AF_UNIX:
+            a, b = socket.socketpair()
+        else:
+            with socket.create_server(("127.0.0.1", 0)) as listener:
+                a = socket.create_connection(listener.getsockname())
+                b, _ = listener.accept()
+        ta, _ = await lp.create_connection(asyncio.Protocol, sock=a)
+        tb, _ = await lp.create_connection(P, sock=b)
+        for _ in range(3):
+            await asyncio.sleep(0)  # (both transports' first receives are waiting)
+        ta.write(b"one")
+        ta.write(b"two")
+        n = 0
+        while b"".join(got) != b"onetwo":
+            await asyncio.sleep(0)
+            n += 1
+        ta.close()
+        tb.close()
+        return n, got
+
+    return lp.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+@pytest.mark.parametrize("family", [socket.AF_UNIX, socket.AF_INET], ids=["unix", "tcp"])
+def test_two_writes_in_one_step_reach_a_peer_on_the_same_loop_as_on_asyncio(loop, family):
+    """The second of two writes made in one step reaches a peer transport
+    on the same loop with the first, after as many iterations as on
+    asyncio's selector loop (on io_uring the first send finishes the peer's
+    waiting receive as the system call returns; what the second sent is
+    taken with it)."""
+    reference = asyncio.SelectorEventLoop()
+    try:
+        want = _two_writes(reference, family)
+    finally:
+        reference.close()
+    assert want[1] == [b"onetwo"]
+    assert _two_writes(loop, family) == want

@@ -176,9 +176,7 @@ impl LoopRing {
         // which stays alive and unresized while held; the GIL is held, so
         // no Python code changes it during this call.
         let bytes = unsafe { std::slice::from_raw_parts(b.buf_ptr().cast::<u8>().cast_const(), n) };
-        // An OSError with its errno (`EMSGSIZE` for an oversized datagram),
-        // as asyncio's transports hand to `error_received`.
-        let sent = super::inline::write_inline(fd, bytes, socket).map_err(crate::errors::io_err)?;
+        let sent = self.send_inline(fd, bytes, socket)?;
         if sent == n {
             return Ok((None, n));
         }
@@ -383,7 +381,71 @@ impl Drop for LoopRing {
     }
 }
 
+impl LoopRing {
+    /// Writes what `fd` takes of `bytes` now (see [`LoopRing::send`]), and
+    /// marks the receives of this ring that the write finished (see
+    /// [`State::mark_peer_receives`]): the completion queue's length is
+    /// read before and after, which costs no system call.
+    fn send_inline(&self, fd: RawFd, bytes: &[u8], socket: bool) -> PyResult<usize> {
+        let mut guard = self.lock().ok();
+        let before = guard
+            .as_mut()
+            .and_then(|g| g.as_mut())
+            .map(|st| st.ring.completion().len());
+        // An OSError with its errno (`EMSGSIZE` for an oversized datagram),
+        // as asyncio's transports hand to `error_received`.
+        let sent = super::inline::write_inline(fd, bytes, socket).map_err(crate::errors::io_err)?;
+        if let (Some(before), Some(st)) = (before, guard.as_mut().and_then(|g| g.as_mut())) {
+            st.mark_peer_receives(before, &bytes[..sent]);
+        }
+        Ok(sent)
+    }
+}
+
 impl State {
+    /// Marks `peer_sent` the socket receives whose completions the kernel
+    /// posted while this thread wrote `sent` (those after the first
+    /// `before` of the completion queue), when the bytes they took are the
+    /// start of `sent`: a receive of this loop's own peer, finished as the
+    /// send's system call returned. What the loop writes to that peer later
+    /// in the same step would otherwise wait for the peer's next receive,
+    /// one loop iteration after asyncio's selector loop reads both at
+    /// once; the receive takes it at once when it is reaped instead
+    /// ([`State::recv_more`]). A receive of a remote peer's bytes is not
+    /// marked (its bytes are not what was sent), so it costs no system
+    /// call more.
+    fn mark_peer_receives(&mut self, before: usize, sent: &[u8]) {
+        let mut cq = self.ring.completion();
+        if cq.len() <= before {
+            return;
+        }
+        for cqe in cq.by_ref().skip(before) {
+            let res = cqe.result();
+            let Some(op) = self.ops.get_mut(cqe.user_data()) else {
+                continue;
+            };
+            if op.kind != Kind::Recv || op.rest == 0 || op.waiting_ready || op.cancelled || res <= 0
+            {
+                continue;
+            }
+            let n = res as usize;
+            if n >= op.len || n > sent.len() {
+                continue; // (a full first buffer takes the rest anyway)
+            }
+            if let Memory::Owned(v) = &op.memory {
+                // SAFETY: `v` was lent to the kernel as `op.len` bytes of
+                // room for this receive, and its completion, posted, says
+                // the kernel wrote `n` < `op.len` bytes from its start and
+                // is done with it; they are only read here.
+                let got = unsafe { std::slice::from_raw_parts(v.as_ptr(), n) };
+                op.peer_sent = *got == sent[..n];
+            }
+        }
+        // The completions stay in the queue for the next wait to reap: the
+        // queue's head, which the iteration moved, is not stored back.
+        std::mem::forget(cq);
+    }
+
     /// Hands every queued entry to the kernel without waiting: true when
     /// none is left queued, false when the kernel took not all of them for
     /// now (interrupted, or busy with completions to reap).
@@ -478,7 +540,35 @@ impl State {
         if filled && op.rest > 0 && !op.cancelled {
             return Ok(self.recv_rest(token, res));
         }
+        if op.peer_sent && res > 0 && !op.cancelled {
+            return Ok(self.recv_more(token, res));
+        }
         Ok(self.ops.remove(token).map(|op| (op, res)))
+    }
+
+    /// Finishes socket receive `token`, which took the `res` bytes a send
+    /// of this loop wrote to it (`peer_sent`): what more the socket holds
+    /// now, up to the first buffer's room, is received into it without
+    /// waiting (the writes that followed in the same step) and added to
+    /// the result. An error or the end of the stream there is left for
+    /// the next receive to report.
+    fn recv_more(&mut self, token: u64, res: i32) -> Option<(InFlight, i32)> {
+        let mut op = self.ops.remove(token)?;
+        let first = res as usize;
+        let mut more = 0;
+        if let Memory::Owned(v) = &mut op.memory {
+            // SAFETY: the kernel wrote `first` <= `op.len` bytes (this
+            // completion's result) from the start of `v`, whose capacity is
+            // the `op.len` bytes lent to it, and is done with it: they are
+            // initialised.
+            unsafe { v.set_len(first) };
+            v.resize(op.len, 0);
+            if let Ok(Some(n)) = super::inline::recv_inline(op.fd, &mut v[first..]) {
+                more = n;
+            }
+            v.truncate(first + more);
+        }
+        Some((op, i32::try_from(first + more).unwrap_or(i32::MAX)))
     }
 
     /// Finishes socket receive `token`, whose first buffer the kernel

@@ -81,18 +81,8 @@ RUNS = [
 ]
 
 #: Tests not run on a blockio backend, and why: (suite, run) -> {test id: reason}.
-DESELECTED = {
-    ("websockets", "blockio"): {
-        # Two frames written to a peer on the same loop in one step: on
-        # io_uring the second reaches the peer's protocol one loop
-        # iteration later than on asyncio's loop, and the test waits only
-        # as many iterations as asyncio's takes (python/README.md, "Using
-        # blockio as your event loop").
-        f"tests.asyncio.test_connection.{side}ConnectionTests.test_broadcast_two_clients":
-            "a second write reaches a peer on the same io_uring loop one iteration later"
-        for side in ("Client", "Server")
-    },
-}
+#: None: every test runs on each loop.
+DESELECTED: dict = {}
 
 #: The fewest tests of each suite that pass on asyncio's loop here (on
 #: Python 3.11: anyio 398 of 405, websockets' asyncio tests 420 of 446).
