@@ -92,9 +92,9 @@ pub(crate) struct InFlight {
     /// Its cancellation was asked for.
     pub cancelled: bool,
     /// A socket receive that the kernel finished with the bytes a send of
-    /// this loop's own wrote, as that send's system call returned: its
-    /// peer is on this loop, and what that peer writes next in the same
-    /// step is taken with it (see `State::mark_peer_receives`).
+    /// this loop's own wrote, as that send's system call returned, and to
+    /// whose sender the loop wrote again since: what that write sent is
+    /// taken with it (see `State::mark_peer_receives`).
     pub peer_sent: bool,
 }
 

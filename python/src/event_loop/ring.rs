@@ -58,6 +58,10 @@ struct State {
     /// takes the rest of what the socket holds, before the bytes are made:
     /// one buffer for the ring, not one per connection.
     scratch: Vec<u8>,
+    /// The socket receives finished since the last wait by a send of this
+    /// loop's own, with the descriptor that send wrote to (see
+    /// [`State::mark_peer_receives`]).
+    peer_receives: Vec<(RawFd, u64)>,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -91,6 +95,7 @@ impl LoopRing {
                 ops: Slots::default(),
                 queued: false,
                 scratch: Vec::new(),
+                peer_receives: Vec::new(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
         })
@@ -396,25 +401,29 @@ impl LoopRing {
         // as asyncio's transports hand to `error_received`.
         let sent = super::inline::write_inline(fd, bytes, socket).map_err(crate::errors::io_err)?;
         if let (Some(before), Some(st)) = (before, guard.as_mut().and_then(|g| g.as_mut())) {
-            st.mark_peer_receives(before, &bytes[..sent]);
+            st.wrote_again(fd);
+            st.mark_peer_receives(fd, before, &bytes[..sent]);
         }
         Ok(sent)
     }
 }
 
 impl State {
-    /// Marks `peer_sent` the socket receives whose completions the kernel
-    /// posted while this thread wrote `sent` (those after the first
+    /// Notes the socket receives whose completions the kernel posted
+    /// while this thread wrote `sent` to `fd` (those after the first
     /// `before` of the completion queue), when the bytes they took are the
     /// start of `sent`: a receive of this loop's own peer, finished as the
-    /// send's system call returned. What the loop writes to that peer later
-    /// in the same step would otherwise wait for the peer's next receive,
-    /// one loop iteration after asyncio's selector loop reads both at
-    /// once; the receive takes it at once when it is reaped instead
-    /// ([`State::recv_more`]). A receive of a remote peer's bytes is not
-    /// marked (its bytes are not what was sent), so it costs no system
-    /// call more.
-    fn mark_peer_receives(&mut self, before: usize, sent: &[u8]) {
+    /// send's system call returned. What the loop writes to `fd` later in
+    /// the same step would wait for the peer's next receive, one loop
+    /// iteration after asyncio's selector loop reads both at once; so a
+    /// second write to `fd` before the wait marks the receive `peer_sent`
+    /// ([`State::wrote_again`]), which then takes what its socket holds
+    /// more when it is reaped ([`State::recv_more`]). A remote peer's
+    /// receive is marked only when the loop wrote the very bytes it took
+    /// and then wrote again to the same socket in the same step (an echo
+    /// of identical messages is one write per message): it costs no
+    /// system call more otherwise.
+    fn mark_peer_receives(&mut self, fd: RawFd, before: usize, sent: &[u8]) {
         let mut cq = self.ring.completion();
         if cq.len() <= before {
             return;
@@ -438,12 +447,27 @@ impl State {
                 // the kernel wrote `n` < `op.len` bytes from its start and
                 // is done with it; they are only read here.
                 let got = unsafe { std::slice::from_raw_parts(v.as_ptr(), n) };
-                op.peer_sent = *got == sent[..n];
+                if *got == sent[..n] {
+                    self.peer_receives.push((fd, cqe.user_data()));
+                }
             }
         }
         // The completions stay in the queue for the next wait to reap: the
         // queue's head, which the iteration moved, is not stored back.
         std::mem::forget(cq);
+    }
+
+    /// Marks `peer_sent` the receives noted since the last wait as
+    /// finished by a write to `fd` (see [`State::mark_peer_receives`]):
+    /// the loop has written to `fd` again.
+    fn wrote_again(&mut self, fd: RawFd) {
+        for &(sender, token) in &self.peer_receives {
+            if sender == fd {
+                if let Some(op) = self.ops.get_mut(token) {
+                    op.peer_sent = true;
+                }
+            }
+        }
     }
 
     /// Hands every queued entry to the kernel without waiting: true when
@@ -485,6 +509,8 @@ impl State {
     /// Takes every completion the ring holds and turns those that finish
     /// an operation into `(token, result, value)`.
     fn reap(&mut self, py: Python<'_>) -> PyResult<Vec<(u64, i64, PyObject)>> {
+        // (their completions are reaped now)
+        self.peer_receives.clear();
         let cqes: Vec<(u64, i32)> = self
             .ring
             .completion()
