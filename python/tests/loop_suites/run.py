@@ -11,9 +11,9 @@ code is not changed. The run fails unless
 
 - every test has the same outcome (passed, failed, error, skipped) on each
   of blockio's backends as on asyncio's loop in this run, but for the
-  tests ``DESELECTED`` names, each with its reason: a failure that asyncio
-  has too (no IPv6 in a sandbox, a name that does not resolve) is the
-  environment's, and is the same on every loop. A test whose outcome
+  tests ``DESELECTED`` names, each with its reason (none now). A failure
+  that asyncio has too (a name that does not resolve here, no dual stack)
+  is the environment's and fails alike on every loop. A test whose outcome
   differs is run again alone on that loop and on asyncio's, and must get
   the same outcome on both then (each such test is printed);
 - each run made its loops of the class asked for (``loop_choice`` counts
@@ -80,9 +80,9 @@ RUNS = [
     ("blockio, epoll backend", "blockio", {"BLOCKIO_BACKEND": "threads"}, "EpollEventLoop epoll"),
 ]
 
-#: Tests not run on a blockio backend, and why: (suite, run) -> {test id: reason}.
-#: None: every test runs on each loop.
-DESELECTED: dict = {}
+#: Tests not run on a blockio backend, and why: (suite, run) -> {test id:
+#: reason}. None: every test runs on each loop.
+DESELECTED: dict[tuple[str, str], dict[str, str]] = {}
 
 #: The fewest tests of each suite that pass on asyncio's loop here (on
 #: Python 3.11: anyio 398 of 405, websockets' asyncio tests 420 of 446).
