@@ -1706,3 +1706,65 @@ def test_two_writes_in_one_step_reach_a_peer_on_the_same_loop_as_on_asyncio(loop
         reference.close()
     assert want[1] == [b"onetwo"]
     assert _two_writes(loop, family) == want
+
+
+def _reset_after_two_sends(lp, second):
+    """What a socket's two receives on loop ``lp`` give when, in one step,
+    the loop sends b"x" to it from its peer, then ``second`` ("empty": an
+    empty send on the same socket; "reused number": a send on a new socket
+    that took the number of the peer, closed in between) and the peer is
+    closed holding unread bytes (so the socket is reset)."""
+
+    async def main():
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        b.send(b"unread")  # (a's close with these unread resets b)
+        r = asyncio.ensure_future(lp.sock_recv(b, 65536))
+        for _ in range(3):
+            await asyncio.sleep(0)  # (the receive is waiting)
+        held = []
+
+        def swap():
+            n = a.fileno()
+            a.close()
+            held.extend(socket.socketpair())
+            held[0].setblocking(False)
+            assert held[0].fileno() == n
+
+        async def send_new():
+            await lp.sock_sendall(held[0], b"x")
+
+        asyncio.ensure_future(lp.sock_sendall(a, b"x"))
+        if second == "empty":
+            asyncio.ensure_future(lp.sock_sendall(a, b""))
+            lp.call_soon(a.close)
+        else:
+            lp.call_soon(swap)
+            asyncio.ensure_future(send_new())
+        first = await r
+        try:
+            then = await lp.sock_recv(b, 65536)
+        except OSError as e:
+            then = type(e).__name__
+        for s in [b, *held]:
+            s.close()
+        return first, then
+
+    return lp.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+@pytest.mark.parametrize("second", ["empty", "reused number"])
+def test_a_reset_after_two_sends_in_one_step_is_reported_as_on_asyncio(loop, second):
+    """A peer's reset that follows two sends of the loop's own in one step
+    reaches the next receive as ``ConnectionResetError``, as on asyncio's
+    selector loop: taking the second send's bytes with the first receive
+    asks only for what the socket holds, so the reset (reported once) is
+    not consumed there."""
+    reference = asyncio.SelectorEventLoop()
+    try:
+        want = _reset_after_two_sends(reference, second)
+    finally:
+        reference.close()
+    assert want == (b"x", "ConnectionResetError")
+    assert _reset_after_two_sends(loop, second) == want

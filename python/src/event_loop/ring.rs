@@ -59,9 +59,10 @@ struct State {
     /// one buffer for the ring, not one per connection.
     scratch: Vec<u8>,
     /// The socket receives finished since the last wait by a send of this
-    /// loop's own, with the descriptor that send wrote to (see
-    /// [`State::mark_peer_receives`]).
-    peer_receives: Vec<(RawFd, u64)>,
+    /// loop's own: `(descriptor the send wrote to, that socket's inode,
+    /// receive's token)` (see [`State::mark_peer_receives`]). The inode
+    /// tells a socket that took a closed one's number from it.
+    peer_receives: Vec<(RawFd, u64, u64)>,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -418,7 +419,7 @@ impl State {
     /// iteration after asyncio's selector loop reads both at once; so a
     /// second write to `fd` before the wait marks the receive `peer_sent`
     /// ([`State::wrote_again`]), which then takes what its socket holds
-    /// more when it is reaped ([`State::recv_more`]). A remote peer's
+    /// more when it is reaped ([`State::recv_rest`]). A remote peer's
     /// receive is marked only when the loop wrote the very bytes it took
     /// and then wrote again to the same socket in the same step (an echo
     /// of identical messages is one write per message): it costs no
@@ -448,7 +449,9 @@ impl State {
                 // is done with it; they are only read here.
                 let got = unsafe { std::slice::from_raw_parts(v.as_ptr(), n) };
                 if *got == sent[..n] {
-                    self.peer_receives.push((fd, cqe.user_data()));
+                    if let Some(ino) = socket_inode(fd) {
+                        self.peer_receives.push((fd, ino, cqe.user_data()));
+                    }
                 }
             }
         }
@@ -459,10 +462,18 @@ impl State {
 
     /// Marks `peer_sent` the receives noted since the last wait as
     /// finished by a write to `fd` (see [`State::mark_peer_receives`]):
-    /// the loop has written to `fd` again.
+    /// the loop has written to that socket again. A socket that took the
+    /// number of a closed one since (another inode) marks nothing; the
+    /// inode is asked only when a noted receive names `fd`.
     fn wrote_again(&mut self, fd: RawFd) {
-        for &(sender, token) in &self.peer_receives {
-            if sender == fd {
+        if !self.peer_receives.iter().any(|&(sender, ..)| sender == fd) {
+            return;
+        }
+        let Some(ino) = socket_inode(fd) else {
+            return;
+        };
+        for &(sender, sender_ino, token) in &self.peer_receives {
+            if sender == fd && sender_ino == ino {
                 if let Some(op) = self.ops.get_mut(token) {
                     op.peer_sent = true;
                 }
@@ -562,57 +573,51 @@ impl State {
             self.push(entry)?;
             return Ok(None);
         }
-        let filled = res > 0 && res as usize == op.len;
-        if filled && op.rest > 0 && !op.cancelled {
+        let filled = res > 0 && res as usize == op.len && op.rest > 0;
+        if (filled || op.peer_sent && res > 0) && !op.cancelled {
             return Ok(self.recv_rest(token, res));
-        }
-        if op.peer_sent && res > 0 && !op.cancelled {
-            return Ok(self.recv_more(token, res));
         }
         Ok(self.ops.remove(token).map(|op| (op, res)))
     }
 
-    /// Finishes socket receive `token`, which took the `res` bytes a send
-    /// of this loop wrote to it (`peer_sent`): what more the socket holds
-    /// now, up to the first buffer's room, is received into it without
-    /// waiting (the writes that followed in the same step) and added to
-    /// the result. An error or the end of the stream there is left for
-    /// the next receive to report.
-    fn recv_more(&mut self, token: u64, res: i32) -> Option<(InFlight, i32)> {
-        let mut op = self.ops.remove(token)?;
-        let first = res as usize;
-        let mut more = 0;
-        if let Memory::Owned(v) = &mut op.memory {
-            // SAFETY: the kernel wrote `first` <= `op.len` bytes (this
-            // completion's result) from the start of `v`, whose capacity is
-            // the `op.len` bytes lent to it, and is done with it: they are
-            // initialised.
-            unsafe { v.set_len(first) };
-            v.resize(op.len, 0);
-            if let Ok(Some(n)) = super::inline::recv_inline(op.fd, &mut v[first..]) {
-                more = n;
-            }
-            v.truncate(first + more);
-        }
-        Some((op, i32::try_from(first + more).unwrap_or(i32::MAX)))
-    }
-
-    /// Finishes socket receive `token`, whose first buffer the kernel
-    /// filled with `res` bytes: what more the socket holds now (at most
-    /// `rest`) is received into [`State::scratch`] without waiting, its
-    /// count kept in `done` and added to the result. An error there is
-    /// left for the next receive to report.
+    /// Finishes socket receive `token`, whose kernel receive took `res`
+    /// bytes and which takes what more its socket holds now without
+    /// waiting: its first buffer filled and `rest` room is left, or it took
+    /// a send of this loop's own and the loop wrote to that socket again in
+    /// the same step (`peer_sent`). The first buffer's room is filled, then
+    /// (when full) at most `rest` bytes go to [`State::scratch`], their
+    /// count kept in `done`; both are added to the result.
+    ///
+    /// Only the bytes the socket holds (`FIONREAD`) are asked for: a
+    /// receive with nothing queued would consume a pending error (a peer's
+    /// reset, reported once), so an error or the end of the stream stays
+    /// for the next receive to report.
     fn recv_rest(&mut self, token: u64, res: i32) -> Option<(InFlight, i32)> {
         let mut op = self.ops.remove(token)?;
-        if self.scratch.len() < op.rest {
-            self.scratch.resize(op.rest, 0);
+        let mut got = res as usize;
+        let mut held = queued_bytes(op.fd);
+        if let Memory::Owned(v) = &mut op.memory {
+            if got < op.len && held > 0 {
+                // SAFETY: the kernel wrote `got` <= `op.len` bytes (this
+                // completion's result) from the start of `v`, whose
+                // capacity is the `op.len` bytes lent to it, and is done
+                // with it: they are initialised.
+                unsafe { v.set_len(got) };
+                v.resize(op.len, 0);
+                let want = (op.len - got).min(held);
+                let n = recv_now(op.fd, &mut v[got..got + want]);
+                v.truncate(got + n);
+                (got, held) = (got + n, held - n);
+            }
         }
-        let more = match super::inline::recv_inline(op.fd, &mut self.scratch[..op.rest]) {
-            Ok(Some(n)) => n,
-            Ok(None) | Err(_) => 0,
-        };
-        op.done = more;
-        let total = i32::try_from(res as usize + more).unwrap_or(i32::MAX);
+        if got == op.len && op.rest > 0 && held > 0 {
+            let want = op.rest.min(held);
+            if self.scratch.len() < want {
+                self.scratch.resize(want, 0);
+            }
+            op.done = recv_now(op.fd, &mut self.scratch[..want]);
+        }
+        let total = i32::try_from(got + op.done).unwrap_or(i32::MAX);
         Some((op, total))
     }
 
@@ -647,6 +652,32 @@ impl State {
     /// the kernel writes the parent's memory, not the child's.
     fn forget_in_child(self) {
         drop(self);
+    }
+}
+
+/// The inode of socket `fd` (which socket a descriptor number names now),
+/// or `None` when `fd` is closed.
+fn socket_inode(fd: RawFd) -> Option<u64> {
+    // SAFETY: borrowed for this one call; a closed number gives `EBADF`.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::fs::fstat(borrowed).ok().map(|st| st.st_ino)
+}
+
+/// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
+fn queued_bytes(fd: RawFd) -> usize {
+    // SAFETY: the receive's descriptor, borrowed for this one call; the
+    // proactor holds the socket open until the receive's completion is
+    // dispatched, so the number still names that socket.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::io::ioctl_fionread(borrowed).map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Receives into `buf` what socket `fd` holds now, 0 when nothing came
+/// (the caller asked only for queued bytes, so no error is consumed).
+fn recv_now(fd: RawFd, buf: &mut [u8]) -> usize {
+    match super::inline::recv_inline(fd, buf) {
+        Ok(Some(n)) => n,
+        Ok(None) | Err(_) => 0,
     }
 }
 
