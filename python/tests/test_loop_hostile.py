@@ -1657,10 +1657,11 @@ def test_connections_kept_for_a_listener_end_when_it_is_closed(loop, gone):
     assert loop.run_until_complete(asyncio.wait_for(main(), 2 * DEADLINE)) in (b"", "reset")
 
 
-def _two_writes(lp, family):
-    """How many loop iterations after two writes made in one step a peer
-    transport on the same loop ``lp`` has both, and its ``data_received``
-    calls (over a Unix ``socketpair`` or a loopback TCP connection, by ``family``)."""
+def _two_writes(lp, family, writes=(b"one", b"two")):
+    """How many loop iterations after ``writes`` made in one step a peer
+    transport on the same loop ``lp`` has them all, and the sizes of its
+    ``data_received`` calls (over a Unix ``socketpair`` or a loopback TCP
+    connection, by ``family``)."""
 
     async def main():
         got = []
@@ -1679,33 +1680,35 @@ def _two_writes(lp, family):
         tb, _ = await lp.create_connection(P, sock=b)
         for _ in range(3):
             await asyncio.sleep(0)  # (both transports' first receives are waiting)
-        ta.write(b"one")
-        ta.write(b"two")
+        for w in writes:
+            ta.write(w)
         n = 0
-        while b"".join(got) != b"onetwo":
+        while b"".join(got) != b"".join(writes):
             await asyncio.sleep(0)
             n += 1
         ta.close()
         tb.close()
-        return n, got
+        return n, [len(g) for g in got]
 
     return lp.run_until_complete(asyncio.wait_for(main(), DEADLINE))
 
 
+@pytest.mark.parametrize("sizes", [(3, 3), (1500, 1500), (3000, 5000)], ids=["small", "past-first-buffer", "large"])
 @pytest.mark.parametrize("family", [socket.AF_UNIX, socket.AF_INET], ids=["unix", "tcp"])
-def test_two_writes_in_one_step_reach_a_peer_on_the_same_loop_as_on_asyncio(loop, family):
+def test_two_writes_in_one_step_reach_a_peer_on_the_same_loop_as_on_asyncio(loop, family, sizes):
     """The second of two writes made in one step reaches a peer transport
     on the same loop with the first, after as many iterations as on
     asyncio's selector loop (on io_uring the first send finishes the peer's
     waiting receive as the system call returns; what the second sent is
-    taken with it)."""
+    taken with it, past the receive's first buffer too)."""
+    writes = tuple(bytes([65 + i]) * n for i, n in enumerate(sizes))
     reference = asyncio.SelectorEventLoop()
     try:
-        want = _two_writes(reference, family)
+        want = _two_writes(reference, family, writes)
     finally:
         reference.close()
-    assert want[1] == [b"onetwo"]
-    assert _two_writes(loop, family) == want
+    assert want[1] == [sum(sizes)]
+    assert _two_writes(loop, family, writes) == want
 
 
 def _reset_after_two_sends(lp, second):
