@@ -140,13 +140,16 @@ def _check_pollable(fd: int, mode: int) -> None:
 
     epoll refuses to watch such a file, and asyncio's selector loop passes
     its refusal on; a ring poll accepts it and reports it ready at once,
-    which would call the callback on every iteration. Sockets and FIFOs
-    always have readiness; any other file is asked of a throwaway epoll,
-    whose answer is the selector loop's."""
-    if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
-        return
-    with select.epoll(1) as probe:
-        probe.register(fd, select.EPOLLIN)
+    which would call the callback on every iteration. A regular file or a
+    directory is refused from its mode alone; a character or block device
+    (``/dev/null`` has no readiness, a terminal has) is asked of a
+    throwaway epoll, whose answer is the selector loop's; any other file
+    (a socket, a FIFO, an eventfd...) has readiness."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        with select.epoll(1) as probe:
+            probe.register(fd, select.EPOLLIN)
 
 
 class _Closing:
@@ -949,7 +952,6 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         fileno = self._fileno(fd)
         handle = events.Handle(callback, args, self, None)
         st = os.fstat(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
-        _check_pollable(fileno, st.st_mode)
         file = (st.st_dev, st.st_ino)
         w = table.get(fileno)
         if w is not None:
@@ -957,6 +959,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 w.handle.cancel()
                 w.handle = handle
                 return
+        _check_pollable(fileno, st.st_mode)
+        if w is not None:
             # The number was closed without remove_*() and names another
             # file now: that file gets a watch of its own.
             self._unwatch(table, fileno)

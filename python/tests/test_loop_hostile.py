@@ -1619,6 +1619,61 @@ def test_add_reader_and_writer_refuse_a_file_without_readiness_as_asyncio_does(l
     assert got == want
 
 
+def _watch_at_the_limit(lp, tmp_path, what):
+    """What ``add_reader`` on loop ``lp`` does with every descriptor of the
+    limit in use: on an eventfd it already watches (a new callback; then
+    whether that callback runs), or on a regular file."""
+    efd = os.eventfd(0, os.EFD_NONBLOCK)
+    (tmp_path / "f").write_bytes(b"x")
+    regular = os.open(tmp_path / "f", os.O_RDONLY)
+    lp.add_reader(efd, lambda: None)
+    fired = []
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler = []
+    try:
+        # A low limit bounds the descriptors it takes to fill the table.
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(n) for n in os.listdir("/proc/self/fd")) + 64, hard))
+        try:
+            while True:
+                filler.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            pass
+        try:
+            if what == "a regular file":
+                lp.add_reader(regular, lambda: None)
+            else:
+                lp.add_reader(efd, lambda: fired.append(os.eventfd_read(efd)))
+                os.eventfd_write(efd, 1)
+                lp.run_until_complete(asyncio.wait_for(await_until(lambda: fired, "the new callback run"), DEADLINE))
+            outcome = "accepted"
+        except OSError as e:
+            outcome = (type(e).__name__, e.errno)
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        lp.remove_reader(efd)
+        lp.remove_reader(regular)
+        os.close(efd)
+        os.close(regular)
+    return outcome, fired
+
+
+@pytest.mark.parametrize("what", ["a watched eventfd", "a regular file"])
+def test_add_reader_at_the_descriptor_limit_answers_as_asyncio_does(loop, tmp_path, what):
+    """With every descriptor in use, ``add_reader`` again on a descriptor
+    already watched replaces its callback, and on a regular file raises
+    ``PermissionError``, as on asyncio's selector loop: neither opens a
+    descriptor to ask whether the file has readiness."""
+    reference = asyncio.SelectorEventLoop()
+    try:
+        want = _watch_at_the_limit(reference, tmp_path, what)
+    finally:
+        reference.close()
+    assert want == (("accepted", [1]) if what == "a watched eventfd" else (("PermissionError", errno.EPERM), []))
+    assert _watch_at_the_limit(loop, tmp_path, what) == want
+
+
 @pytest.mark.parametrize("gone", ["closed", "closed and collected"])
 def test_connections_kept_for_a_listener_end_when_it_is_closed(loop, gone):
     """A connection that a cancelled ``sock_accept`` took (the accept done,
