@@ -1481,6 +1481,15 @@ class _PeerSendto:
         return getattr(self._sock, name)
 
 
+class _Kept(list):  # type: ignore[type-arg]
+    """The connections kept for one listener (``(socket, address)`` pairs),
+    with the finalizer that resets them if the listener is collected
+    without ``close()``; detached once the list is forgotten, so that a
+    live listener holds one finalizer at most."""
+
+    finalizer: weakref.finalize
+
+
 def _reset_all(conns: list[tuple[socket.socket, Any]]) -> None:
     """Resets and forgets the accepted connections ``conns`` (``(socket,
     address)`` pairs), as a closed listener's backlog's are."""
@@ -1503,7 +1512,7 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         _LOOPS[self._wakeup_number] = self
         # listening socket -> connections a cancelled sock_accept took, for
         # the next accept on it (gone, and so closed, with the listener)
-        self._kept_conns: weakref.WeakKeyDictionary[socket.socket, list[tuple[socket.socket, Any]]] = (
+        self._kept_conns: weakref.WeakKeyDictionary[socket.socket, _Kept] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -1526,9 +1535,8 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
                 self.remove_signal_handler(sig)
             _drop_wakeup_fd(self._csock)
         if not self.is_running():
-            for conns in list(self._kept_conns.values()):
-                _reset_all(conns)
-            self._kept_conns.clear()
+            for sock in list(self._kept_conns):
+                _reset_all(self._forget_kept(sock))
         super().close()
 
     def remove_signal_handler(self, sig: int) -> bool:
@@ -1549,11 +1557,11 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         if kept and sock.fileno() == -1:
             # The listener is closed: its kept connections are closed, as
             # its backlog's are, and the accept below fails (EBADF).
-            _reset_all(self._kept_conns.pop(sock))
+            _reset_all(self._forget_kept(sock))
         elif kept:
             conn = kept.pop(0)
             if not kept:
-                del self._kept_conns[sock]
+                self._forget_kept(sock)
             return conn
         fut = self.create_future()
         self._sock_accept(fut, sock)
@@ -1579,17 +1587,24 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
             return
         kept = self._kept_conns.get(sock)
         if kept is None:
-            kept = self._kept_conns[sock] = []
+            kept = self._kept_conns[sock] = _Kept()
             # (a listener collected without close() ends its kept connections too)
-            weakref.finalize(sock, _reset_all, kept)
+            kept.finalizer = weakref.finalize(sock, _reset_all, kept)
         kept.append(conn)
+
+    def _forget_kept(self, sock: socket.socket) -> _Kept:
+        """Removes and returns the connections kept for ``sock``, whose
+        finalizer is detached (the caller resets them or has taken them)."""
+        kept = self._kept_conns.pop(sock)
+        kept.finalizer.detach()
+        return kept
 
     def _run_once(self) -> None:
         """asyncio's step, after closing the connections kept for a listener
         closed since (see ``RingProactor._drop_conns_of_closed_listeners``)."""
         if self._kept_conns:
             for sock in [s for s in self._kept_conns if s.fileno() == -1]:
-                _reset_all(self._kept_conns.pop(sock))
+                _reset_all(self._forget_kept(sock))
         super()._run_once()
 
     def _make_datagram_transport(  # type: ignore[no-untyped-def]

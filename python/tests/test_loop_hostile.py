@@ -17,6 +17,7 @@ import resource
 import socket
 import struct
 import warnings
+import weakref
 
 import pytest
 
@@ -1710,6 +1711,36 @@ def test_connections_kept_for_a_listener_end_when_it_is_closed(loop, gone):
         return end
 
     assert loop.run_until_complete(asyncio.wait_for(main(), 2 * DEADLINE)) in (b"", "reset")
+
+
+def test_connections_kept_and_handed_over_leave_no_finalizer_behind(loop):
+    """A connection kept from a cancelled ``sock_accept`` and then handed
+    to the next accept, many times over on one live listener, leaves the
+    loop holding no finalizer for it (one would be registered per cycle
+    and kept while the listener lives)."""
+
+    async def main():
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(8)
+        lsock.setblocking(False)
+        before = len(weakref.finalize._registry)
+        for _ in range(20):
+            coro = loop.sock_accept(lsock)
+            accept = coro.send(None)  # the accept's future, the connection not yet there
+            client = socket.create_connection(lsock.getsockname())
+            await asyncio.wait({accept})
+            with pytest.raises(asyncio.CancelledError):
+                coro.throw(asyncio.CancelledError())
+            conn, _ = await loop.sock_accept(lsock)  # the kept one
+            conn.close()
+            client.close()
+        gc.collect()
+        grown = len(weakref.finalize._registry) - before
+        lsock.close()
+        return grown
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == 0
 
 
 def _two_writes(lp, family, writes=(b"one", b"two")):
