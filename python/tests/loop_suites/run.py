@@ -14,8 +14,11 @@ code is not changed. The run fails unless
   tests ``DESELECTED`` names, each with its reason (none now). A failure
   that asyncio has too (a name that does not resolve here, no dual stack)
   is the environment's and fails alike on every loop. A test whose outcome
-  differs is run again alone on that loop and on asyncio's, and must get
-  the same outcome on both then (each such test is printed);
+  differs is run again alone on that loop and on asyncio's (each such test
+  is printed): the difference is forgiven only when asyncio's own outcome
+  changes then (the six runs at once upset asyncio's first run) and both
+  loops agree; one of blockio's loop alone fails the run, its first run's
+  traceback printed;
 - each run made its loops of the class asked for (``loop_choice`` counts
   them), and
 - asyncio's run passes at least ``MIN_PASS`` of each suite (a suite that
@@ -130,19 +133,24 @@ def unpack(name, into):
 
 
 def junit_outcomes(report):
-    """{test id: outcome} of a pytest junit report."""
-    outcomes = {}
+    """``{"outcomes": {test id: outcome}, "tracebacks": {test id: text}}``
+    of a pytest junit report (as ``websockets_main.py`` writes them)."""
+    outcomes, tracebacks = {}, {}
     for case in ET.parse(report).getroot().iter("testcase"):
+        test = f"{case.get('classname')}::{case.get('name')}"
+        failure, error = case.find("failure"), case.find("error")
         if case.find("skipped") is not None:
             outcome = "skipped"
-        elif case.find("failure") is not None:
+        elif failure is not None:
             outcome = "failed"
-        elif case.find("error") is not None:
+        elif error is not None:
             outcome = "error"
         else:
             outcome = "passed"
-        outcomes[f"{case.get('classname')}::{case.get('name')}"] = outcome
-    return outcomes
+        outcomes[test] = outcome
+        if outcome in ("failed", "error"):
+            tracebacks[test] = (failure if failure is not None else error).text or ""
+    return {"outcomes": outcomes, "tracebacks": tracebacks}
 
 
 def node_id(tree, test):
@@ -168,8 +176,9 @@ def command(py, suite, tree, report, deselected, only):
 
 
 def run_one(py, suite, tree, run, only=()):
-    """(outcomes, loops made, seconds, output) of one suite on one loop
-    (only the tests ``only`` names, when it names any)."""
+    """(report, loops made, seconds, output) of one suite on one loop (only
+    the tests ``only`` names, when it names any); the report as
+    :func:`junit_outcomes` gives it, None when the run wrote none."""
     name, which, env, _ = run
     tag = f"{suite}-{which}-{'-'.join(env.values()) or 'default'}{'-again' if only else ''}"
     report, made = tree.parent / f"{tag}.out", tree.parent / f"{tag}.made"
@@ -188,8 +197,8 @@ def run_one(py, suite, tree, run, only=()):
     took = time.monotonic() - started
     if not report.exists() or not made.exists():
         return None, {}, took, output
-    outcomes = junit_outcomes(report) if suite == "anyio" else json.loads(report.read_text())
-    return outcomes, json.loads(made.read_text()), took, output
+    got = junit_outcomes(report) if suite == "anyio" else json.loads(report.read_text())
+    return got, json.loads(made.read_text()), took, output
 
 
 def counts(outcomes):
@@ -199,10 +208,15 @@ def counts(outcomes):
     return ", ".join(f"{n[o]} {o}" for o in ("passed", "failed", "error", "skipped") if o in n)
 
 
+def outcomes_of(result):
+    """{test id: outcome} of a :func:`run_one` result (none if it did not run)."""
+    return (result[0] or {}).get("outcomes", {})
+
+
 def differing(suite, results, name):
     """The tests whose outcome on run ``name`` is not asyncio's, but for
     those ``DESELECTED`` there."""
-    reference, outcomes = results["asyncio"][0] or {}, results[name][0] or {}
+    reference, outcomes = outcomes_of(results["asyncio"]), outcomes_of(results[name])
     deselected = DESELECTED.get((suite, name), {})
     return sorted(t for t in set(reference) | set(outcomes)
                   if t not in deselected and outcomes.get(t, "not run") != reference.get(t, "not run"))
@@ -210,40 +224,61 @@ def differing(suite, results, name):
 
 def check(suite, results, again):
     """Prints the suite's counts on each loop and each test that breaks the
-    bar (see the module's doc); returns whether all held. ``again``: run
-    name -> the outcomes of its differing tests run again alone, on it and
-    on asyncio's loop."""
-    ok = True
+    bar (see the module's doc). ``again``: run name -> the reports of its
+    differing tests run again alone, on it and on asyncio's loop. Returns
+    (what failed the run, the differences forgiven), one line each."""
+    failed, forgiven = [], []
     for name, _, _, expect in RUNS:
-        outcomes, made, took, output = results[name]
-        if outcomes is None:
+        got, made, took, output = results[name]
+        if got is None:
             print(f"  {suite} on {name}: did not run ({took:.0f} s)\n{output[-4000:]}")
-            ok = False
+            failed.append(f"{suite} did not run on {name}")
             continue
+        outcomes = got["outcomes"]
         print(f"  {suite} on {name}: {counts(outcomes)} ({took:.0f} s; loops made: {made})")
         if set(made) != {expect}:
             print(f"    the tests made loops {made}, not only {expect}")
-            ok = False
+            failed.append(f"{suite} on {name} made loops {made}")
         for test, reason in DESELECTED.get((suite, name), {}).items():
             print(f"    not run: {test}: {reason}")
         if name == "asyncio":
             passed = sum(o == "passed" for o in outcomes.values())
             if passed < MIN_PASS[suite]:
                 print(f"    {passed} passed on asyncio's loop, fewer than {MIN_PASS[suite]}\n{output[-4000:]}")
-                ok = False
+                failed.append(f"{suite}: {passed} passed on asyncio's loop, fewer than {MIN_PASS[suite]}")
             continue
-        reference = results["asyncio"][0] or {}
-        mine, theirs = again.get(name, ({}, {}))
         for test in differing(suite, results, name):
-            got, want = outcomes.get(test, "not run"), reference.get(test, "not run")
-            got2, want2 = (mine or {}).get(test, "not run"), (theirs or {}).get(test, "not run")
-            same = got2 == want2 != "not run"
-            ok = ok and same
-            print(f"    {test}: {got} on {name}, {want} on asyncio; run again alone: {got2} and {want2}"
-                  + ("" if same else "  <- differs"))
-        if not ok:
-            print(output[-6000:])
-    return ok
+            verdict = judge(test, results["asyncio"], results[name], again.get(name, (None, None)))
+            print(f"    {test} on {name}: {verdict[1]}")
+            if verdict[0]:
+                forgiven.append(f"{suite} {test} on {name}")
+                continue
+            failed.append(f"{suite} {test} on {name}")
+            for loop, result in (("asyncio", results["asyncio"]), (name, results[name])):
+                text = result[0]["tracebacks"].get(test)
+                if text:
+                    print(f"    the first run's traceback on {loop}:\n{text}")
+    return failed, forgiven
+
+
+def judge(test, reference, mine, again):
+    """(forgiven, what happened) of ``test``, whose outcome on a blockio
+    run (``mine``) differed from asyncio's (``reference``) in the first
+    run; ``again``: both loops' reports of it run again alone. Forgiven
+    only when asyncio's own outcome changed when run again (its first run
+    was upset, by the six runs at once: websockets' waits are 100 ms) and
+    both loops then agree; a difference of blockio's loop alone (asyncio's
+    outcome the same again) fails, whatever blockio's second run gives."""
+    got, want = outcomes_of(mine).get(test, "not run"), outcomes_of(reference).get(test, "not run")
+    got2, want2 = ((r or {}).get("outcomes", {}).get(test, "not run") for r in again)
+    said = f"{got}, {want} on asyncio; run again alone: {got2}, {want2} on asyncio"
+    if "not run" in (got2, want2):
+        return False, said + "  <- not run again"
+    if want2 == want:
+        return False, said + "  <- differs on blockio's loop alone"
+    if got2 != want2:
+        return False, said + "  <- differs"
+    return True, said + "  (asyncio's own outcome changed: forgiven)"
 
 
 def run_again(py, suite, results, trees):
@@ -280,10 +315,19 @@ def main():
     again = {suite: run_again(py, suite, results[suite], {n: trees[suite, n] for n, *_ in RUNS}) for suite in suites}
     print(f"loop-suites: anyio's and websockets' tests on asyncio's loop and blockio's "
           f"({time.monotonic() - started:.0f} s)")
-    ok = all([check(suite, results[suite], again[suite]) for suite in suites])
-    if not ok:
-        sys.exit("loop-suites: a test's outcome on blockio's loop differs from asyncio's")
-    print("loop-suites: every test had the same outcome on blockio's loop (both backends) as on asyncio's")
+    failed, forgiven = [], []
+    for suite in suites:
+        f, g = check(suite, results[suite], again[suite])
+        failed += f
+        forgiven += g
+    if failed:
+        sys.exit(f"loop-suites: FAILED ({len(failed)}): " + "; ".join(failed))
+    if forgiven:
+        print(f"loop-suites: every test had the same outcome on blockio's loop (both backends) as on asyncio's, "
+              f"but for {len(forgiven)} whose first run's outcome on asyncio's loop changed when run again alone, "
+              f"the same on both loops then: " + "; ".join(forgiven))
+    else:
+        print("loop-suites: every test had the same outcome on blockio's loop (both backends) as on asyncio's")
 
 
 if __name__ == "__main__":

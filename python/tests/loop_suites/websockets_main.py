@@ -1,7 +1,9 @@
 """Runs websockets' tests of its asyncio implementation (``tests/asyncio``)
 with ``loop_choice``'s loop as the policy's, but for the tests whose ids
-follow the report's file name (or only those, after ``--only``), and writes ``{test id: outcome}`` (passed,
-failed, error, skipped) as JSON.
+follow the report's file name (or only those, after ``--only``), and writes as JSON
+``{"outcomes": {test id: outcome}, "tracebacks": {test id: text}}``: each
+test's outcome (passed, failed, error, skipped) and the traceback of each
+that failed or erred.
 
 Usage (cwd holds websockets' ``tests`` package, outside its source tree, so
 that the installed websockets is the one imported)::
@@ -63,14 +65,16 @@ def main():
     # (``--only ID...``: those tests alone)
     only = sys.argv[2:3] == ["--only"]
     named = set(sys.argv[3:] if only else sys.argv[2:])
-    found = list(tests(unittest.TestLoader().discover("tests/asyncio", top_level_dir=".")))
+    loader = unittest.TestLoader()
+    found = list(tests(loader.discover("tests/asyncio", top_level_dir=".")))
     missing = named - {t.id() for t in found}
     if missing:
         sys.exit(f"websockets_main: no such test: {sorted(missing)}")
     suite = unittest.TestSuite(t for t in found if (t.id() in named) == only)
     result = unittest.TextTestRunner(resultclass=Outcomes, verbosity=0).run(suite)
+    tracebacks = {t.id(): text for t, text in result.failures + result.errors}
     with open(sys.argv[1], "w") as f:
-        json.dump(result.outcomes, f)
+        json.dump({"outcomes": result.outcomes, "tracebacks": tracebacks}, f)
 
 
 if __name__ == "__main__":
