@@ -1,10 +1,16 @@
 """The verdicts of the runner of anyio's and websockets' suites
 (``loop_suites/run.py``), on reports its own helpers write: a difference
-of blockio's loop alone fails the run however its second run goes."""
+of blockio's loop alone fails the run however its second run goes, and a
+module that cannot be imported fails it even when it fails alike on every
+loop."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +28,8 @@ def _runner():
 run = _runner()
 
 
-def _report(outcomes, tracebacks=None):
-    return {"outcomes": outcomes, "tracebacks": tracebacks or {}}
+def _report(outcomes, tracebacks=None, collection_errors=()):
+    return {"outcomes": outcomes, "tracebacks": tracebacks or {}, "collection_errors": list(collection_errors)}
 
 
 def _results(asyncio_report, blockio_report):
@@ -62,3 +68,42 @@ def test_a_difference_is_forgiven_only_when_asyncio_s_own_outcome_changes(first,
     if not forgiven:
         assert len(failed) == 2 and all(T in f for f in failed)
         assert "the first run's traceback" in out and "AssertionError: injected" in out
+
+
+def _suite_tree(tmp_path):
+    """A ``tests/asyncio`` package of one passing test module and one that
+    cannot be imported."""
+    pkg = tmp_path / "tests" / "asyncio"
+    pkg.mkdir(parents=True)
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "test_ok.py").write_text("import unittest\n\nclass T(unittest.TestCase):\n    def test_ok(self):\n        pass\n")
+    (pkg / "test_broken.py").write_text("import no_such_module_here\n")
+    return tmp_path
+
+
+def _env(tmp_path):
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(tmp_path)]),
+            "LOOP_SUITES_LOOP": "asyncio", "LOOP_SUITES_MADE": str(tmp_path / "made.json")}
+
+
+def test_a_unittest_module_that_cannot_be_imported_fails_the_run_though_every_loop_agrees(tmp_path):
+    tree = _suite_tree(tmp_path)
+    out = subprocess.run([sys.executable, HERE / "websockets_main.py", tree / "report.json"], cwd=tree,
+                         env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    report = json.loads((tree / "report.json").read_text())
+    assert report["collection_errors"] and "no_such_module_here" in report["collection_errors"][0], out.stderr
+    failed, _ = run.check("websockets", _results(report, report), {})
+    assert any("could not be collected" in f for f in failed)
+
+
+def test_a_pytest_module_that_cannot_be_collected_fails_the_run_though_every_loop_agrees(tmp_path):
+    tree = _suite_tree(tmp_path)
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+                    f"--junitxml={tree / 'report.xml'}", "tests"], cwd=tree, env=_env(tmp_path),
+                   capture_output=True, text=True, timeout=60)
+    report = run.junit_outcomes(tree / "report.xml")
+    assert report["outcomes"] == {"tests.asyncio.test_ok.T::test_ok": "passed"}
+    assert len(report["collection_errors"]) == 1 and "no_such_module_here" in report["collection_errors"][0]
+    failed, _ = run.check("anyio", _results(report, report), {})
+    assert any("could not be collected" in f for f in failed)

@@ -20,7 +20,9 @@ code is not changed. The run fails unless
   loops agree; one of blockio's loop alone fails the run, its first run's
   traceback printed;
 - each run made its loops of the class asked for (``loop_choice`` counts
-  them), and
+  them), no module failed to be collected or imported (pytest's collection
+  errors, unittest's loader errors: a module failing alike on every loop
+  would otherwise agree), and
 - asyncio's run passes at least ``MIN_PASS`` of each suite (a suite that
   did not run, or ran in an environment that breaks it, shows there).
 
@@ -133,12 +135,17 @@ def unpack(name, into):
 
 
 def junit_outcomes(report):
-    """``{"outcomes": {test id: outcome}, "tracebacks": {test id: text}}``
-    of a pytest junit report (as ``websockets_main.py`` writes them)."""
-    outcomes, tracebacks = {}, {}
+    """``{"outcomes": {test id: outcome}, "tracebacks": {test id: text},
+    "collection_errors": [text]}`` of a pytest junit report (as
+    ``websockets_main.py`` writes them): a module that could not be
+    collected is a test case with no class and a "collection failure"."""
+    outcomes, tracebacks, collection_errors = {}, {}, []
     for case in ET.parse(report).getroot().iter("testcase"):
         test = f"{case.get('classname')}::{case.get('name')}"
         failure, error = case.find("failure"), case.find("error")
+        if error is not None and error.get("message", "").startswith("collection failure"):
+            collection_errors.append(f"{case.get('name')}: {error.text or ''}")
+            continue
         if case.find("skipped") is not None:
             outcome = "skipped"
         elif failure is not None:
@@ -150,7 +157,7 @@ def junit_outcomes(report):
         outcomes[test] = outcome
         if outcome in ("failed", "error"):
             tracebacks[test] = (failure if failure is not None else error).text or ""
-    return {"outcomes": outcomes, "tracebacks": tracebacks}
+    return {"outcomes": outcomes, "tracebacks": tracebacks, "collection_errors": collection_errors}
 
 
 def node_id(tree, test):
@@ -239,6 +246,9 @@ def check(suite, results, again):
         if set(made) != {expect}:
             print(f"    the tests made loops {made}, not only {expect}")
             failed.append(f"{suite} on {name} made loops {made}")
+        for text in got["collection_errors"]:
+            print(f"    a module could not be collected:\n{text}")
+            failed.append(f"{suite} on {name}: a module could not be collected")
         for test, reason in DESELECTED.get((suite, name), {}).items():
             print(f"    not run: {test}: {reason}")
         if name == "asyncio":

@@ -1,9 +1,10 @@
 """Runs websockets' tests of its asyncio implementation (``tests/asyncio``)
 with ``loop_choice``'s loop as the policy's, but for the tests whose ids
 follow the report's file name (or only those, after ``--only``), and writes as JSON
-``{"outcomes": {test id: outcome}, "tracebacks": {test id: text}}``: each
-test's outcome (passed, failed, error, skipped) and the traceback of each
-that failed or erred.
+``{"outcomes": {test id: outcome}, "tracebacks": {test id: text},
+"collection_errors": [text]}``: each test's outcome (passed, failed, error,
+skipped), the traceback of each that failed or erred, and each module that
+could not be imported (unittest's loader errors).
 
 Usage (cwd holds websockets' ``tests`` package, outside its source tree, so
 that the installed websockets is the one imported)::
@@ -74,7 +75,7 @@ def main():
     result = unittest.TextTestRunner(resultclass=Outcomes, verbosity=0).run(suite)
     tracebacks = {t.id(): text for t, text in result.failures + result.errors}
     with open(sys.argv[1], "w") as f:
-        json.dump({"outcomes": result.outcomes, "tracebacks": tracebacks}, f)
+        json.dump({"outcomes": result.outcomes, "tracebacks": tracebacks, "collection_errors": loader.errors}, f)
 
 
 if __name__ == "__main__":
