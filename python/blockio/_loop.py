@@ -54,6 +54,7 @@ import contextlib
 import errno
 import io
 import os
+import select
 import signal
 import socket
 import stat
@@ -131,6 +132,24 @@ def _file_id(fd: int) -> tuple[int, int]:
     """The identity of the file ``fd`` names (``OSError(EBADF)`` if none)."""
     st = os.fstat(fd)
     return st.st_dev, st.st_ino
+
+
+def _check_pollable(fd: int, mode: int) -> None:
+    """Raises asyncio's ``PermissionError`` (EPERM) for a file that has no
+    readiness to wait for: a regular file, a directory, ``/dev/null``...
+
+    epoll refuses to watch such a file, and asyncio's selector loop passes
+    its refusal on; a ring poll accepts it and reports it ready at once,
+    which would call the callback on every iteration. A regular file or a
+    directory is refused from its mode alone; a character or block device
+    (``/dev/null`` has no readiness, a terminal has) is asked of a
+    throwaway epoll, whose answer is the selector loop's; any other file
+    (a socket, a FIFO, an eventfd...) has readiness."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        with select.epoll(1) as probe:
+            probe.register(fd, select.EPOLLIN)
 
 
 class _Closing:
@@ -932,13 +951,16 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._check_closed()
         fileno = self._fileno(fd)
         handle = events.Handle(callback, args, self, None)
-        file = _file_id(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
+        st = os.fstat(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
+        file = (st.st_dev, st.st_ino)
         w = table.get(fileno)
         if w is not None:
             if w.own != -1 and w.file == file:
                 w.handle.cancel()
                 w.handle = handle
                 return
+        _check_pollable(fileno, st.st_mode)
+        if w is not None:
             # The number was closed without remove_*() and names another
             # file now: that file gets a watch of its own.
             self._unwatch(table, fileno)
@@ -1459,6 +1481,22 @@ class _PeerSendto:
         return getattr(self._sock, name)
 
 
+class _Kept(list):  # type: ignore[type-arg]
+    """The connections kept for one listener (``(socket, address)`` pairs),
+    with the finalizer that resets them if the listener is collected
+    without ``close()``; detached once the list is forgotten, so that a
+    live listener holds one finalizer at most."""
+
+    finalizer: weakref.finalize
+
+
+def _reset_all(conns: list[tuple[socket.socket, Any]]) -> None:
+    """Resets and forgets the accepted connections ``conns`` (``(socket,
+    address)`` pairs), as a closed listener's backlog's are."""
+    while conns:
+        _proactor.reset(conns.pop()[0])
+
+
 class EpollEventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop (epoll): the fallback where io_uring is unavailable."""
 
@@ -1474,7 +1512,7 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         _LOOPS[self._wakeup_number] = self
         # listening socket -> connections a cancelled sock_accept took, for
         # the next accept on it (gone, and so closed, with the listener)
-        self._kept_conns: weakref.WeakKeyDictionary[socket.socket, list[tuple[socket.socket, Any]]] = (
+        self._kept_conns: weakref.WeakKeyDictionary[socket.socket, _Kept] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -1497,10 +1535,8 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
                 self.remove_signal_handler(sig)
             _drop_wakeup_fd(self._csock)
         if not self.is_running():
-            for conns in list(self._kept_conns.values()):
-                for conn, _addr in conns:
-                    _proactor.reset(conn)
-            self._kept_conns.clear()
+            for sock in list(self._kept_conns):
+                _reset_all(self._forget_kept(sock))
         super().close()
 
     def remove_signal_handler(self, sig: int) -> bool:
@@ -1521,12 +1557,11 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         if kept and sock.fileno() == -1:
             # The listener is closed: its kept connections are closed, as
             # its backlog's are, and the accept below fails (EBADF).
-            for conn, _addr in self._kept_conns.pop(sock):
-                _proactor.reset(conn)
+            _reset_all(self._forget_kept(sock))
         elif kept:
             conn = kept.pop(0)
             if not kept:
-                del self._kept_conns[sock]
+                self._forget_kept(sock)
             return conn
         fut = self.create_future()
         self._sock_accept(fut, sock)
@@ -1550,7 +1585,27 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         if sock.fileno() == -1:
             _proactor.reset(conn[0])  # the listener is closed: as its backlog's
             return
-        self._kept_conns.setdefault(sock, []).append(conn)
+        kept = self._kept_conns.get(sock)
+        if kept is None:
+            kept = self._kept_conns[sock] = _Kept()
+            # (a listener collected without close() ends its kept connections too)
+            kept.finalizer = weakref.finalize(sock, _reset_all, kept)
+        kept.append(conn)
+
+    def _forget_kept(self, sock: socket.socket) -> _Kept:
+        """Removes and returns the connections kept for ``sock``, whose
+        finalizer is detached (the caller resets them or has taken them)."""
+        kept = self._kept_conns.pop(sock)
+        kept.finalizer.detach()
+        return kept
+
+    def _run_once(self) -> None:
+        """asyncio's step, after closing the connections kept for a listener
+        closed since (see ``RingProactor._drop_conns_of_closed_listeners``)."""
+        if self._kept_conns:
+            for sock in [s for s in self._kept_conns if s.fileno() == -1]:
+                _reset_all(self._forget_kept(sock))
+        super()._run_once()
 
     def _make_datagram_transport(  # type: ignore[no-untyped-def]
         self, sock, protocol, address=None, waiter=None, extra=None

@@ -558,6 +558,18 @@ class RingProactor:
             if ref() is listener:
                 self._drop_kept_conns(fd)
 
+    def _drop_conns_of_closed_listeners(self) -> None:
+        """Closes the connections kept for every listener closed (or
+        collected) since: nothing will accept them, and their peers see
+        their end as for those left in a closed listener's backlog. A
+        socket's ``close()`` tells no one, so each wait looks first; a
+        listener is closed in a step of the loop, and the wait that follows
+        that step ends its connections."""
+        for fd, (ref, _conns) in list(self._kept_conns.items()):
+            listener = ref()
+            if listener is None or getattr(listener, "_closed", False) or listener.fileno() == -1:
+                self._drop_kept_conns(fd)
+
     def _drop_kept_conns(self, fd: int) -> None:
         """Closes the connections kept for listening descriptor ``fd``."""
         _ref, conns = self._kept_conns.pop(fd, (None, []))
@@ -719,6 +731,8 @@ class RingProactor:
 
     def select(self, timeout: float | None = None) -> tuple:
         """Waits at most ``timeout`` seconds and resolves every finished operation."""
+        if self._kept_conns:
+            self._drop_conns_of_closed_listeners()
         for arm in self._before_wait:
             arm()
         self._before_wait.clear()

@@ -24,7 +24,6 @@ import concurrent.futures
 import contextlib
 import errno
 import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 # (python/testkit holds no ``blockio`` to shadow the installed one)
 sys.path.insert(0, str(ROOT / "python" / "testkit"))
-from pinned import install_wheel, pinned_file, pinned_venv, pip_download, pip_install, sh  # noqa: E402
+from pinned import apt_download, install_wheel, pinned_file, pinned_venv, pip_download, pip_install, sh  # noqa: E402
 WORK = ROOT / "target" / "real-projects"
 
 #: name: (how it is fetched, file, sha256, what it holds once unpacked)
@@ -100,22 +99,6 @@ AIOFILES_INTERNALS = {
 AS_ROOT = {"tests/test_os.py::test_access"}
 
 
-def debian_archive():
-    """The address of the Debian archive apt is configured with (its main
-    suite's, not the security one's), ending in ``/``. apt knows it once
-    its lists have been fetched: ``apt-get update`` first if they have not."""
-    for attempt in range(2):
-        out = subprocess.run(["apt-get", "indextargets", "--format", "$(REPO_URI) $(RELEASE)"], check=True,
-                             capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            uri, release = line.split()
-            if "-" not in release:
-                return uri if uri.endswith("/") else uri + "/"
-        if attempt == 0:
-            sh(*([] if os.geteuid() == 0 else ["sudo"]), "apt-get", "update", "-qq")
-    sys.exit("real-projects: apt is configured with no Debian archive (apt-get indextargets)")
-
-
 def fetch(name):
     """The source's archive in ``target/real-projects/downloads``, fetched
     unless already there with the pinned sha256."""
@@ -129,9 +112,7 @@ def fetch(name):
             pkg, version = what[: -len(".tar.gz")].rsplit("-", 1)
             pip_download(f"{pkg}=={version}", into)
         else:
-            # (as the user running this, into its own directory: not as apt's "_apt")
-            sh("/usr/lib/apt/apt-helper", "-o", "APT::Sandbox::User=" + pwd.getpwuid(os.geteuid()).pw_name,
-               "download-file", debian_archive() + what, path, f"SHA256:{digest}")
+            apt_download(what, path, digest)
 
     return pinned_file(path, digest, download, "real-projects")
 

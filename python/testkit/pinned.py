@@ -7,6 +7,8 @@ directory (which holds nothing named ``blockio``) on ``sys.path``.
 """
 
 import hashlib
+import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -45,6 +47,31 @@ def pip_download(spec, into, no_binary=":all:"):
     must not take as wheels."""
     sh(sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
        "--no-binary", no_binary, spec, "-d", into)
+
+
+def debian_archive():
+    """The address of the Debian archive apt is configured with (its main
+    suite's, not the security one's), ending in ``/``. apt knows it once
+    its lists have been fetched: ``apt-get update`` first if they have not."""
+    for attempt in range(2):
+        out = subprocess.run(["apt-get", "indextargets", "--format", "$(REPO_URI) $(RELEASE)"], check=True,
+                             capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            uri, release = line.split()
+            if "-" not in release:
+                return uri if uri.endswith("/") else uri + "/"
+        if attempt == 0:
+            sh(*([] if os.geteuid() == 0 else ["sudo"]), "apt-get", "update", "-qq")
+    sys.exit("apt is configured with no Debian archive (apt-get indextargets)")
+
+
+def apt_download(what, path, digest):
+    """Downloads ``what``, a path in the Debian archive apt is configured
+    with (``pool/main/...``), to ``path`` with apt's ``apt-helper``, which
+    checks it against the sha256 ``digest``."""
+    # (as the user running this, into its own directory: not as apt's "_apt")
+    sh("/usr/lib/apt/apt-helper", "-o", "APT::Sandbox::User=" + pwd.getpwuid(os.geteuid()).pw_name,
+       "download-file", debian_archive() + what, path, f"SHA256:{digest}")
 
 
 def pip_install(py):

@@ -10,12 +10,14 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import errno
 import gc
 import os
 import resource
 import socket
 import struct
 import warnings
+import weakref
 
 import pytest
 
@@ -1572,3 +1574,286 @@ def test_a_socket_closed_before_its_waiting_receive_starts_keeps_its_number_unti
         loop.close()
     assert old not in numbers
     assert got == b"for the new socket"
+
+
+def _watch_outcome(lp, which, path):
+    """What ``add_reader``/``add_writer`` (``which``) on a descriptor of
+    ``path`` does on loop ``lp``: the exception's type and errno, or
+    "accepted"; and whether ``remove_*`` then finds a watch."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            getattr(lp, "add_" + which)(fd, lambda: None)
+            outcome = "accepted"
+        except OSError as e:
+            outcome = (type(e).__name__, e.errno)
+        return outcome, getattr(lp, "remove_" + which)(fd)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("which", ["reader", "writer"])
+@pytest.mark.parametrize("what", ["a regular file", "a directory", "/dev/null", "a FIFO"])
+def test_add_reader_and_writer_refuse_a_file_without_readiness_as_asyncio_does(loop, tmp_path, which, what):
+    """A file epoll cannot watch (a regular file, a directory, /dev/null)
+    is refused with asyncio's selector loop's ``PermissionError`` (EPERM)
+    and leaves no watch; a FIFO, which has readiness, is watched on both."""
+    path = {"a regular file": tmp_path / "f", "a directory": tmp_path, "/dev/null": "/dev/null",
+            "a FIFO": tmp_path / "fifo"}[what]
+    if what == "a regular file":
+        path.write_bytes(b"x")
+    elif what == "a FIFO":
+        os.mkfifo(path)
+        keep_open = os.open(path, os.O_RDWR)  # (so that the read-only open does not wait for a writer)
+    reference = asyncio.SelectorEventLoop()
+    try:
+        want = _watch_outcome(reference, which, path)
+    finally:
+        reference.close()
+    try:
+        got = _watch_outcome(loop, which, path)
+    finally:
+        if what == "a FIFO":
+            os.close(keep_open)
+    expected = ("accepted", True) if what == "a FIFO" else (("PermissionError", errno.EPERM), False)
+    assert want == expected
+    assert got == want
+
+
+def _watch_at_the_limit(lp, tmp_path, what):
+    """What ``add_reader`` on loop ``lp`` does with every descriptor of the
+    limit in use: on an eventfd it already watches (a new callback; then
+    whether that callback runs), or on a regular file."""
+    efd = os.eventfd(0, os.EFD_NONBLOCK)
+    (tmp_path / "f").write_bytes(b"x")
+    regular = os.open(tmp_path / "f", os.O_RDONLY)
+    lp.add_reader(efd, lambda: None)
+    fired = []
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler = []
+    try:
+        # A low limit bounds the descriptors it takes to fill the table.
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(n) for n in os.listdir("/proc/self/fd")) + 64, hard))
+        try:
+            while True:
+                filler.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            pass
+        try:
+            if what == "a regular file":
+                lp.add_reader(regular, lambda: None)
+            else:
+                lp.add_reader(efd, lambda: fired.append(os.eventfd_read(efd)))
+                os.eventfd_write(efd, 1)
+                lp.run_until_complete(asyncio.wait_for(await_until(lambda: fired, "the new callback run"), DEADLINE))
+            outcome = "accepted"
+        except OSError as e:
+            outcome = (type(e).__name__, e.errno)
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        lp.remove_reader(efd)
+        lp.remove_reader(regular)
+        os.close(efd)
+        os.close(regular)
+    return outcome, fired
+
+
+@pytest.mark.parametrize("what", ["a watched eventfd", "a regular file"])
+def test_add_reader_at_the_descriptor_limit_answers_as_asyncio_does(loop, tmp_path, what):
+    """With every descriptor in use, ``add_reader`` again on a descriptor
+    already watched replaces its callback, and on a regular file raises
+    ``PermissionError``, as on asyncio's selector loop: neither opens a
+    descriptor to ask whether the file has readiness."""
+    reference = asyncio.SelectorEventLoop()
+    try:
+        want = _watch_at_the_limit(reference, tmp_path, what)
+    finally:
+        reference.close()
+    assert want == (("accepted", [1]) if what == "a watched eventfd" else (("PermissionError", errno.EPERM), []))
+    assert _watch_at_the_limit(loop, tmp_path, what) == want
+
+
+@pytest.mark.parametrize("gone", ["closed", "closed and collected"])
+def test_connections_kept_for_a_listener_end_when_it_is_closed(loop, gone):
+    """A connection that a cancelled ``sock_accept`` took (the accept done,
+    its caller cancelled before it resumed) is kept for the next accept;
+    once the listener is closed (and collected) there is none, and the
+    peer sees the end of the connection (a reset, as for one left in a
+    closed listener's backlog) without another accept."""
+
+    async def main():
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(8)
+        lsock.setblocking(False)
+        coro = loop.sock_accept(lsock)
+        accept = coro.send(None)  # the accept's future, the connection not yet there
+        client = socket.create_connection(lsock.getsockname())
+        await asyncio.wait({accept})
+        with pytest.raises(asyncio.CancelledError):
+            coro.throw(asyncio.CancelledError())
+        assert isinstance(accept.result()[0], socket.socket)  # the connection was taken, then kept
+        del coro, accept
+        lsock.close()
+        if gone == "closed and collected":
+            del lsock
+            gc.collect()
+        client.settimeout(DEADLINE)
+        try:
+            end = await loop.run_in_executor(None, client.recv, 1)
+        except ConnectionResetError:
+            end = "reset"
+        except TimeoutError:
+            end = "no end"
+        client.close()
+        return end
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), 2 * DEADLINE)) in (b"", "reset")
+
+
+def test_connections_kept_and_handed_over_leave_no_finalizer_behind(loop):
+    """A connection kept from a cancelled ``sock_accept`` and then handed
+    to the next accept, many times over on one live listener, leaves the
+    loop holding no finalizer for it (one would be registered per cycle
+    and kept while the listener lives)."""
+
+    async def main():
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(8)
+        lsock.setblocking(False)
+        before = len(weakref.finalize._registry)
+        for _ in range(20):
+            coro = loop.sock_accept(lsock)
+            accept = coro.send(None)  # the accept's future, the connection not yet there
+            client = socket.create_connection(lsock.getsockname())
+            await asyncio.wait({accept})
+            with pytest.raises(asyncio.CancelledError):
+                coro.throw(asyncio.CancelledError())
+            conn, _ = await loop.sock_accept(lsock)  # the kept one
+            conn.close()
+            client.close()
+        gc.collect()
+        grown = len(weakref.finalize._registry) - before
+        lsock.close()
+        return grown
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == 0
+
+
+def _two_writes(lp, family, writes=(b"one", b"two")):
+    """How many loop iterations after ``writes`` made in one step a peer
+    transport on the same loop ``lp`` has them all, and the sizes of its
+    ``data_received`` calls (over a Unix ``socketpair`` or a loopback TCP
+    connection, by ``family``)."""
+
+    async def main():
+        got = []
+
+        class P(asyncio.Protocol):
+            def data_received(self, data):
+                got.append(data)
+
+        if family == socket.AF_UNIX:
+            a, b = socket.socketpair()
+        else:
+            with socket.create_server(("127.0.0.1", 0)) as listener:
+                a = socket.create_connection(listener.getsockname())
+                b, _ = listener.accept()
+        ta, _ = await lp.create_connection(asyncio.Protocol, sock=a)
+        tb, _ = await lp.create_connection(P, sock=b)
+        for _ in range(3):
+            await asyncio.sleep(0)  # (both transports' first receives are waiting)
+        for w in writes:
+            ta.write(w)
+        n = 0
+        while b"".join(got) != b"".join(writes):
+            await asyncio.sleep(0)
+            n += 1
+        ta.close()
+        tb.close()
+        return n, [len(g) for g in got]
+
+    return lp.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+@pytest.mark.parametrize("sizes", [(3, 3), (1500, 1500), (3000, 5000)], ids=["small", "past-first-buffer", "large"])
+@pytest.mark.parametrize("family", [socket.AF_UNIX, socket.AF_INET], ids=["unix", "tcp"])
+def test_two_writes_in_one_step_reach_a_peer_on_the_same_loop_as_on_asyncio(loop, family, sizes):
+    """The second of two writes made in one step reaches a peer transport
+    on the same loop with the first, after as many iterations as on
+    asyncio's selector loop (on io_uring the first send finishes the peer's
+    waiting receive as the system call returns; what the second sent is
+    taken with it, past the receive's first buffer too)."""
+    writes = tuple(bytes([65 + i]) * n for i, n in enumerate(sizes))
+    reference = asyncio.SelectorEventLoop()
+    try:
+        want = _two_writes(reference, family, writes)
+    finally:
+        reference.close()
+    assert want[1] == [sum(sizes)]
+    assert _two_writes(loop, family, writes) == want
+
+
+def _reset_after_two_sends(lp, second):
+    """What a socket's two receives on loop ``lp`` give when, in one step,
+    the loop sends b"x" to it from its peer, then ``second`` ("empty": an
+    empty send on the same socket; "reused number": a send on a new socket
+    that took the number of the peer, closed in between) and the peer is
+    closed holding unread bytes (so the socket is reset)."""
+
+    async def main():
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        b.send(b"unread")  # (a's close with these unread resets b)
+        r = asyncio.ensure_future(lp.sock_recv(b, 65536))
+        for _ in range(3):
+            await asyncio.sleep(0)  # (the receive is waiting)
+        held = []
+
+        def swap():
+            n = a.fileno()
+            a.close()
+            held.extend(socket.socketpair())
+            held[0].setblocking(False)
+            assert held[0].fileno() == n
+
+        async def send_new():
+            await lp.sock_sendall(held[0], b"x")
+
+        asyncio.ensure_future(lp.sock_sendall(a, b"x"))
+        if second == "empty":
+            asyncio.ensure_future(lp.sock_sendall(a, b""))
+            lp.call_soon(a.close)
+        else:
+            lp.call_soon(swap)
+            asyncio.ensure_future(send_new())
+        first = await r
+        try:
+            then = await lp.sock_recv(b, 65536)
+        except OSError as e:
+            then = type(e).__name__
+        for s in [b, *held]:
+            s.close()
+        return first, then
+
+    return lp.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+@pytest.mark.parametrize("second", ["empty", "reused number"])
+def test_a_reset_after_two_sends_in_one_step_is_reported_as_on_asyncio(loop, second):
+    """A peer's reset that follows two sends of the loop's own in one step
+    reaches the next receive as ``ConnectionResetError``, as on asyncio's
+    selector loop: taking the second send's bytes with the first receive
+    asks only for what the socket holds, so the reset (reported once) is
+    not consumed there."""
+    reference = asyncio.SelectorEventLoop()
+    try:
+        want = _reset_after_two_sends(reference, second)
+    finally:
+        reference.close()
+    assert want == (b"x", "ConnectionResetError")
+    assert _reset_after_two_sends(loop, second) == want

@@ -91,6 +91,11 @@ pub(crate) struct InFlight {
     pub waiting_ready: bool,
     /// Its cancellation was asked for.
     pub cancelled: bool,
+    /// A socket receive that the kernel finished with the bytes a send of
+    /// this loop's own wrote, as that send's system call returned, and to
+    /// whose sender the loop wrote again since: what that write sent is
+    /// taken with it (see `State::mark_peer_receives`).
+    pub peer_sent: bool,
 }
 
 impl InFlight {
@@ -107,6 +112,7 @@ impl InFlight {
             mask: 0,
             waiting_ready: false,
             cancelled: false,
+            peer_sent: false,
         }
     }
 

@@ -58,6 +58,11 @@ struct State {
     /// takes the rest of what the socket holds, before the bytes are made:
     /// one buffer for the ring, not one per connection.
     scratch: Vec<u8>,
+    /// The socket receives finished since the last wait by a send of this
+    /// loop's own: `(descriptor the send wrote to, that socket's inode,
+    /// receive's token)` (see [`State::mark_peer_receives`]). The inode
+    /// tells a socket that took a closed one's number from it.
+    peer_receives: Vec<(RawFd, u64, u64)>,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -91,6 +96,7 @@ impl LoopRing {
                 ops: Slots::default(),
                 queued: false,
                 scratch: Vec::new(),
+                peer_receives: Vec::new(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
         })
@@ -176,9 +182,7 @@ impl LoopRing {
         // which stays alive and unresized while held; the GIL is held, so
         // no Python code changes it during this call.
         let bytes = unsafe { std::slice::from_raw_parts(b.buf_ptr().cast::<u8>().cast_const(), n) };
-        // An OSError with its errno (`EMSGSIZE` for an oversized datagram),
-        // as asyncio's transports hand to `error_received`.
-        let sent = super::inline::write_inline(fd, bytes, socket).map_err(crate::errors::io_err)?;
+        let sent = self.send_inline(fd, bytes, socket)?;
         if sent == n {
             return Ok((None, n));
         }
@@ -383,7 +387,100 @@ impl Drop for LoopRing {
     }
 }
 
+impl LoopRing {
+    /// Writes what `fd` takes of `bytes` now (see [`LoopRing::send`]), and
+    /// marks the receives of this ring that the write finished (see
+    /// [`State::mark_peer_receives`]): the completion queue's length is
+    /// read before and after, which costs no system call.
+    fn send_inline(&self, fd: RawFd, bytes: &[u8], socket: bool) -> PyResult<usize> {
+        let mut guard = self.lock().ok();
+        let before = guard
+            .as_mut()
+            .and_then(|g| g.as_mut())
+            .map(|st| st.ring.completion().len());
+        // An OSError with its errno (`EMSGSIZE` for an oversized datagram),
+        // as asyncio's transports hand to `error_received`.
+        let sent = super::inline::write_inline(fd, bytes, socket).map_err(crate::errors::io_err)?;
+        if let (Some(before), Some(st)) = (before, guard.as_mut().and_then(|g| g.as_mut())) {
+            st.wrote_again(fd);
+            st.mark_peer_receives(fd, before, &bytes[..sent]);
+        }
+        Ok(sent)
+    }
+}
+
 impl State {
+    /// Notes the socket receives whose completions the kernel posted
+    /// while this thread wrote `sent` to `fd` (those after the first
+    /// `before` of the completion queue), when the bytes they took are the
+    /// start of `sent`: a receive of this loop's own peer, finished as the
+    /// send's system call returned. What the loop writes to `fd` later in
+    /// the same step would wait for the peer's next receive, one loop
+    /// iteration after asyncio's selector loop reads both at once; so a
+    /// second write to `fd` before the wait marks the receive `peer_sent`
+    /// ([`State::wrote_again`]), which then takes what its socket holds
+    /// more when it is reaped ([`State::recv_rest`]). A remote peer's
+    /// receive is marked only when the loop wrote the very bytes it took
+    /// and then wrote again to the same socket in the same step (an echo
+    /// of identical messages is one write per message): it costs no
+    /// system call more otherwise.
+    fn mark_peer_receives(&mut self, fd: RawFd, before: usize, sent: &[u8]) {
+        let mut cq = self.ring.completion();
+        if cq.len() <= before {
+            return;
+        }
+        for cqe in cq.by_ref().skip(before) {
+            let res = cqe.result();
+            let Some(op) = self.ops.get_mut(cqe.user_data()) else {
+                continue;
+            };
+            if op.kind != Kind::Recv || op.rest == 0 || op.waiting_ready || op.cancelled || res <= 0
+            {
+                continue;
+            }
+            let n = res as usize;
+            if n >= op.len || n > sent.len() {
+                continue; // (a full first buffer takes the rest anyway)
+            }
+            if let Memory::Owned(v) = &op.memory {
+                // SAFETY: `v` was lent to the kernel as `op.len` bytes of
+                // room for this receive, and its completion, posted, says
+                // the kernel wrote `n` < `op.len` bytes from its start and
+                // is done with it; they are only read here.
+                let got = unsafe { std::slice::from_raw_parts(v.as_ptr(), n) };
+                if *got == sent[..n] {
+                    if let Some(ino) = socket_inode(fd) {
+                        self.peer_receives.push((fd, ino, cqe.user_data()));
+                    }
+                }
+            }
+        }
+        // The completions stay in the queue for the next wait to reap: the
+        // queue's head, which the iteration moved, is not stored back.
+        std::mem::forget(cq);
+    }
+
+    /// Marks `peer_sent` the receives noted since the last wait as
+    /// finished by a write to `fd` (see [`State::mark_peer_receives`]):
+    /// the loop has written to that socket again. A socket that took the
+    /// number of a closed one since (another inode) marks nothing; the
+    /// inode is asked only when a noted receive names `fd`.
+    fn wrote_again(&mut self, fd: RawFd) {
+        if !self.peer_receives.iter().any(|&(sender, ..)| sender == fd) {
+            return;
+        }
+        let Some(ino) = socket_inode(fd) else {
+            return;
+        };
+        for &(sender, sender_ino, token) in &self.peer_receives {
+            if sender == fd && sender_ino == ino {
+                if let Some(op) = self.ops.get_mut(token) {
+                    op.peer_sent = true;
+                }
+            }
+        }
+    }
+
     /// Hands every queued entry to the kernel without waiting: true when
     /// none is left queued, false when the kernel took not all of them for
     /// now (interrupted, or busy with completions to reap).
@@ -423,6 +520,8 @@ impl State {
     /// Takes every completion the ring holds and turns those that finish
     /// an operation into `(token, result, value)`.
     fn reap(&mut self, py: Python<'_>) -> PyResult<Vec<(u64, i64, PyObject)>> {
+        // (their completions are reaped now)
+        self.peer_receives.clear();
         let cqes: Vec<(u64, i32)> = self
             .ring
             .completion()
@@ -474,29 +573,51 @@ impl State {
             self.push(entry)?;
             return Ok(None);
         }
-        let filled = res > 0 && res as usize == op.len;
-        if filled && op.rest > 0 && !op.cancelled {
+        let filled = res > 0 && res as usize == op.len && op.rest > 0;
+        if (filled || op.peer_sent && res > 0) && !op.cancelled {
             return Ok(self.recv_rest(token, res));
         }
         Ok(self.ops.remove(token).map(|op| (op, res)))
     }
 
-    /// Finishes socket receive `token`, whose first buffer the kernel
-    /// filled with `res` bytes: what more the socket holds now (at most
-    /// `rest`) is received into [`State::scratch`] without waiting, its
-    /// count kept in `done` and added to the result. An error there is
-    /// left for the next receive to report.
+    /// Finishes socket receive `token`, whose kernel receive took `res`
+    /// bytes and which takes what more its socket holds now without
+    /// waiting: its first buffer filled and `rest` room is left, or it took
+    /// a send of this loop's own and the loop wrote to that socket again in
+    /// the same step (`peer_sent`). The first buffer's room is filled, then
+    /// (when full) at most `rest` bytes go to [`State::scratch`], their
+    /// count kept in `done`; both are added to the result.
+    ///
+    /// Only the bytes the socket holds (`FIONREAD`) are asked for: a
+    /// receive with nothing queued would consume a pending error (a peer's
+    /// reset, reported once), so an error or the end of the stream stays
+    /// for the next receive to report.
     fn recv_rest(&mut self, token: u64, res: i32) -> Option<(InFlight, i32)> {
         let mut op = self.ops.remove(token)?;
-        if self.scratch.len() < op.rest {
-            self.scratch.resize(op.rest, 0);
+        let mut got = res as usize;
+        let mut held = queued_bytes(op.fd);
+        if let Memory::Owned(v) = &mut op.memory {
+            if got < op.len && held > 0 {
+                // SAFETY: the kernel wrote `got` <= `op.len` bytes (this
+                // completion's result) from the start of `v`, whose
+                // capacity is the `op.len` bytes lent to it, and is done
+                // with it: they are initialised.
+                unsafe { v.set_len(got) };
+                v.resize(op.len, 0);
+                let want = (op.len - got).min(held);
+                let n = recv_now(op.fd, &mut v[got..got + want]);
+                v.truncate(got + n);
+                (got, held) = (got + n, held - n);
+            }
         }
-        let more = match super::inline::recv_inline(op.fd, &mut self.scratch[..op.rest]) {
-            Ok(Some(n)) => n,
-            Ok(None) | Err(_) => 0,
-        };
-        op.done = more;
-        let total = i32::try_from(res as usize + more).unwrap_or(i32::MAX);
+        if got == op.len && op.rest > 0 && held > 0 {
+            let want = op.rest.min(held);
+            if self.scratch.len() < want {
+                self.scratch.resize(want, 0);
+            }
+            op.done = recv_now(op.fd, &mut self.scratch[..want]);
+        }
+        let total = i32::try_from(got + op.done).unwrap_or(i32::MAX);
         Some((op, total))
     }
 
@@ -531,6 +652,32 @@ impl State {
     /// the kernel writes the parent's memory, not the child's.
     fn forget_in_child(self) {
         drop(self);
+    }
+}
+
+/// The inode of socket `fd` (which socket a descriptor number names now),
+/// or `None` when `fd` is closed.
+fn socket_inode(fd: RawFd) -> Option<u64> {
+    // SAFETY: borrowed for this one call; a closed number gives `EBADF`.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::fs::fstat(borrowed).ok().map(|st| st.st_ino)
+}
+
+/// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
+fn queued_bytes(fd: RawFd) -> usize {
+    // SAFETY: the receive's descriptor, borrowed for this one call; the
+    // proactor holds the socket open until the receive's completion is
+    // dispatched, so the number still names that socket.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::io::ioctl_fionread(borrowed).map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Receives into `buf` what socket `fd` holds now, 0 when nothing came
+/// (the caller asked only for queued bytes, so no error is consumed).
+fn recv_now(fd: RawFd, buf: &mut [u8]) -> usize {
+    match super::inline::recv_inline(fd, buf) {
+        Ok(Some(n)) => n,
+        Ok(None) | Err(_) => 0,
     }
 }
 
