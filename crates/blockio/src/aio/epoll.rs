@@ -1,7 +1,7 @@
 //! The kernel's epoll set behind the readiness fallback
 //! ([`readiness`](super::readiness)): sockets registered edge-triggered,
-//! and one eventfd that wakes the thread waiting on the set (to stand
-//! aside for a runtime, or to stop). The set's own
+//! and one eventfd that wakes the thread waiting on the set (to stop).
+//! The set's own
 //! descriptor is readable while events wait: a tokio runtime's reactor
 //! watches it, and the events are then taken without waiting
 //! ([`EpollSet::take_ready`]).
@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
-use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::event::{eventfd, EventfdFlags, Timespec};
 
 /// The key the nudge descriptor is registered under. No socket's key is
 /// this: a socket's low half is its descriptor, never `u32::MAX - 1`.
@@ -219,24 +219,15 @@ impl EpollSet {
     }
 
     /// Reads the nudge back, so that the set no longer looks readable for
-    /// it (a nudge the thread no longer needs: it stands aside already).
-    pub(crate) fn drain_nudge(&self) {
+    /// it.
+    fn drain_nudge(&self) {
         let mut count = [0u8; 8];
         // A read that finds it read already (EAGAIN) is as good.
         let _ = rustix::io::read(&self.nudge, &mut count);
     }
 
-    /// Blocks until the set's descriptor is readable (an event waits, or
-    /// the nudge descriptor was written), taking nothing. An
-    /// interrupted or failed wait returns early: the caller looks again.
-    pub(crate) fn block(&self) {
-        let mut fds = [PollFd::new(&self.epoll, PollFlags::IN)];
-        let _ = poll(&mut fds, None);
-    }
-
     /// Ends the thread's current wait (or its next), once: it then sees
-    /// what changed (a runtime taking the set's events in its place, or
-    /// the caller's stop flag). A take without waiting ignores it. Once
+    /// the caller's stop flag. A take without waiting ignores it. Once
     /// the thread has ended, nothing reads it back: a nudge then leaves
     /// the set readable for as long as the eventfd is open, which every
     /// reactor watching the set keeps it ([`shared_fd`](Self::shared_fd)),
@@ -288,26 +279,6 @@ impl EpollSet {
             }
         }
         Ok(taken)
-    }
-
-    /// Whether events wait in the set, asked without taking them, once a
-    /// nudge is read back: a nudge left from a claim made while the
-    /// thread was busy (it stands aside already) is no event; one of a
-    /// stop is seen through the caller's flag.
-    pub(crate) fn has_events_unnudged(&self) -> bool {
-        self.drain_nudge();
-        self.has_events()
-    }
-
-    /// Whether events wait in the set (or the nudge descriptor was
-    /// written), asked without taking them.
-    pub(crate) fn has_events(&self) -> bool {
-        let mut fds = [PollFd::new(&self.epoll, PollFlags::IN)];
-        let now = Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
     }
 
     /// The set's descriptor and its nudge eventfd, shared: open while any

@@ -88,7 +88,6 @@ mod driving;
 mod epoll;
 mod file;
 mod in_flight;
-mod lease;
 pub(crate) mod op;
 #[cfg(feature = "tokio")]
 pub(crate) mod paused_clock;
@@ -675,6 +674,15 @@ impl AsyncEngine {
     #[doc(hidden)]
     pub fn readiness_counts(&self) -> Option<ReadinessCounts> {
         self.core.started_readiness().map(Readiness::counts)
+    }
+
+    /// How many times the task reading the readiness set of `runtime`
+    /// was polled (woken) so far, if that runtime has a set of this
+    /// engine's, for tests.
+    #[doc(hidden)]
+    #[cfg(feature = "tokio")]
+    pub fn readiness_polls_on(&self, runtime: &tokio::runtime::Handle) -> Option<u64> {
+        self.core.started_readiness()?.runtime_polls(runtime.id())
     }
 
     /// Why the thread pool is in use, when it is; on an engine built with

@@ -28,40 +28,42 @@
 //! tells a stale "not ready" from an event that came meanwhile, which is
 //! never lost: the call is made again instead.
 //!
-//! Who takes the set's events. On a tokio runtime (feature `tokio`; the
-//! thread pool's set), the first request that waits from a task of a
-//! runtime with I/O (see [`readiness_tokio`](super::readiness_tokio) for
-//! which futures count as one) has that runtime take them: the set's
-//! descriptor is registered in the runtime's reactor, so the runtime's
-//! thread, parked in its own `epoll_wait`, is woken by a socket's
-//! readiness, and a task there takes the events without waiting and
-//! completes their requests, waking their tasks on the thread that runs
-//! them. Every runtime whose tasks wait in the set does so, each with a
-//! task of its own (see [`lease`](super::lease)): a runtime busy in its
-//! tasks never holds another runtime's readiness back, since the other
-//! takes the set's events itself. The watching thread waits on the set
-//! only while no runtime does: it stands aside while a runtime's task
-//! holds the set's lease, and takes over when the last such task is
-//! dropped (its runtime shut down with its tasks: the lease is released
-//! and the thread woken) or when none takes the events (runtimes whose
-//! threads are all blocked, or that are not being run: revoked after two
-//! to three ticks of [`lease`](super::lease)). Operations of other
-//! executors sharing the engine are completed by whichever takes the
-//! events, and their tasks woken from there.
+//! Who takes the events. Each tokio runtime whose tasks wait here has an
+//! epoll set of its own (feature `tokio`; the thread pool's sockets), as
+//! tokio has a reactor per runtime and io_uring an engine per runtime:
+//! the set's descriptor is registered in that runtime's reactor, so the
+//! runtime's thread, parked in its own `epoll_wait`, is woken by the
+//! readiness of that runtime's sockets alone, and a task there
+//! ([`readiness_tokio`](super::readiness_tokio)) takes the events without
+//! waiting and completes their requests, waking their tasks on the thread
+//! that runs them. The readiness thread waits on a set of its own, for
+//! waits made outside any runtime that runs its tasks (see below).
 //!
-//! No readiness is lost or seen twice across these hand-overs: every
-//! event is taken from the kernel once, by one `epoll_wait` (a
-//! runtime's take or the thread's wait), and served under the same lock
-//! either way ([`on_event`], whose tick tells a retry of an event that
-//! came meanwhile); several runtimes' tasks take from the set at once,
-//! and the thread may wait on it beside them for a moment after a claim
-//! (until, nudged out of its wait, it stands aside): that is as safe as
-//! two events served on two threads.
-//! Events not taken wait in the set, which both ask: an event pending
-//! when the runtime's task is dropped is taken by the thread's next wait.
-//! A set whose engine is gone stops both: the thread completes what waits
-//! with `ECANCELED`, and a retry a runtime's task was making meanwhile
-//! completes its requests so too.
+//! A socket is in one set at a time: the set of the place its latest
+//! wait came from. A wait from a task of a runtime (or from any future on
+//! a multi-thread runtime, whose workers run its reactor) uses that
+//! runtime's set; a wait from a thread with no runtime, or from a future
+//! polled directly by a current-thread runtime's `block_on` (which tokio
+//! does not tell apart from a future polled by another executor where the
+//! runtime is only entered, whose reactor nobody runs), uses the
+//! thread's. A socket whose wait comes from another place than its set is
+//! moved (deleted from one set, added to the other, which reports at once
+//! what it is ready for), and every request waiting on it is served from
+//! there: a socket used on two runtimes by turns costs two `epoll_ctl` a
+//! move. A runtime that is not run (a current-thread runtime between two
+//! `block_on`s) serves its set's sockets when it runs again, as tokio's
+//! reactor does its sockets; one dropped (its set's task dropped with it)
+//! hands every socket left in its set to the thread's set.
+//!
+//! No readiness is lost or seen twice: every event is taken from the
+//! kernel once, by one `epoll_wait` (a runtime's take or the thread's
+//! wait), and served under the same lock ([`on_event`], whose tick tells
+//! a retry of an event that came meanwhile). An event taken from a set a
+//! socket has just left is served as any other: it only says what the
+//! socket was ready for. A set whose engine is gone stops: the thread
+//! completes what waits with `ECANCELED`, each runtime's task ends, and a
+//! retry a runtime's task was making meanwhile completes its requests so
+//! too.
 //!
 //! A request waiting here is cancelled by taking it out of the set: the
 //! kernel holds nothing of it, so its memory is free at once.
@@ -86,52 +88,86 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::attempt::{attempt, awaits, is_connect, not_ready, short_receive};
 use super::epoll::{EpollSet, Readied};
-use super::lease::{Lease, TICK};
 #[cfg(feature = "tokio")]
-use super::readiness_tokio::{offer, Driven};
+use super::readiness_tokio::place_on_runtime;
 use super::ready::{Awaits, ReadyWord};
 use super::request::{call_user, Cancel, Complete, Request};
 #[cfg(feature = "tokio")]
 use rustix::event::epoll::Event;
 
-/// One thread watching the sockets of waiting requests.
+/// One thread watching the sockets of waiting requests, and the sets
+/// of the runtimes whose tasks wait (see the [module](self)).
 pub(crate) struct Readiness {
     watcher: Arc<Watcher>,
 }
 
-/// What the watching thread shares with the engine (and with the tokio
-/// task that takes the set's events in its place): the epoll set, the
-/// requests waiting in it, and who takes its events.
-struct Watcher {
-    set: EpollSet,
+/// One epoll set of the fallback, and who reads it.
+pub(super) struct Place {
+    /// The set.
+    pub(super) set: EpollSet,
+    /// Set once the task of the runtime reading it is dropped: no socket
+    /// joins the set after that.
+    gone: AtomicBool,
+    /// Polls of the task of the runtime reading it (its wake-ups).
+    polls: AtomicU64,
+}
+
+impl Place {
+    /// A new, empty set.
+    pub(super) fn new() -> io::Result<Place> {
+        Ok(Place {
+            set: EpollSet::new()?,
+            gone: AtomicBool::new(false),
+            polls: AtomicU64::new(0),
+        })
+    }
+
+    /// Counts a poll of the task reading the set.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(super) fn polled(&self) {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the watching thread shares with the engine and with the tokio
+/// tasks that take their runtimes' sets' events: the sets, and the
+/// requests waiting in them.
+pub(super) struct Watcher {
+    /// The readiness thread's set.
+    thread: Arc<Place>,
     waiting: Mutex<Waiting>,
     stop: AtomicBool,
-    /// Held by the runtime's task that takes the set's events, if one
-    /// does ([`readiness_tokio`](super::readiness_tokio)).
-    lease: Lease,
-    /// A request that waits from a tokio runtime's task offers that
-    /// runtime the set's events (the thread pool's set); otherwise only
-    /// the thread takes them.
+    /// A request that waits from a tokio runtime's task waits in that
+    /// runtime's set (the thread pool's sockets); otherwise all wait in
+    /// the thread's.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     on_runtimes: bool,
+    /// The set of each runtime whose tasks have waited, while its task
+    /// reading it lives.
+    #[cfg(feature = "tokio")]
+    runtimes: Mutex<HashMap<tokio::runtime::Id, Arc<Place>>>,
+    /// Sets made for runtimes.
+    runtime_sets: AtomicU64,
+    /// Sockets moved from one set to another.
+    moves: AtomicU64,
     /// Waits on the set the thread has entered.
     thread_waits: AtomicU64,
     /// Socket events the thread has taken from the set.
     thread_events: AtomicU64,
 }
 
-/// Who took a readiness set's events so far, for tests that check which
-/// thread did (see [`AsyncEngine::readiness_counts`](super::AsyncEngine::readiness_counts)).
+/// Where the readiness fallback's events were taken so far, for tests
+/// that check which thread did (see [`AsyncEngine::readiness_counts`](super::AsyncEngine::readiness_counts)).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadinessCounts {
-    /// Leases given to a tokio runtime's task.
-    pub claims: u64,
-    /// Leases revoked by the readiness thread.
-    pub revoked: u64,
-    /// Waits on the set the readiness thread has entered.
+    /// Sets made for tokio runtimes, one per runtime whose tasks waited.
+    pub runtime_sets: u64,
+    /// Sockets moved from one set to another (a wait from another place).
+    pub moves: u64,
+    /// Waits on its set the readiness thread has entered.
     pub thread_waits: u64,
-    /// Socket events the readiness thread has taken from the set.
+    /// Socket events the readiness thread has taken from its set.
     pub thread_events: u64,
 }
 
@@ -217,6 +253,8 @@ struct Watched {
     /// Its owner holds a [`Registration`], which deletes it from the set
     /// before the socket closes: it stays in the set between waits.
     kept: bool,
+    /// The set it is in, while [`in_set`](Self::in_set).
+    place: Option<Arc<Place>>,
     /// This entry's generation, in the set's key beside the descriptor.
     gen: u32,
     /// What the socket is ready for, as far as the set has told.
@@ -259,11 +297,14 @@ impl Readiness {
 
     fn start(on_runtimes: bool) -> io::Result<Readiness> {
         let watcher = Arc::new(Watcher {
-            set: EpollSet::new()?,
+            thread: Arc::new(Place::new()?),
             waiting: Mutex::new(Waiting::default()),
             stop: AtomicBool::new(false),
-            lease: Lease::new(TICK),
             on_runtimes,
+            #[cfg(feature = "tokio")]
+            runtimes: Mutex::new(HashMap::new()),
+            runtime_sets: AtomicU64::new(0),
+            moves: AtomicU64::new(0),
             thread_waits: AtomicU64::new(0),
             thread_events: AtomicU64::new(0),
         });
@@ -285,6 +326,7 @@ impl Readiness {
             return req.done.complete(res);
         };
         let fd = req.op.fd;
+        let place = self.place();
         let mut first = true;
         loop {
             let w = self.watcher.lock();
@@ -292,7 +334,7 @@ impl Readiness {
                 // Known not ready: waits without the call. (A connect is
                 // always made: its call is what starts it.)
                 Some(s) if s.in_set && !s.ready.is(dir) && !is_connect(kind) => {
-                    return self.park(w, req, dir)
+                    return self.park(w, req, dir, &place)
                 }
                 _ => w.seen(fd),
             };
@@ -307,20 +349,44 @@ impl Readiness {
             }
             let mut w = self.watcher.lock();
             if w.seen(fd).is_none() || clear_seen(&mut w, fd, dir, seen) {
-                return self.park(w, req, dir);
+                return self.park(w, req, dir, &place);
             }
             // An event came during the call: made again.
         }
     }
 
+    /// The set a request waiting now from the caller's thread waits in:
+    /// its runtime's, or the thread's (see the [module](self)).
+    fn place(&self) -> Arc<Place> {
+        #[cfg(feature = "tokio")]
+        if self.watcher.on_runtimes {
+            if let Some(place) = place_on_runtime(&self.watcher) {
+                return place;
+            }
+        }
+        self.watcher.thread.clone()
+    }
+
     /// Puts `req`, whose socket is not ready in direction `dir`, in the
-    /// set (locked in `w`), adding the socket if it is not yet there, or
-    /// watching it for `dir` too if it was not yet.
-    fn park(&self, mut w: MutexGuard<'_, Waiting>, req: Request, dir: Awaits) {
+    /// set `place` (or the thread's, if `place` is gone), with the
+    /// requests (locked in `w`): adds the socket if it is not yet there,
+    /// moving it from the set it was in, or watches it for `dir` too if it
+    /// was not yet.
+    fn park(&self, mut w: MutexGuard<'_, Waiting>, req: Request, dir: Awaits, place: &Arc<Place>) {
+        // Asked under the lock that the set's task takes to hand its
+        // sockets over when it is dropped, after setting `gone`.
+        let place = if place.gone.load(Ordering::SeqCst) {
+            &self.watcher.thread
+        } else {
+            place
+        };
         let fd = req.op.fd;
         let s = w.entry(fd);
-        if !s.watches(dir) {
-            if let Err(e) = watch_for(&self.watcher.set, fd, s, dir) {
+        if !s.watches(dir) || !s.is_in(place) {
+            if s.in_set && !s.is_in(place) {
+                self.watcher.moves.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Err(e) = watch_for(place, fd, s, dir) {
                 if !s.in_set && !s.kept {
                     w.sockets.remove(&fd);
                 }
@@ -331,32 +397,29 @@ impl Readiness {
         let target = target_key(&req.done);
         s.reqs.push(req);
         w.fds.insert(target, fd);
-        drop(w);
-        self.offer();
     }
 
-    /// Who took the set's events so far.
+    /// Where the events were taken so far.
     pub(crate) fn counts(&self) -> ReadinessCounts {
         let w = &self.watcher;
         ReadinessCounts {
-            claims: w.lease.claims(),
-            revoked: w.lease.revoked(),
+            runtime_sets: w.runtime_sets.load(Ordering::Relaxed),
+            moves: w.moves.load(Ordering::Relaxed),
             thread_waits: w.thread_waits.load(Ordering::Relaxed),
             thread_events: w.thread_events.load(Ordering::Relaxed),
         }
     }
 
-    /// Offers the set's events to the tokio runtime the caller runs on,
-    /// if this set is taken on runtimes and no task of that runtime takes
-    /// them yet.
-    fn offer(&self) {
-        #[cfg(feature = "tokio")]
-        if self.watcher.on_runtimes {
-            offer(&self.watcher.lease, || {
-                let set: Arc<dyn Driven> = self.watcher.clone();
-                (Arc::downgrade(&set), self.watcher.set.shared_fd())
-            });
-        }
+    /// How many times the task reading the set of `runtime` was polled
+    /// (woken), if that runtime has a set.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn runtime_polls(&self, runtime: tokio::runtime::Id) -> Option<u64> {
+        let runtimes = self
+            .watcher
+            .runtimes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        Some(runtimes.get(&runtime)?.polls.load(Ordering::Relaxed))
     }
 
     /// Keeps `fd` in the set between waits, until the returned
@@ -387,13 +450,18 @@ impl Readiness {
         };
         let req = reqs.remove(i);
         w.fds.remove(&key);
-        settle(&self.watcher.set, &mut w, fd);
+        settle(&mut w, fd);
         drop(w);
         req.done.complete(-libc::ECANCELED);
     }
 }
 
 impl Watched {
+    /// Whether the socket is in the set `place`.
+    fn is_in(&self, place: &Arc<Place>) -> bool {
+        self.in_set && self.place.as_ref().is_some_and(|p| Arc::ptr_eq(p, place))
+    }
+
     /// Whether the set watches the socket for `dir`.
     fn watches(&self, dir: Awaits) -> bool {
         match dir {
@@ -403,24 +471,32 @@ impl Watched {
     }
 }
 
-/// Has the set watch `fd`, known to it as `s`, for `dir` too: adds it,
-/// or modifies what it is watched for (once in a socket's life: the
-/// directions watched only grow). A call in `dir` has just said not
-/// ready; if the socket is ready now, the kernel has queued an event
-/// that sets it again.
-fn watch_for(set: &EpollSet, fd: RawFd, s: &mut Watched, dir: Awaits) -> io::Result<()> {
+/// Has the set of `place` watch `fd`, known as `s`, for `dir` too: adds
+/// it (deleting it first from the set it was in, if another), or
+/// modifies what it is watched for (once in a socket's life in a set:
+/// the directions watched only grow). A call in `dir` has just said not
+/// ready; if the socket is ready now, the kernel has queued an event that
+/// sets it again (an add reports at once what the socket is ready for).
+fn watch_for(place: &Arc<Place>, fd: RawFd, s: &mut Watched, dir: Awaits) -> io::Result<()> {
     let reading = s.reading || dir == Awaits::Readable;
     let writing = s.writing || dir == Awaits::Writable;
-    // SAFETY: `fd` is deleted from the set before its last waiting
+    // SAFETY: `fd` is deleted from its set before its last waiting
     // request leaves it (see `settle`), or, if `s` is kept, by its
     // `Registration` before the socket closes; until then a waiting
     // request or the socket's owner holds it open.
     let sock = unsafe { socket(fd) };
-    if s.in_set {
-        set.modify(sock, key(fd, s), reading, writing)?;
-    } else {
-        set.add(sock, key(fd, s), reading, writing)?;
+    if let Some(old) = s.place.take_if(|p| !Arc::ptr_eq(p, place)) {
+        if s.in_set {
+            let _ = old.set.delete(sock);
+            s.in_set = false;
+        }
     }
+    if s.in_set {
+        place.set.modify(sock, key(fd, s), reading, writing)?;
+    } else {
+        place.set.add(sock, key(fd, s), reading, writing)?;
+    }
+    s.place = Some(place.clone());
     s.in_set = true;
     s.reading = reading;
     s.writing = writing;
@@ -447,15 +523,15 @@ fn clear_seen(w: &mut Waiting, fd: RawFd, dir: Awaits, seen: Option<Seen>) -> bo
 /// request waiting, none being retried. Called with the set locked, while
 /// a request that holds `fd` open is still alive (waiting, or just taken
 /// out and not yet dropped).
-fn settle(set: &EpollSet, w: &mut Waiting, fd: RawFd) {
+fn settle(w: &mut Waiting, fd: RawFd) {
     let Some(s) = w.sockets.get(&fd) else {
         return;
     };
     if s.reqs.is_empty() && s.retrying == 0 && !s.kept {
-        if s.in_set {
+        if let (true, Some(place)) = (s.in_set, &s.place) {
             // SAFETY: the caller keeps a request that holds `fd` open
             // alive.
-            let _ = set.delete(unsafe { socket(fd) });
+            let _ = place.set.delete(unsafe { socket(fd) });
         }
         w.sockets.remove(&fd);
     }
@@ -479,9 +555,9 @@ impl Drop for Registration {
         let Some(s) = w.sockets.remove(&self.fd) else {
             return;
         };
-        if s.in_set {
+        if let (true, Some(place)) = (s.in_set, &s.place) {
             // SAFETY: the socket's owner drops this before closing `fd`.
-            let _ = watcher.set.delete(unsafe { socket(self.fd) });
+            let _ = place.set.delete(unsafe { socket(self.fd) });
         }
         drop(w);
         // None is left: a waiting request holds the socket, and with it
@@ -493,30 +569,19 @@ impl Drop for Registration {
 impl Drop for Readiness {
     fn drop(&mut self) {
         self.watcher.stop.store(true, Ordering::SeqCst);
-        let _ = self.watcher.set.nudge();
-        self.watcher.lease.wake();
+        let _ = self.watcher.thread.set.nudge();
     }
 }
 
-/// The watching thread: retries the requests whose socket became ready,
-/// until the engine is gone; stands aside while a runtime's task takes
-/// the set's events.
+/// The watching thread: retries the requests whose socket became ready
+/// in its set, until the engine is gone.
 fn watch(watcher: &Watcher) {
     let mut events = Vec::new();
     while !watcher.stop.load(Ordering::SeqCst) {
-        watcher.lease.stand_aside(
-            || watcher.set.has_events_unnudged(),
-            || watcher.set.block(),
-            &watcher.stop,
-        );
-        if watcher.stop.load(Ordering::SeqCst) {
-            break;
-        }
         // An error (none is expected of a valid set) is tried again; the
-        // wake-up is seen through `stop`. A lease claimed during the wait
-        // is seen after it.
+        // stop's nudge ends the wait.
         watcher.thread_waits.fetch_add(1, Ordering::Relaxed);
-        let _ = watcher.set.wait(&mut events, |key, r| {
+        let _ = watcher.thread.set.wait(&mut events, |key, r| {
             watcher.thread_events.fetch_add(1, Ordering::Relaxed);
             on_event(watcher, key, r)
         });
@@ -525,29 +590,42 @@ fn watch(watcher: &Watcher) {
 }
 
 #[cfg(feature = "tokio")]
-impl Driven for Watcher {
-    fn lease(&self) -> &Lease {
-        &self.lease
-    }
-
-    fn stopped(&self) -> bool {
+impl Watcher {
+    /// Whether the set has stopped (its engine is gone).
+    pub(super) fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
 
-    fn nudge_thread(&self) {
-        // A failed write (none is expected: the counter is read back at
-        // each nudge) leaves the thread in its wait until the next event,
-        // which the two then share.
-        let _ = self.set.nudge();
+    /// The set of `runtime`, if it has one.
+    pub(super) fn runtime_place(&self, runtime: tokio::runtime::Id) -> Option<Arc<Place>> {
+        let runtimes = self.runtimes.lock().unwrap_or_else(|e| e.into_inner());
+        runtimes.get(&runtime).cloned()
     }
 
-    fn turn(&self) -> bool {
+    /// Makes `place` the set of `runtime`, unless it has one already,
+    /// which is returned.
+    pub(super) fn install(
+        &self,
+        runtime: tokio::runtime::Id,
+        place: &Arc<Place>,
+    ) -> Option<Arc<Place>> {
+        let mut runtimes = self.runtimes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = runtimes.get(&runtime) {
+            return Some(p.clone());
+        }
+        runtimes.insert(runtime, place.clone());
+        self.runtime_sets.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Takes the events waiting in `place`'s set, without waiting, and
+    /// serves them; returns whether more may wait (a full take).
+    pub(super) fn turn(&self, place: &Place) -> bool {
         thread_local! {
             /// The events taken by a turn on this thread (kept: a take
             /// holds 1,024, too many to allocate each time).
             static EVENTS: RefCell<Vec<Event>> = const { RefCell::new(Vec::new()) };
         }
-        self.lease.turned();
         // A turn within a turn (a waker that polls its task in place) has
         // a buffer of its own.
         let mut fresh = Vec::new();
@@ -555,30 +633,98 @@ impl Driven for Watcher {
             let mut kept = kept.try_borrow_mut();
             let events = kept.as_deref_mut().unwrap_or(&mut fresh);
             // An error (none is expected of a valid set) takes nothing:
-            // the reactor reports the set again, or the thread takes over.
-            self.set
+            // the reactor reports the set again.
+            place
+                .set
                 .take_ready(events, |key, r| on_event(self, key, r))
                 .unwrap_or(false)
         })
     }
+
+    /// The task reading the set of `place`'s runtime is dropped (its
+    /// runtime shut down, or the runtime refused it): no socket joins the
+    /// set from now on, and each socket in it moves to the thread's set,
+    /// which reports at once what it is ready for, so that what waits
+    /// there is served.
+    pub(super) fn leave(&self, runtime: tokio::runtime::Id, place: &Arc<Place>) {
+        place.gone.store(true, Ordering::SeqCst);
+        {
+            let mut runtimes = self.runtimes.lock().unwrap_or_else(|e| e.into_inner());
+            if runtimes
+                .get(&runtime)
+                .is_some_and(|p| Arc::ptr_eq(p, place))
+            {
+                runtimes.remove(&runtime);
+            }
+        }
+        let mut failed = Vec::new();
+        let mut w = self.lock();
+        for (&fd, s) in w.sockets.iter_mut() {
+            if !s.is_in(place) {
+                continue;
+            }
+            let (reading, writing) = (s.reading, s.writing);
+            // Moved with the directions it is watched for; the request's
+            // direction given is one of them.
+            let dir = if reading {
+                Awaits::Readable
+            } else {
+                Awaits::Writable
+            };
+            if watch_for(&self.thread, fd, s, dir).is_err() {
+                failed.push(fd);
+            } else {
+                s.writing |= writing;
+                self.moves.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut lost = Vec::new();
+        for fd in failed {
+            if let Some(s) = w.sockets.get_mut(&fd) {
+                s.in_set = false;
+                s.place = None;
+                for req in s.reqs.drain(..) {
+                    lost.push(req);
+                }
+            }
+        }
+        for req in &lost {
+            w.fds.remove(&target_key(&req.done));
+        }
+        drop(w);
+        for req in lost {
+            let _ = call_user(move || {
+                req.done.complete(-libc::EIO);
+                drop(req);
+            });
+        }
+    }
 }
 
 /// The engine is gone: nobody will await what still waits, which is
-/// completed with `ECANCELED`, and the set lets go of every socket. The
-/// set is left readable (a nudge nobody reads back any more, in the set
-/// while its eventfd is open, which a reactor watching the set keeps
-/// so), so that a runtime's task still watching it sees that it stopped.
+/// completed with `ECANCELED`, and the sets let go of every socket. Each
+/// runtime's set is left readable (a nudge nobody reads back, in the set
+/// while its eventfd is open, which the reactor watching the set keeps
+/// so), so that the runtime's task watching it sees that it stopped.
 fn shut_down(watcher: &Watcher) {
-    let _ = watcher.set.nudge();
+    #[cfg(feature = "tokio")]
+    for place in watcher
+        .runtimes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+    {
+        let _ = place.set.nudge();
+    }
     let mut w = watcher.lock();
     let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();
     w.fds.clear();
     for (fd, s) in &left {
-        if s.in_set {
+        if let (true, Some(place)) = (s.in_set, &s.place) {
             // SAFETY: with the lock held, `s.reqs` (alive here) or, for a
             // kept socket, its owner (whose registration takes the lock
             // before the socket closes) hold `fd` open.
-            let _ = watcher.set.delete(unsafe { socket(*fd) });
+            let _ = place.set.delete(unsafe { socket(*fd) });
         }
     }
     drop(w);
@@ -675,7 +821,7 @@ fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
     for (req, _) in &done {
         w.fds.remove(&target_key(&req.done));
     }
-    settle(&watcher.set, &mut w, fd);
+    settle(&mut w, fd);
     drop(w);
     // On the watching thread: a panicking waker is reported by the panic
     // hook and the thread goes on serving the other sockets.
@@ -698,35 +844,6 @@ mod tests {
     use super::*;
     use crate::op::action::{Action, RecvArgs, SendArgs};
     use crate::op::Op;
-
-    /// A nudge left unread when the thread stands aside (the claim's,
-    /// made while the thread was busy) is no event: the holder, idle,
-    /// keeps the lease and the thread blocks on the set.
-    #[test]
-    fn a_nudge_left_over_costs_an_idle_holder_nothing() {
-        let set = Arc::new(EpollSet::new().unwrap());
-        let lease = Arc::new(Lease::new(Duration::from_millis(1)));
-        let stop = Arc::new(AtomicBool::new(false));
-        let token = lease.try_claim(1).unwrap();
-        set.nudge().unwrap();
-        let (blocked_tx, blocked) = std::sync::mpsc::channel();
-        let (s, l, st) = (set.clone(), lease.clone(), stop.clone());
-        let aside = std::thread::spawn(move || {
-            let block = || {
-                let _ = blocked_tx.send(());
-                s.block();
-            };
-            l.stand_aside(|| s.has_events_unnudged(), block, &st);
-        });
-        blocked
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the thread never blocked: the nudge looked like an event");
-        assert!(lease.holds(token));
-        assert_eq!(lease.revoked(), 0);
-        assert!(lease.release(token));
-        set.nudge().unwrap();
-        aside.join().unwrap();
-    }
 
     /// An event's report of a socket readable.
     const READABLE: Readied = Readied {
@@ -820,7 +937,7 @@ mod tests {
     /// The `(descriptor, inode)` of each file in the set, as the
     /// kernel lists them in the epoll descriptor's `fdinfo`.
     fn in_set(r: &Readiness) -> Vec<(RawFd, u64)> {
-        let epfd = r.watcher.set.as_fd().as_raw_fd();
+        let epfd = r.watcher.thread.set.as_fd().as_raw_fd();
         let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")).unwrap();
         let field = |line: &str, name: &str| -> Option<String> {
             let at = line.find(name)? + name.len();
@@ -1017,7 +1134,7 @@ mod tests {
 
     /// The event mask the set holds for `fd`, from its `fdinfo`.
     fn mask_in_set(r: &Readiness, fd: RawFd) -> Option<u32> {
-        let epfd = r.watcher.set.as_fd().as_raw_fd();
+        let epfd = r.watcher.thread.set.as_fd().as_raw_fd();
         let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")).unwrap();
         info.lines().find_map(|l| {
             let mut words = l.split_whitespace();
@@ -1057,7 +1174,7 @@ mod tests {
             assert_eq!(settled(&t), 1);
             assert_eq!(t.buf[0], i);
         }
-        assert_eq!(r.watcher.set.ctls.load(Ordering::Relaxed), 1);
+        assert_eq!(r.watcher.thread.set.ctls.load(Ordering::Relaxed), 1);
         let mask = mask_in_set(&r, n).expect("not in the set");
         assert_eq!(mask, edge(libc::EPOLLIN), "mask {mask:#x}");
 
@@ -1080,7 +1197,7 @@ mod tests {
         assert_eq!(result(&t), Some(1));
 
         // Added, then watched for writing too: nothing more.
-        assert_eq!(r.watcher.set.ctls.load(Ordering::Relaxed), 2);
+        assert_eq!(r.watcher.thread.set.ctls.load(Ordering::Relaxed), 2);
         let mask = mask_in_set(&r, n).expect("not in the set");
         assert_eq!(mask, edge(libc::EPOLLIN | libc::EPOLLOUT), "mask {mask:#x}");
         drop(kept);
