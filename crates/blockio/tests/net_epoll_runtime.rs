@@ -21,51 +21,17 @@ use blockio::BackendChoice;
 /// A hang guard, far beyond what any step takes.
 const GUARD: Duration = Duration::from_secs(30);
 
-/// Held while an engine is built and its readiness thread found, so
-/// that each test finds its own.
-static BUILDING: Mutex<()> = Mutex::new(());
-
-/// The ids of this process's threads named `blockio-net`.
-fn readiness_threads() -> Vec<u32> {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| {
-            let t = t.ok()?;
-            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-            (comm.trim() == "blockio-net").then(|| t.file_name().to_str()?.parse().ok())?
-        })
-        .collect()
-}
-
-/// A thread-pool engine and the id of its readiness thread.
-fn pool_engine() -> (AsyncEngine, u32) {
-    let _building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
-    let before = readiness_threads();
-    // `Driving::Auto` (with `Thread` only the readiness thread takes the
-    // set's events), built outside any runtime: `Auto` on a runtime would
-    // try (and drop) a caller-driven engine first, a readiness thread of
-    // its own.
+/// A thread-pool engine whose sets' events are taken on the runtimes
+/// whose tasks wait (`Driving::Auto`; with `Thread` only the readiness
+/// thread takes them), built outside any runtime: `Auto` on a runtime
+/// would try (and drop) a caller-driven engine first.
+fn pool_engine() -> AsyncEngine {
     assert!(tokio::runtime::Handle::try_current().is_err());
-    let engine = AsyncEngine::builder()
+    AsyncEngine::builder()
         .backend(BackendChoice::ThreadPool)
         .driving(Driving::Auto)
         .build()
-        .unwrap();
-    // Named by the thread itself once it runs: waited for, so that every
-    // engine built under the lock has its thread named before the next.
-    let start = std::time::Instant::now();
-    loop {
-        let new: Vec<u32> = readiness_threads()
-            .into_iter()
-            .filter(|t| !before.contains(t))
-            .collect();
-        if !new.is_empty() {
-            assert_eq!(new.len(), 1, "the engine's readiness thread: {new:?}");
-            return (engine, new[0]);
-        }
-        assert!(start.elapsed() < GUARD, "no readiness thread started");
-        std::thread::yield_now();
-    }
+        .unwrap()
 }
 
 /// Who took the engine's readiness set's events so far.
@@ -139,7 +105,7 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
         .enable_all()
         .build()
         .unwrap();
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     // In a task, as the test's other runtimes' reads are.
     let exchanges = rt.spawn(async move {
         let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
@@ -196,7 +162,7 @@ fn readiness_is_seen_while_every_worker_is_blocked() {
         .enable_all()
         .build()
         .unwrap();
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let ((a, _peer_a), (b, mut peer_b)) = rt.block_on(async {
         let a = connected(&engine).await;
         let b = connected(&engine).await;
@@ -271,7 +237,7 @@ fn readiness_is_seen_while_the_holding_runtime_is_not_run() {
         .enable_all()
         .build()
         .unwrap();
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let ((a, _peer_a), (b, mut peer_b)) = rt.block_on(async {
         let a = connected(&engine).await;
         let b = connected(&engine).await;
@@ -320,7 +286,7 @@ fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
         .enable_all()
         .build()
         .unwrap();
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let pairs: Vec<(TcpStream, std::net::TcpStream)> =
         rt.block_on(async { futures::future::join_all((0..8).map(|_| connected(&engine))).await });
     let (streams, mut peers): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
@@ -399,7 +365,7 @@ fn a_runtime_only_entered_leaves_its_reads_to_the_thread() {
         .enable_all()
         .build()
         .unwrap();
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let (s, peer) = rt.block_on(connected(&engine));
     let before = counts(&engine);
     let (parked_tx, parked_rx) = mpsc::channel::<Report>();
@@ -434,7 +400,7 @@ fn a_runtime_only_entered_leaves_its_reads_to_the_thread() {
 #[test]
 fn an_idle_runtime_is_not_woken_by_another_runtimes_readiness() {
     const EXCHANGES: u64 = 500;
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let idle = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -522,10 +488,6 @@ fn driving_thread_leaves_the_set_to_the_readiness_thread() {
 /// read a set of its.
 #[test]
 fn the_default_engines_pool_set_is_read_on_the_runtime() {
-    // Its readiness thread starts with the engine (the pool) or at its
-    // first accept (io_uring): under the lock, so that another test's
-    // `pool_engine` does not take it for its own.
-    let building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let engine = AsyncEngine::current().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -533,7 +495,6 @@ fn the_default_engines_pool_set_is_read_on_the_runtime() {
         .unwrap();
     let pool = engine.backend() == blockio::Backend::ThreadPool;
     let (a, mut peer) = rt.block_on(connected(&engine));
-    drop(building);
     let (parked_tx, parked_rx) = mpsc::channel();
     let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
     let writer = std::thread::spawn(move || {
@@ -617,7 +578,7 @@ async fn read_what_is_sent(engine: &AsyncEngine) -> (usize, Vec<u8>) {
 /// shape of `#[tokio::test]`, read from the readiness thread's set), gets
 /// the bytes sent to it while the first runtime's thread is held.
 fn a_read_on_runtime_b_does_not_wait_for_busy_runtime_a(in_task: bool) {
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let (runtime_a, release_a) = a_runtime_holding_the_set_and_its_thread(&engine);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -109,23 +109,52 @@ pub(super) struct Place {
     /// joins the set after that.
     gone: AtomicBool,
     /// Polls of the task of the runtime reading it (its wake-ups).
+    #[cfg(feature = "tokio")]
     polls: AtomicU64,
+    /// The waker of the task of the runtime reading it, woken when the
+    /// engine stops (a runtime's set has no nudge descriptor).
+    #[cfg(feature = "tokio")]
+    waker: Mutex<Option<std::task::Waker>>,
 }
 
 impl Place {
-    /// A new, empty set.
-    pub(super) fn new() -> io::Result<Place> {
-        Ok(Place {
-            set: EpollSet::new()?,
+    /// A new, empty set, `set`.
+    fn of(set: EpollSet) -> Place {
+        Place {
+            set,
             gone: AtomicBool::new(false),
+            #[cfg(feature = "tokio")]
             polls: AtomicU64::new(0),
-        })
+            #[cfg(feature = "tokio")]
+            waker: Mutex::new(None),
+        }
     }
 
-    /// Counts a poll of the task reading the set.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(super) fn polled(&self) {
+    /// A new, empty set for a runtime's reactor to watch: one descriptor.
+    #[cfg(feature = "tokio")]
+    pub(super) fn for_runtime() -> io::Result<Place> {
+        Ok(Place::of(EpollSet::bare()?))
+    }
+
+    /// Counts a poll of the task reading the set, whose waker `waker` is
+    /// woken when the engine stops (kept before the task looks whether it
+    /// has: a stop after that look wakes it).
+    #[cfg(feature = "tokio")]
+    pub(super) fn polled(&self, waker: &std::task::Waker) {
         self.polls.fetch_add(1, Ordering::Relaxed);
+        let mut kept = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+        if !kept.as_ref().is_some_and(|k| k.will_wake(waker)) {
+            *kept = Some(waker.clone());
+        }
+    }
+
+    /// Wakes the task reading the set, to see that the engine stopped.
+    #[cfg(feature = "tokio")]
+    fn wake(&self) {
+        let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 }
 
@@ -297,7 +326,7 @@ impl Readiness {
 
     fn start(on_runtimes: bool) -> io::Result<Readiness> {
         let watcher = Arc::new(Watcher {
-            thread: Arc::new(Place::new()?),
+            thread: Arc::new(Place::of(EpollSet::new()?)),
             waiting: Mutex::new(Waiting::default()),
             stop: AtomicBool::new(false),
             on_runtimes,
@@ -703,18 +732,21 @@ impl Watcher {
 
 /// The engine is gone: nobody will await what still waits, which is
 /// completed with `ECANCELED`, and the sets let go of every socket. Each
-/// runtime's set is left readable (a nudge nobody reads back, in the set
-/// while its eventfd is open, which the reactor watching the set keeps
-/// so), so that the runtime's task watching it sees that it stopped.
+/// runtime's task reading a set is woken, to see that it stopped.
 fn shut_down(watcher: &Watcher) {
     #[cfg(feature = "tokio")]
-    for place in watcher
-        .runtimes
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .values()
     {
-        let _ = place.set.nudge();
+        let places: Vec<Arc<Place>> = watcher
+            .runtimes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        // Woken unlocked: a waker may poll its task in place.
+        for place in places {
+            place.wake();
+        }
     }
     let mut w = watcher.lock();
     let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();

@@ -23,41 +23,37 @@
 //! nobody runs, and a set read by a reactor nobody runs would strand its
 //! sockets.
 //!
-//! The set costs its runtime two descriptors (the set's and its nudge
-//! eventfd, which ends the task when the engine goes), once per engine
-//! whose sockets wait there.
+//! The set costs its runtime one descriptor (the set's own, no eventfd:
+//! the task is woken by its waker when the engine goes), once per engine
+//! whose sockets wait there; tokio's own reactor costs two per runtime
+//! (its epoll set and its waker's eventfd).
 //!
-//! The task ends when the set stops (the engine is gone; the thread's
-//! nudge leaves the set readable for as long as the nudge eventfd is
-//! open, which the task's registration keeps it: closed, it would leave
-//! the set, and the task, its registration and the set's descriptor
-//! would wait for ever), or when its runtime drops it (shut down): its
-//! [`Left`] then hands the sockets left in the set to the readiness
-//! thread's set (see [`Watcher::leave`]).
+//! The task ends when the set stops (the engine is gone: the readiness
+//! thread wakes it on its way out), or when its runtime drops it (shut
+//! down): its [`Left`] then hands the sockets left in the set to the
+//! readiness thread's set (see [`Watcher::leave`]).
 
 use std::future::poll_fn;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Weak};
 use std::task::Poll;
 
 use tokio::io::unix::AsyncFd;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
-use super::epoll::SharedSet;
 use super::readiness::{Place, Watcher};
 use super::tokio_drive::{closing, note_closing, refuses, register};
 
 /// The set's descriptor as the reactor holds it: shared with the set
 /// (no duplicate), open until the registration is dropped, whatever
-/// becomes of the set meanwhile, and with it the nudge eventfd, so that a
-/// stopped set stays readable until the task watching it has seen the
-/// stop (see [`EpollSet::shared_fd`](super::epoll::EpollSet::shared_fd)).
-struct SetFd(SharedSet);
+/// becomes of the set meanwhile (see
+/// [`EpollSet::shared_fd`](super::epoll::EpollSet::shared_fd)).
+struct SetFd(Arc<OwnedFd>);
 
 impl AsRawFd for SetFd {
     fn as_raw_fd(&self) -> RawFd {
-        self.0.epoll.as_raw_fd()
+        self.0.as_raw_fd()
     }
 }
 
@@ -77,7 +73,7 @@ pub(super) fn place_on_runtime(watcher: &Arc<Watcher>) -> Option<Arc<Place>> {
     if cfg!(panic = "abort") || refuses(&runtime) || closing(&runtime) {
         return None;
     }
-    let place = Arc::new(Place::new().ok()?);
+    let place = Arc::new(Place::for_runtime().ok()?);
     let watched = register(SetFd(place.set.shared_fd())).ok()?;
     if let Some(made) = watcher.install(id, &place) {
         // Made meanwhile on another of the runtime's threads.
@@ -121,7 +117,7 @@ async fn drive(left: Left, watched: AsyncFd<SetFd>) {
     // reactor, whose readiness was cleared before it.
     let mut more = false;
     let _: io::Result<()> = poll_fn(|cx| {
-        left.place.polled();
+        left.place.polled(cx.waker());
         loop {
             let Some(watcher) = left.watcher.upgrade() else {
                 return Poll::Ready(Ok(()));
