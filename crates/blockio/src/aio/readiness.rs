@@ -355,7 +355,10 @@ impl Readiness {
             return req.done.complete(res);
         };
         let fd = req.op.fd;
-        let place = self.place();
+        // The set it would wait in, found (unlocked: finding it may make a
+        // runtime's set) only once it is to wait: a call that succeeds
+        // costs nothing of it.
+        let mut place: Option<Arc<Place>> = None;
         let mut first = true;
         loop {
             let w = self.watcher.lock();
@@ -363,7 +366,12 @@ impl Readiness {
                 // Known not ready: waits without the call. (A connect is
                 // always made: its call is what starts it.)
                 Some(s) if s.in_set && !s.ready.is(dir) && !is_connect(kind) => {
-                    return self.park(w, req, dir, &place)
+                    if let Some(place) = &place {
+                        return self.park(w, req, dir, place);
+                    }
+                    drop(w);
+                    place = Some(self.place());
+                    continue;
                 }
                 _ => w.seen(fd),
             };
@@ -376,9 +384,10 @@ impl Readiness {
                 }
                 return req.done.complete(res);
             }
+            let place = place.get_or_insert_with(|| self.place());
             let mut w = self.watcher.lock();
             if w.seen(fd).is_none() || clear_seen(&mut w, fd, dir, seen) {
-                return self.park(w, req, dir, &place);
+                return self.park(w, req, dir, place);
             }
             // An event came during the call: made again.
         }
