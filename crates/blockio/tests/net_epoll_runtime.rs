@@ -457,6 +457,53 @@ fn an_idle_runtime_is_not_woken_by_another_runtimes_readiness() {
     assert!(engine.readiness_polls_on(idle.handle()).unwrap() > idle_after);
 }
 
+/// A stream read from a task of one runtime, then from a task of
+/// another: its socket moves to the second runtime's set, which then
+/// serves its reads (the first runtime's set's task polled no more for
+/// it), and it moves back when read on the first again.
+#[test]
+fn a_socket_read_on_another_runtime_moves_to_its_set() {
+    let engine = pool_engine();
+    let rt_a = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rt_b = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (s, mut peer) = rt_a.block_on(connected(&engine));
+    let s = std::sync::Arc::new(s);
+    // A read that waits from a task of `rt`, then gets what is sent.
+    let mut read_on = |rt: &tokio::runtime::Runtime, what: &'static [u8]| {
+        let (parked_tx, parked_rx) = mpsc::channel();
+        let s = s.clone();
+        let read = rt.spawn(async move {
+            let (n, buf) = parked_read(&s, &parked_tx).await;
+            buf[..n.unwrap()].to_vec()
+        });
+        assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+        peer.write_all(what).unwrap();
+        assert_eq!(rt.block_on(read).unwrap(), what);
+    };
+    read_on(&rt_a, b"a1");
+    let a_polls = engine.readiness_polls_on(rt_a.handle()).unwrap();
+    let moves = counts(&engine).moves;
+    read_on(&rt_b, b"b1");
+    assert_eq!(counts(&engine).moves, moves + 1, "not moved to B's set");
+    assert!(engine.readiness_polls_on(rt_b.handle()).unwrap() >= 1);
+    assert_eq!(
+        engine.readiness_polls_on(rt_a.handle()).unwrap(),
+        a_polls,
+        "A's set was read for a socket that had left it"
+    );
+    read_on(&rt_a, b"a2");
+    assert_eq!(counts(&engine).moves, moves + 2, "not moved back to A's");
+    assert_eq!(counts(&engine).runtime_sets, 2);
+}
+
 /// `Driving::Thread` on the thread pool: the readiness thread alone
 /// takes the set's events, and a runtime without I/O is never asked to.
 #[test]
