@@ -51,9 +51,10 @@
 //! what it is ready for), and every request waiting on it is served from
 //! there: a socket used on two runtimes by turns costs two `epoll_ctl` a
 //! move. A runtime that is not run (a current-thread runtime between two
-//! `block_on`s) serves its set's sockets when it runs again, as tokio's
-//! reactor does its sockets; one dropped (its set's task dropped with it)
-//! hands every socket left in its set to the thread's set.
+//! `block_on`s, or whose only thread a task blocks) serves its set's
+//! sockets when it runs again, as tokio's reactor does its sockets; one
+//! dropped (its set's task dropped with it) hands every socket left in
+//! its set to the thread's set.
 //!
 //! No readiness is lost or seen twice: every event is taken from the
 //! kernel once, by one `epoll_wait` (a runtime's take or the thread's
@@ -76,7 +77,8 @@
 //! the socket close. Each entry's key in the set carries a generation
 //! beside the descriptor, so that an event drawn for a socket just closed
 //! never reaches the socket that receives its number next. Waiting opens
-//! no descriptor: a connection costs one whether idle or not.
+//! no descriptor per socket: a connection costs one whether idle or not
+//! (a runtime's set costs one, made at the first wait of its tasks).
 
 #[cfg(feature = "tokio")]
 use std::cell::RefCell;
