@@ -94,6 +94,36 @@ async fn parked_read(
     }
 }
 
+/// Makes current-thread runtime `rt`'s set and runs its task once on the
+/// runtime's thread: from then on every wait of its tasks goes there (the
+/// first, made before that, goes to the readiness thread's set).
+fn with_its_set(rt: &tokio::runtime::Runtime, engine: &AsyncEngine) {
+    let e = engine.clone();
+    let warm = rt.spawn(async move {
+        let (s, mut peer) = connected(&e).await;
+        let mut read = std::pin::pin!(s.read(vec![0u8; 1]));
+        assert!(
+            futures::poll!(read.as_mut()).is_pending(),
+            "nothing was sent"
+        );
+        peer.write_all(b"w").unwrap();
+        let (n, _) = tokio::time::timeout(GUARD, read)
+            .await
+            .expect("the first read never completed");
+        assert_eq!(n.unwrap(), 1);
+    });
+    rt.block_on(warm).unwrap();
+    assert!(
+        engine_polled(rt, engine),
+        "the runtime's set's task never ran"
+    );
+}
+
+/// Whether the task reading `rt`'s set has been polled.
+fn engine_polled(rt: &tokio::runtime::Runtime, engine: &AsyncEngine) -> bool {
+    engine.readiness_polls_on(rt.handle()).unwrap_or(0) >= 1
+}
+
 /// On a current-thread runtime, each exchange's reply (a read that waits
 /// in the set, then a readiness) is taken by the runtime's thread: the
 /// readiness thread is not woken per exchange, as it was when it handed
@@ -655,4 +685,104 @@ fn a_read_on_one_runtime_does_not_wait_for_another_busy_runtime() {
 #[test]
 fn a_read_in_block_on_does_not_wait_for_another_busy_runtime() {
     a_read_on_runtime_b_does_not_wait_for_busy_runtime_a(false);
+}
+
+/// A stream whose read waits from a task of multi-thread runtime A while
+/// its writes wait from a task of current-thread runtime B (after B's
+/// set's task has run, so that they wait in B's set), which then idles
+/// (`hold` false: its `block_on` returned, the runtime kept) or has its
+/// one thread held by a task (`hold` true) when the bytes for A's read
+/// come: A's read gets them, served where it waits, on A.
+fn a_stream_waited_on_from_two_runtimes(hold: bool) {
+    const BIG: usize = 16 << 20;
+    let engine = pool_engine();
+    let rt_a = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (s, peer) = rt_a.block_on(connected(&engine));
+    let s = std::sync::Arc::new(s);
+    let (parked_tx, parked_rx) = mpsc::channel();
+    let r = s.clone();
+    let read = rt_a.spawn(async move {
+        let (n, buf) = parked_read(&r, &parked_tx).await;
+        buf[..n.unwrap()].to_vec()
+    });
+    assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+    let joins = counts(&engine).moves;
+
+    // The peer drains what B writes once B's write waits, then, once B
+    // idles or is held, sends A's bytes.
+    let (drain_tx, drain_rx) = mpsc::channel::<()>();
+    let (idle_tx, idle_rx) = mpsc::channel::<()>();
+    let peer = std::thread::spawn(move || {
+        let mut peer = peer;
+        drain_rx
+            .recv_timeout(GUARD)
+            .expect("B's write never waited");
+        let mut sink = vec![0u8; 1 << 20];
+        let mut got = 0;
+        while got < BIG {
+            let n = peer.read(&mut sink).unwrap();
+            assert!(n > 0, "the stream ended");
+            got += n;
+        }
+        idle_rx.recv_timeout(GUARD).expect("B never idled");
+        peer.write_all(b"ping").unwrap();
+        peer
+    });
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let b_engine = engine.clone();
+    let runtime_b = std::thread::spawn(move || {
+        let rt_b = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        with_its_set(&rt_b, &b_engine);
+        let write = rt_b.spawn(async move {
+            let mut write = std::pin::pin!(s.write_all(vec![7u8; BIG]));
+            assert!(
+                futures::poll!(write.as_mut()).is_pending(),
+                "B's write did not wait"
+            );
+            drain_tx.send(()).unwrap();
+            let (r, _) = tokio::time::timeout(GUARD, write)
+                .await
+                .expect("B's write never completed");
+            r.unwrap();
+        });
+        rt_b.block_on(write).unwrap();
+        if hold {
+            let held = rt_b.spawn(async move {
+                idle_tx.send(()).unwrap();
+                let _ = release_rx.recv_timeout(GUARD);
+            });
+            rt_b.block_on(held).unwrap();
+        } else {
+            idle_tx.send(()).unwrap();
+            let _ = release_rx.recv_timeout(GUARD);
+        }
+    });
+    let got = rt_a.block_on(async { tokio::time::timeout(GUARD, read).await });
+    let seen = counts(&engine);
+    release_tx.send(()).unwrap();
+    runtime_b.join().unwrap();
+    let _peer = peer.join().unwrap();
+    let got = got.expect("A's read never completed while B was not run");
+    assert_eq!(got.unwrap(), b"ping");
+    assert!(
+        seen.moves > joins,
+        "B's write never waited beside A's read: {seen:?}"
+    );
+}
+
+#[test]
+fn a_read_on_one_runtime_is_served_while_a_write_waits_on_an_idle_one() {
+    a_stream_waited_on_from_two_runtimes(false);
+}
+
+#[test]
+fn a_read_on_one_runtime_is_served_while_a_write_waits_on_a_held_one() {
+    a_stream_waited_on_from_two_runtimes(true);
 }

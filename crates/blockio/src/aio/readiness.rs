@@ -39,29 +39,37 @@
 //! that runs them. The readiness thread waits on a set of its own, for
 //! waits made outside any runtime that runs its tasks (see below).
 //!
-//! A socket is in one set at a time: the set of the place its latest
-//! wait came from. A wait from a task of a runtime (or from any future on
-//! a multi-thread runtime, whose workers run its reactor) uses that
+//! A request waits in the set of the place it waits from, and is served
+//! by that set alone. A wait from a task of a runtime (or from any future
+//! on a multi-thread runtime, whose workers run its reactor) uses that
 //! runtime's set; a wait from a thread with no runtime, or from a future
 //! polled directly by a current-thread runtime's `block_on` (which tokio
 //! does not tell apart from a future polled by another executor where the
 //! runtime is only entered, whose reactor nobody runs), uses the
-//! thread's. A socket whose wait comes from another place than its set is
-//! moved (deleted from one set, added to the other, which reports at once
-//! what it is ready for), and every request waiting on it is served from
-//! there: a socket used on two runtimes by turns costs two `epoll_ctl` a
-//! move. A runtime that is not run (a current-thread runtime between two
-//! `block_on`s, or whose only thread a task blocks) serves its set's
-//! sockets when it runs again, as tokio's reactor does its sockets; one
-//! dropped (its set's task dropped with it) hands every socket left in
-//! its set to the thread's set.
+//! thread's. A socket is in each set one of its requests waits in (epoll
+//! lets one file be in several sets; each set gets its own event for the
+//! directions it watches, and serves the requests waiting in it): a
+//! stream whose read waits on one runtime and whose write waits on
+//! another is served on each, and a runtime that is not run never holds
+//! up a request that waits elsewhere. A socket joins a set (an add, which
+//! reports at once what it is ready for) before it leaves another, and
+//! leaves each set none of its requests uses any more when another is
+//! used; a kept socket with no request waiting stays in the last set it
+//! waited in: a socket used on two runtimes by turns costs two
+//! `epoll_ctl` a change, one used on one place none. A runtime that is
+//! not run (a current-thread runtime between two `block_on`s, or whose
+//! only thread a task blocks) serves the requests waiting in its set when
+//! it runs again, as tokio's reactor does its sockets; one dropped (its
+//! set's task dropped with it) hands every socket in its set, and the
+//! requests waiting there, to the thread's set.
 //!
 //! No readiness is lost or seen twice: every event is taken from the
-//! kernel once, by one `epoll_wait` (a runtime's take or the thread's
-//! wait), and served under the same lock ([`on_event`], whose tick tells
-//! a retry of an event that came meanwhile). An event taken from a set a
-//! socket has just left is served as any other: it only says what the
-//! socket was ready for. A set whose engine is gone stops: the thread
+//! kernel once per set, by one `epoll_wait` (a runtime's take or the
+//! thread's wait), and served under the same lock ([`on_event`], whose
+//! tick tells a retry of an event that came meanwhile). The readiness it
+//! reports is the socket's, whichever set told it. An event taken from a
+//! set a socket has just left is served as any other: it only says what
+//! the socket was ready for. A set whose engine is gone stops: the thread
 //! completes what waits with `ECANCELED`, each runtime's task ends, and a
 //! retry a runtime's task was making meanwhile completes its requests so
 //! too.
@@ -179,7 +187,7 @@ pub(super) struct Watcher {
     runtimes: Mutex<HashMap<tokio::runtime::Id, Arc<Place>>>,
     /// Sets made for runtimes.
     runtime_sets: AtomicU64,
-    /// Sockets moved from one set to another.
+    /// Sockets that joined a set while in another.
     moves: AtomicU64,
     /// Waits on the set the thread has entered.
     thread_waits: AtomicU64,
@@ -194,7 +202,8 @@ pub(super) struct Watcher {
 pub struct ReadinessCounts {
     /// Sets made for tokio runtimes, one per runtime whose tasks waited.
     pub runtime_sets: u64,
-    /// Sockets moved from one set to another (a wait from another place).
+    /// Sockets that joined a set while in another (a wait from another
+    /// place, or a dropped runtime's set handed to the thread's).
     pub moves: u64,
     /// Waits on its set the readiness thread has entered.
     pub thread_waits: u64,
@@ -243,7 +252,7 @@ impl Waiting {
     /// set: noted before a call, to tell afterwards whether an event came
     /// meanwhile.
     fn seen(&self, fd: RawFd) -> Option<Seen> {
-        let s = self.sockets.get(&fd).filter(|s| s.in_set)?;
+        let s = self.sockets.get(&fd).filter(|s| s.in_set())?;
         Some(Seen {
             gen: s.gen,
             tick: s.ready.tick(),
@@ -264,32 +273,45 @@ fn target_key(done: &Arc<dyn Complete>) -> usize {
     Arc::as_ptr(done).cast::<()>() as usize
 }
 
-/// One socket known to the set.
+/// One socket known to the sets.
 #[derive(Default)]
 struct Watched {
-    /// The requests waiting on it. Each waits in a direction its
-    /// [`ready`](Self::ready) word has clear: an event that sets it
-    /// retries them.
-    reqs: Vec<Request>,
-    /// Retries of some of its requests under way, unlocked (the thread's
-    /// and a runtime's task's may overlap, each taking other requests):
-    /// the socket stays in the set until every one has put them back.
-    retrying: u32,
-    /// The socket is in the epoll set (added, not deleted since).
-    in_set: bool,
+    /// The requests waiting on it, each with the set it waits in. Each
+    /// waits in a direction its [`ready`](Self::ready) word has clear: an
+    /// event of its set that sets it retries them.
+    reqs: Vec<Waiter>,
+    /// The sets it is in: each set one of its requests waits in or is
+    /// retried from, or, while none is, at most one (the last it waited
+    /// in) if it is kept.
+    sets: Vec<Member>,
+    /// Its owner holds a [`Registration`], which deletes it from the sets
+    /// before the socket closes: it stays in one between waits.
+    kept: bool,
+    /// This entry's generation, in the sets' key beside the descriptor.
+    gen: u32,
+    /// What the socket is ready for, as far as the sets have told.
+    ready: ReadyWord,
+}
+
+/// A request waiting on a socket, and the set it waits in.
+struct Waiter {
+    req: Request,
+    place: Arc<Place>,
+}
+
+/// A socket's entry in one set.
+struct Member {
+    /// The set.
+    place: Arc<Place>,
     /// The set watches it for reading (a request has waited to read).
     reading: bool,
     /// The set watches it for writing (a request has waited to write).
     writing: bool,
-    /// Its owner holds a [`Registration`], which deletes it from the set
-    /// before the socket closes: it stays in the set between waits.
-    kept: bool,
-    /// The set it is in, while [`in_set`](Self::in_set).
-    place: Option<Arc<Place>>,
-    /// This entry's generation, in the set's key beside the descriptor.
-    gen: u32,
-    /// What the socket is ready for, as far as the set has told.
-    ready: ReadyWord,
+    /// Retries of some of its requests waiting in this set, under way
+    /// unlocked (the thread's and a runtime's task's may overlap, each
+    /// taking other requests): the socket stays in the set until every
+    /// one has put them back.
+    retrying: u32,
 }
 
 /// The set's key for the entry `s` of `fd`: the descriptor in the low
@@ -367,7 +389,7 @@ impl Readiness {
             let seen = match w.sockets.get(&fd) {
                 // Known not ready: waits without the call. (A connect is
                 // always made: its call is what starts it.)
-                Some(s) if s.in_set && !s.ready.is(dir) && !is_connect(kind) => {
+                Some(s) if s.in_set() && !s.ready.is(dir) && !is_connect(kind) => {
                     if let Some(place) = &place {
                         return self.park(w, req, dir, place);
                     }
@@ -409,9 +431,9 @@ impl Readiness {
 
     /// Puts `req`, whose socket is not ready in direction `dir`, in the
     /// set `place` (or the thread's, if `place` is gone), with the
-    /// requests (locked in `w`): adds the socket if it is not yet there,
-    /// moving it from the set it was in, or watches it for `dir` too if it
-    /// was not yet.
+    /// requests (locked in `w`): adds the socket to that set if it is not
+    /// yet there, or watches it there for `dir` too if it was not yet,
+    /// then deletes it from the sets none of its requests uses any more.
     fn park(&self, mut w: MutexGuard<'_, Waiting>, req: Request, dir: Awaits, place: &Arc<Place>) {
         // Asked under the lock that the set's task takes to hand its
         // sockets over when it is dropped, after setting `gone`.
@@ -422,20 +444,26 @@ impl Readiness {
         };
         let fd = req.op.fd;
         let s = w.entry(fd);
-        if !s.watches(dir) || !s.is_in(place) {
-            if s.in_set && !s.is_in(place) {
-                self.watcher.moves.fetch_add(1, Ordering::Relaxed);
-            }
+        let member = s.member(place);
+        if !member.is_some_and(|m| m.watches(dir)) {
+            let joins = s.in_set() && member.is_none();
             if let Err(e) = watch_for(place, fd, s, dir) {
-                if !s.in_set && !s.kept {
+                if !s.in_set() && !s.kept {
                     w.sockets.remove(&fd);
                 }
                 drop(w);
                 return req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO));
             }
+            if joins {
+                self.watcher.moves.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let target = target_key(&req.done);
-        s.reqs.push(req);
+        s.reqs.push(Waiter {
+            req,
+            place: place.clone(),
+        });
+        prune(fd, s);
         w.fds.insert(target, fd);
     }
 
@@ -485,10 +513,10 @@ impl Readiness {
         let Some(reqs) = w.sockets.get_mut(&fd).map(|s| &mut s.reqs) else {
             return;
         };
-        let Some(i) = reqs.iter().position(|r| c.names(&r.done)) else {
+        let Some(i) = reqs.iter().position(|r| c.names(&r.req.done)) else {
             return;
         };
-        let req = reqs.remove(i);
+        let req = reqs.remove(i).req;
         w.fds.remove(&key);
         settle(&mut w, fd);
         drop(w);
@@ -497,11 +525,23 @@ impl Readiness {
 }
 
 impl Watched {
-    /// Whether the socket is in the set `place`.
-    fn is_in(&self, place: &Arc<Place>) -> bool {
-        self.in_set && self.place.as_ref().is_some_and(|p| Arc::ptr_eq(p, place))
+    /// Whether the socket is in a set.
+    fn in_set(&self) -> bool {
+        !self.sets.is_empty()
     }
 
+    /// The socket's entry in the set `place`, if it is there.
+    fn member(&self, place: &Arc<Place>) -> Option<&Member> {
+        self.sets.iter().find(|m| Arc::ptr_eq(&m.place, place))
+    }
+
+    /// The socket's entry in the set `place`, if it is there, to change.
+    fn member_mut(&mut self, place: &Arc<Place>) -> Option<&mut Member> {
+        self.sets.iter_mut().find(|m| Arc::ptr_eq(&m.place, place))
+    }
+}
+
+impl Member {
     /// Whether the set watches the socket for `dir`.
     fn watches(&self, dir: Awaits) -> bool {
         match dir {
@@ -511,38 +551,82 @@ impl Watched {
     }
 }
 
-/// Has the set of `place` watch `fd`, known as `s`, for `dir` too: adds
-/// it (deleting it first from the set it was in, if another), or
-/// modifies what it is watched for (once in a socket's life in a set:
-/// the directions watched only grow). A call in `dir` has just said not
-/// ready; if the socket is ready now, the kernel has queued an event that
-/// sets it again (an add reports at once what the socket is ready for).
+/// Has the set of `place` watch `fd`, known as `s`, for `dir` too (see
+/// [`join`]). A call in `dir` has just said not ready; if the socket is
+/// ready now, the kernel has queued an event that sets it again (an add
+/// or a modify reports at once what the socket is ready for).
 fn watch_for(place: &Arc<Place>, fd: RawFd, s: &mut Watched, dir: Awaits) -> io::Result<()> {
-    let reading = s.reading || dir == Awaits::Readable;
-    let writing = s.writing || dir == Awaits::Writable;
-    // SAFETY: `fd` is deleted from its set before its last waiting
+    join(
+        place,
+        fd,
+        s,
+        dir == Awaits::Readable,
+        dir == Awaits::Writable,
+    )?;
+    let tick = s.ready.tick();
+    s.ready.clear(dir, tick);
+    Ok(())
+}
+
+/// Has the set of `place` watch `fd`, known as `s`, for reading and
+/// writing as asked, besides what it watches already: adds it to that
+/// set (leaving it in any other, which [`prune`] deletes it from once
+/// none of its requests uses that one), or modifies what it is watched
+/// for there (once in a socket's stay in a set: the directions watched
+/// only grow). A failure leaves the socket and its requests as they were.
+fn join(
+    place: &Arc<Place>,
+    fd: RawFd,
+    s: &mut Watched,
+    reading: bool,
+    writing: bool,
+) -> io::Result<()> {
+    // SAFETY: `fd` is deleted from its sets before its last waiting
     // request leaves it (see `settle`), or, if `s` is kept, by its
     // `Registration` before the socket closes; until then a waiting
     // request or the socket's owner holds it open.
     let sock = unsafe { socket(fd) };
-    if let Some(old) = s.place.take_if(|p| !Arc::ptr_eq(p, place)) {
-        if s.in_set {
-            let _ = old.set.delete(sock);
-            s.in_set = false;
+    let k = key(fd, s);
+    if let Some(m) = s.member_mut(place) {
+        let (reading, writing) = (m.reading || reading, m.writing || writing);
+        if (reading, writing) != (m.reading, m.writing) {
+            place.set.modify(sock, k, reading, writing)?;
         }
-    }
-    if s.in_set {
-        place.set.modify(sock, key(fd, s), reading, writing)?;
+        m.reading = reading;
+        m.writing = writing;
     } else {
-        place.set.add(sock, key(fd, s), reading, writing)?;
+        place.set.add(sock, k, reading, writing)?;
+        s.sets.push(Member {
+            place: place.clone(),
+            reading,
+            writing,
+            retrying: 0,
+        });
     }
-    s.place = Some(place.clone());
-    s.in_set = true;
-    s.reading = reading;
-    s.writing = writing;
-    let tick = s.ready.tick();
-    s.ready.clear(dir, tick);
     Ok(())
+}
+
+/// Deletes `fd`, known as `s`, from each set none of its requests waits
+/// in or is retried from; if none is used so, from all but the last one
+/// it was used in if it is kept, from all if not. Called with the sets
+/// locked, while a request that holds `fd` open is still alive (waiting,
+/// or just taken out and not yet dropped), or by the owner of a kept
+/// socket before it closes.
+fn prune(fd: RawFd, s: &mut Watched) {
+    let reqs = &s.reqs;
+    let used = |m: &Member| m.retrying > 0 || reqs.iter().any(|r| Arc::ptr_eq(&r.place, &m.place));
+    let keep_last = s.kept && !s.sets.iter().any(used);
+    let last = s.sets.len().saturating_sub(1);
+    let mut i = 0;
+    s.sets.retain(|m| {
+        let stays = used(m) || (keep_last && i == last);
+        i += 1;
+        if !stays {
+            // SAFETY: the caller keeps `fd` open.
+            let _ = m.place.set.delete(unsafe { socket(fd) });
+        }
+        stays
+    });
 }
 
 /// Clears direction `dir` of `fd`'s readiness after a call that found it
@@ -554,25 +638,21 @@ fn clear_seen(w: &mut Waiting, fd: RawFd, dir: Awaits, seen: Option<Seen>) -> bo
         return false;
     };
     match w.sockets.get_mut(&fd) {
-        Some(s) if s.in_set && s.gen == seen.gen => s.ready.clear(dir, seen.tick),
+        Some(s) if s.in_set() && s.gen == seen.gen => s.ready.clear(dir, seen.tick),
         _ => false,
     }
 }
 
-/// Deletes `fd` from the set if nothing keeps it there: not kept, no
-/// request waiting, none being retried. Called with the set locked, while
-/// a request that holds `fd` open is still alive (waiting, or just taken
-/// out and not yet dropped).
+/// Deletes `fd` from the sets nothing keeps it in (see [`prune`]), and
+/// forgets it if it is in none and not kept. Called with the sets
+/// locked, while a request that holds `fd` open is still alive (waiting,
+/// or just taken out and not yet dropped).
 fn settle(w: &mut Waiting, fd: RawFd) {
-    let Some(s) = w.sockets.get(&fd) else {
+    let Some(s) = w.sockets.get_mut(&fd) else {
         return;
     };
-    if s.reqs.is_empty() && s.retrying == 0 && !s.kept {
-        if let (true, Some(place)) = (s.in_set, &s.place) {
-            // SAFETY: the caller keeps a request that holds `fd` open
-            // alive.
-            let _ = place.set.delete(unsafe { socket(fd) });
-        }
+    prune(fd, s);
+    if !s.in_set() && !s.kept {
         w.sockets.remove(&fd);
     }
 }
@@ -595,9 +675,9 @@ impl Drop for Registration {
         let Some(s) = w.sockets.remove(&self.fd) else {
             return;
         };
-        if let (true, Some(place)) = (s.in_set, &s.place) {
+        for m in &s.sets {
             // SAFETY: the socket's owner drops this before closing `fd`.
-            let _ = place.set.delete(unsafe { socket(self.fd) });
+            let _ = m.place.set.delete(unsafe { socket(self.fd) });
         }
         drop(w);
         // None is left: a waiting request holds the socket, and with it
@@ -623,7 +703,7 @@ fn watch(watcher: &Watcher) {
         watcher.thread_waits.fetch_add(1, Ordering::Relaxed);
         let _ = watcher.thread.set.wait(&mut events, |key, r| {
             watcher.thread_events.fetch_add(1, Ordering::Relaxed);
-            on_event(watcher, key, r)
+            on_event(watcher, &watcher.thread, key, r)
         });
     }
     shut_down(watcher);
@@ -660,7 +740,7 @@ impl Watcher {
 
     /// Takes the events waiting in `place`'s set, without waiting, and
     /// serves them; returns whether more may wait (a full take).
-    pub(super) fn turn(&self, place: &Place) -> bool {
+    pub(super) fn turn(&self, place: &Arc<Place>) -> bool {
         thread_local! {
             /// The events taken by a turn on this thread (kept: a take
             /// holds 1,024, too many to allocate each time).
@@ -676,16 +756,16 @@ impl Watcher {
             // the reactor reports the set again.
             place
                 .set
-                .take_ready(events, |key, r| on_event(self, key, r))
+                .take_ready(events, |key, r| on_event(self, place, key, r))
                 .unwrap_or(false)
         })
     }
 
     /// The task reading the set of `place`'s runtime is dropped (its
     /// runtime shut down, or the runtime refused it): no socket joins the
-    /// set from now on, and each socket in it moves to the thread's set,
-    /// which reports at once what it is ready for, so that what waits
-    /// there is served.
+    /// set from now on, and each socket in it joins the thread's set
+    /// (which reports at once what it is ready for) with the requests
+    /// that waited in the set, so that they are served, then leaves it.
     pub(super) fn leave(&self, runtime: tokio::runtime::Id, place: &Arc<Place>) {
         place.gone.store(true, Ordering::SeqCst);
         {
@@ -697,36 +777,35 @@ impl Watcher {
                 runtimes.remove(&runtime);
             }
         }
-        let mut failed = Vec::new();
+        let mut lost = Vec::new();
         let mut w = self.lock();
         for (&fd, s) in w.sockets.iter_mut() {
-            if !s.is_in(place) {
+            let Some(i) = s.sets.iter().position(|m| Arc::ptr_eq(&m.place, place)) else {
                 continue;
-            }
-            let (reading, writing) = (s.reading, s.writing);
-            // Moved with the directions it is watched for; the request's
-            // direction given is one of them.
-            let dir = if reading {
-                Awaits::Readable
-            } else {
-                Awaits::Writable
             };
-            if watch_for(&self.thread, fd, s, dir).is_err() {
-                failed.push(fd);
-            } else {
-                s.writing |= writing;
-                self.moves.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let mut lost = Vec::new();
-        for fd in failed {
-            if let Some(s) = w.sockets.get_mut(&fd) {
-                s.in_set = false;
-                s.place = None;
-                for req in s.reqs.drain(..) {
-                    lost.push(req);
+            let (reading, writing, retrying) = {
+                let m = &s.sets[i];
+                (m.reading, m.writing, m.retrying)
+            };
+            // Added to the thread's set before it is deleted from this one.
+            if join(&self.thread, fd, s, reading, writing).is_ok() {
+                if let Some(m) = s.member_mut(&self.thread) {
+                    m.retrying += retrying;
                 }
+                for r in s.reqs.iter_mut().filter(|r| Arc::ptr_eq(&r.place, place)) {
+                    r.place = self.thread.clone();
+                }
+                self.moves.fetch_add(1, Ordering::Relaxed);
+            } else {
+                let (gone, kept): (Vec<Waiter>, Vec<Waiter>) =
+                    s.reqs.drain(..).partition(|r| Arc::ptr_eq(&r.place, place));
+                s.reqs = kept;
+                lost.extend(gone.into_iter().map(|r| r.req));
             }
+            let m = s.sets.remove(i);
+            // SAFETY: as in `prune`: its requests (alive here, `lost`
+            // included) or its owner hold `fd` open.
+            let _ = m.place.set.delete(unsafe { socket(fd) });
         }
         for req in &lost {
             w.fds.remove(&target_key(&req.done));
@@ -763,16 +842,16 @@ fn shut_down(watcher: &Watcher) {
     let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();
     w.fds.clear();
     for (fd, s) in &left {
-        if let (true, Some(place)) = (s.in_set, &s.place) {
+        for m in &s.sets {
             // SAFETY: with the lock held, `s.reqs` (alive here) or, for a
             // kept socket, its owner (whose registration takes the lock
             // before the socket closes) hold `fd` open.
-            let _ = place.set.delete(unsafe { socket(*fd) });
+            let _ = m.place.set.delete(unsafe { socket(*fd) });
         }
     }
     drop(w);
     for (_, s) in left {
-        for req in s.reqs {
+        for Waiter { req, .. } in s.reqs {
             // A panicking waker is reported by the panic hook; the others
             // are still completed.
             let _ = call_user(move || {
@@ -783,10 +862,11 @@ fn shut_down(watcher: &Watcher) {
     }
 }
 
-/// An event of the set for `event_key`: the socket's readiness is
-/// remembered, and the requests waiting in a direction now ready are
-/// retried.
-fn on_event(watcher: &Watcher, event_key: u64, r: Readied) {
+/// An event of the set of `place` for `event_key`: the socket's
+/// readiness is remembered, and the requests waiting in that set in a
+/// direction now ready are retried (those waiting in another set are
+/// retried by that set's own event).
+fn on_event(watcher: &Watcher, place: &Arc<Place>, event_key: u64, r: Readied) {
     let fd = key_fd(event_key);
     let (taken, tick) = {
         let mut w = watcher.lock();
@@ -799,33 +879,40 @@ fn on_event(watcher: &Watcher, event_key: u64, r: Readied) {
         }
         s.ready.set(r);
         let ready = s.ready;
-        let now_ready = |req: &Request| awaits(req.op.kind()).map_or(true, |a| ready.is(a));
+        let now_ready = |r: &Waiter| {
+            Arc::ptr_eq(&r.place, place) && awaits(r.req.op.kind()).map_or(true, |a| ready.is(a))
+        };
         // Usually every request is (one, in the direction the event
         // reports): taken whole, without moving them one by one.
         let now = if s.reqs.iter().all(now_ready) {
             std::mem::take(&mut s.reqs)
         } else {
-            let (now, later): (Vec<Request>, Vec<Request>) =
-                s.reqs.drain(..).partition(|req| now_ready(req));
+            let (now, later): (Vec<Waiter>, Vec<Waiter>) =
+                s.reqs.drain(..).partition(|r| now_ready(r));
             s.reqs = later;
             now
         };
         if now.is_empty() {
             return;
         }
-        // The socket stays in the set while the calls run unlocked.
-        s.retrying += 1;
-        (now, ready.tick())
+        // The socket stays in the set while the calls run unlocked (it
+        // is there: a request waits only in a set its socket is in).
+        if let Some(m) = s.member_mut(place) {
+            m.retrying += 1;
+        }
+        (now.into_iter().map(|r| r.req).collect(), ready.tick())
     };
-    retry(watcher, fd, taken, tick);
+    retry(watcher, place, fd, taken, tick);
 }
 
-/// Tries again `taken`, requests waiting on `fd` whose direction the
-/// event at `tick` made ready, with the set unlocked during the system
-/// calls; made again while events come meanwhile, then completes those
-/// that are done and puts back those still not ready (whose futures
-/// still want them), their direction cleared.
-fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
+/// Tries again `taken`, requests waiting on `fd` in the set of `place`
+/// whose direction the event at `tick` made ready, with the sets unlocked
+/// during the system calls; made again while events come meanwhile, then
+/// completes those that are done and puts back those still not ready
+/// (whose futures still want them), their direction cleared, in that
+/// set, or in the thread's if the socket left it meanwhile (its runtime
+/// dropped its task, see [`Watcher::leave`]).
+fn retry(watcher: &Watcher, place: &Arc<Place>, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
     let mut done = Vec::new();
     let mut w = loop {
         let mut again = Vec::new();
@@ -846,16 +933,10 @@ fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
             break w;
         };
         if again.is_empty() || s.ready.tick() == tick {
-            for req in &again {
-                if let Some(dir) = awaits(req.op.kind()) {
-                    s.ready.clear(dir, tick);
-                }
-            }
+            put_back(watcher, place, s, again, tick, &mut done);
             if done.iter().any(|(req, res)| short_receive(req, *res)) {
                 s.ready.clear(Awaits::Readable, tick);
             }
-            s.retrying -= 1;
-            s.reqs.extend(again);
             break w;
         }
         tick = s.ready.tick();
@@ -873,6 +954,52 @@ fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
             req.done.complete(res);
             drop(req);
         });
+    }
+}
+
+/// Ends a retry from the set of `place` on the socket `s`: puts `again`,
+/// still not ready at `tick`, back to wait in that set, or in the
+/// thread's if the socket has left it (see [`retry`]). One that cannot
+/// wait there (the thread's set failed to add the socket when it left)
+/// is completed with the error, in `done`.
+fn put_back(
+    watcher: &Watcher,
+    place: &Arc<Place>,
+    s: &mut Watched,
+    again: Vec<Request>,
+    tick: u32,
+    done: &mut Vec<(Request, i32)>,
+) {
+    let back = if s.member(place).is_some() {
+        place.clone()
+    } else {
+        watcher.thread.clone()
+    };
+    if let Some(m) = s.member_mut(&back) {
+        m.retrying = m.retrying.saturating_sub(1);
+    }
+    for req in again {
+        let Some(dir) = awaits(req.op.kind()) else {
+            s.reqs.push(Waiter {
+                req,
+                place: back.clone(),
+            });
+            continue;
+        };
+        s.ready.clear(dir, tick);
+        let watched = s.member(&back).is_some_and(|m| m.watches(dir));
+        let fd = req.op.fd;
+        match if watched {
+            Ok(())
+        } else {
+            watch_for(&back, fd, s, dir)
+        } {
+            Ok(()) => s.reqs.push(Waiter {
+                req,
+                place: back.clone(),
+            }),
+            Err(e) => done.push((req, -e.raw_os_error().unwrap_or(libc::EIO))),
+        }
     }
 }
 
@@ -1063,7 +1190,7 @@ mod tests {
         // The old socket's file is readable, and an event under its key
         // comes: neither reaches the new socket's receive.
         (&a_peer).write_all(b"A").unwrap();
-        on_event(&r.watcher, old_key, READABLE);
+        on_event(&r.watcher, &r.watcher.thread, old_key, READABLE);
         assert_eq!(result(&t), None);
         assert_eq!(r.watcher.waiting.lock().unwrap().sockets[&n].reqs.len(), 1);
 
