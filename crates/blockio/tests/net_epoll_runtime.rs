@@ -320,6 +320,7 @@ fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
     let pairs: Vec<(TcpStream, std::net::TcpStream)> =
         rt.block_on(async { futures::future::join_all((0..8).map(|_| connected(&engine))).await });
     let (streams, mut peers): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+    with_its_set(&rt, &engine);
     let streams: Vec<std::sync::Arc<TcpStream>> =
         streams.into_iter().map(std::sync::Arc::new).collect();
     let (parked_tx, parked_rx) = mpsc::channel();
@@ -785,4 +786,40 @@ fn a_read_on_one_runtime_is_served_while_a_write_waits_on_an_idle_one() {
 #[test]
 fn a_read_on_one_runtime_is_served_while_a_write_waits_on_a_held_one() {
     a_stream_waited_on_from_two_runtimes(true);
+}
+
+/// A read from a task of multi-thread runtime A polled with
+/// current-thread runtime B entered (`Handle::enter`; B never run, as
+/// where a library enters a handle it was given): the read does not wait
+/// in B's set, which nobody reads, and gets the bytes sent to it.
+#[test]
+fn a_read_with_another_runtime_entered_is_served() {
+    let engine = pool_engine();
+    let rt_a = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rt_b = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (s, mut peer) = rt_a.block_on(connected(&engine));
+    let b = rt_b.handle().clone();
+    let (parked_tx, parked_rx) = mpsc::channel();
+    let read = rt_a.spawn(async move {
+        let mut read = std::pin::pin!(parked_read(&s, &parked_tx));
+        let (n, buf) = std::future::poll_fn(|cx| {
+            let _entered = b.enter();
+            std::future::Future::poll(read.as_mut(), cx)
+        })
+        .await;
+        buf[..n.unwrap()].to_vec()
+    });
+    assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+    peer.write_all(b"ping").unwrap();
+    let got = rt_a.block_on(async { tokio::time::timeout(GUARD, read).await });
+    let got = got.expect("the read never completed while B was entered, not run");
+    assert_eq!(got.unwrap(), b"ping");
+    drop(rt_b);
 }

@@ -42,7 +42,8 @@
 //! A request waits in the set of the place it waits from, and is served
 //! by that set alone. A wait from a task of a runtime (or from any future
 //! on a multi-thread runtime, whose workers run its reactor) uses that
-//! runtime's set; a wait from a thread with no runtime, or from a future
+//! runtime's set (a current-thread runtime's only on the thread that runs
+//! it, see [`place_on_runtime`]); a wait from a thread with no runtime, or from a future
 //! polled directly by a current-thread runtime's `block_on` (which tokio
 //! does not tell apart from a future polled by another executor where the
 //! runtime is only entered, whose reactor nobody runs), uses the
@@ -125,6 +126,20 @@ pub(super) struct Place {
     /// engine stops (a runtime's set has no nudge descriptor).
     #[cfg(feature = "tokio")]
     waker: Mutex<Option<std::task::Waker>>,
+    /// The number ([`thread_number`]) of the thread that last polled the
+    /// task of the runtime reading it; 0 before its first poll.
+    #[cfg(feature = "tokio")]
+    driver: AtomicU64,
+}
+
+/// A number naming the calling thread, never 0, never another thread's.
+#[cfg(feature = "tokio")]
+fn thread_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NUMBER: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    NUMBER.with(|n| *n)
 }
 
 impl Place {
@@ -137,6 +152,8 @@ impl Place {
             polls: AtomicU64::new(0),
             #[cfg(feature = "tokio")]
             waker: Mutex::new(None),
+            #[cfg(feature = "tokio")]
+            driver: AtomicU64::new(0),
         }
     }
 
@@ -152,10 +169,20 @@ impl Place {
     #[cfg(feature = "tokio")]
     pub(super) fn polled(&self, waker: &std::task::Waker) {
         self.polls.fetch_add(1, Ordering::Relaxed);
+        self.driver.store(thread_number(), Ordering::Relaxed);
         let mut kept = self.waker.lock().unwrap_or_else(|e| e.into_inner());
         if !kept.as_ref().is_some_and(|k| k.will_wake(waker)) {
             *kept = Some(waker.clone());
         }
+    }
+
+    /// Whether the task reading the set was last polled on the calling
+    /// thread: for a current-thread runtime, whether the calling thread is
+    /// the one that runs it (see
+    /// [`place_on_runtime`](super::readiness_tokio::place_on_runtime)).
+    #[cfg(feature = "tokio")]
+    pub(super) fn driven_here(&self) -> bool {
+        self.driver.load(Ordering::Relaxed) == thread_number()
     }
 
     /// Wakes the task reading the set, to see that the engine stopped.

@@ -21,7 +21,15 @@
 //! tokio does not tell it apart from a future polled by another executor
 //! where the runtime is only entered (`Handle::enter`), whose reactor
 //! nobody runs, and a set read by a reactor nobody runs would strand its
-//! sockets.
+//! sockets. Nor does tokio tell which runtime runs the current task: the
+//! runtime it names is the one entered last, which a task of runtime A
+//! may have done with current-thread runtime B's handle, B never run. So
+//! a wait from a task takes a current-thread runtime's set only on the
+//! thread its set's task last ran on, the thread that runs that runtime;
+//! elsewhere, and before that task first ran, it waits in the readiness
+//! thread's set. (A task of another runtime on that same thread, between
+//! two `block_on`s of B and with B entered, would still be taken for
+//! B's; tokio gives no sign to tell it.)
 //!
 //! The set costs its runtime one descriptor (the set's own, no eventfd:
 //! the task is woken by its waker when the engine goes), once per engine
@@ -63,12 +71,15 @@ impl AsRawFd for SetFd {
 /// [module](self)).
 pub(super) fn place_on_runtime(watcher: &Arc<Watcher>) -> Option<Arc<Place>> {
     let runtime = Handle::try_current().ok()?;
-    if runtime.runtime_flavor() == RuntimeFlavor::CurrentThread && tokio::task::try_id().is_none() {
+    let one_thread = runtime.runtime_flavor() == RuntimeFlavor::CurrentThread;
+    if one_thread && tokio::task::try_id().is_none() {
         return None;
     }
     let id = runtime.id();
     if let Some(place) = watcher.runtime_place(id) {
-        return Some(place);
+        // A task on a thread that does not run the current-thread runtime
+        // is another runtime's, with this one only entered.
+        return (!one_thread || place.driven_here()).then_some(place);
     }
     if cfg!(panic = "abort") || refuses(&runtime) || closing(&runtime) {
         return None;
@@ -90,7 +101,9 @@ pub(super) fn place_on_runtime(watcher: &Arc<Watcher>) -> Option<Arc<Place>> {
         note_closing(&runtime);
         return None;
     }
-    Some(place)
+    // Which thread runs a current-thread runtime is known once the set's
+    // task has run: until then its waits go to the thread's set.
+    (!one_thread).then_some(place)
 }
 
 /// The task's hold on its runtime's set: dropped with the task, it hands
