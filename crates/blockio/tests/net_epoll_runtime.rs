@@ -407,14 +407,24 @@ fn a_runtime_only_entered_leaves_its_reads_to_the_thread() {
             peer.write_all(&[i as u8]).unwrap();
         }
     });
-    {
-        let _entered = rt.enter();
-        for i in 0..EXCHANGES {
+    // On a thread of its own, so that a read that never completes fails
+    // the test instead of hanging it.
+    let runtime = rt.handle().clone();
+    let (got_tx, got_rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let _entered = runtime.enter();
+        for _ in 0..EXCHANGES {
             let (n, b) = futures::executor::block_on(parked_read(&s, &parked_tx));
-            assert_eq!(n.unwrap(), 1);
-            assert_eq!(b[0], i as u8);
+            got_tx.send((n.unwrap(), b[0])).unwrap();
         }
+    });
+    for i in 0..EXCHANGES {
+        let got = got_rx
+            .recv_timeout(GUARD)
+            .expect("a read where the runtime is only entered never completed");
+        assert_eq!(got, (1, i as u8));
     }
+    reader.join().unwrap();
     writer.join().unwrap();
     let after = counts(&engine);
     assert_eq!(after.runtime_sets, before.runtime_sets, "{after:?}");
@@ -484,7 +494,12 @@ fn an_idle_runtime_is_not_woken_by_another_runtimes_readiness() {
     assert!(busy_polls >= 1, "the busy runtime's set was never read");
     assert_eq!(counts(&engine).runtime_sets, 2);
     peer_a.write_all(b"ping").unwrap();
-    assert_eq!(idle.block_on(waiting).unwrap(), 4);
+    let got = idle.block_on(async { tokio::time::timeout(GUARD, waiting).await });
+    assert_eq!(
+        got.expect("the idle runtime's read never completed")
+            .unwrap(),
+        4
+    );
     assert!(engine.readiness_polls_on(idle.handle()).unwrap() > idle_after);
 }
 
@@ -517,7 +532,8 @@ fn a_socket_read_on_another_runtime_moves_to_its_set() {
         });
         assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
         peer.write_all(what).unwrap();
-        assert_eq!(rt.block_on(read).unwrap(), what);
+        let got = rt.block_on(async { tokio::time::timeout(GUARD, read).await });
+        assert_eq!(got.expect("the read never completed").unwrap(), what);
     };
     read_on(&rt_a, b"a1");
     let a_polls = engine.readiness_polls_on(rt_a.handle()).unwrap();
@@ -554,7 +570,8 @@ fn driving_thread_leaves_the_set_to_the_readiness_thread() {
     let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
     assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
     peer.write_all(b"ping").unwrap();
-    assert_eq!(rt.block_on(read).unwrap(), 4);
+    let got = rt.block_on(async { tokio::time::timeout(GUARD, read).await });
+    assert_eq!(got.expect("the read never completed").unwrap(), 4);
     let c = counts(&engine);
     assert_eq!(c.runtime_sets, 0, "a runtime has a set: {c:?}");
     assert!(c.thread_events > 0, "{c:?}");
@@ -580,7 +597,8 @@ fn the_default_engines_pool_set_is_read_on_the_runtime() {
         peer.write_all(b"ping").unwrap();
         peer
     });
-    assert_eq!(rt.block_on(read).unwrap(), 4);
+    let got = rt.block_on(async { tokio::time::timeout(GUARD, read).await });
+    assert_eq!(got.expect("the read never completed").unwrap(), 4);
     let _peer = writer.join().unwrap();
     let counts = engine.readiness_counts();
     if pool {
