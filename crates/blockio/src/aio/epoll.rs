@@ -131,6 +131,18 @@ impl EpollSet {
         })
     }
 
+    /// A set whose descriptor is no epoll set (an eventfd), on which every
+    /// add fails (`EINVAL`), as an add that finds the kernel out of
+    /// memory or the user's watches used up does.
+    #[cfg(test)]
+    pub(crate) fn failing() -> io::Result<EpollSet> {
+        Ok(EpollSet {
+            epoll: Arc::new(eventfd(0, EventfdFlags::CLOEXEC)?),
+            nudge: None,
+            ctls: AtomicUsize::new(0),
+        })
+    }
+
     /// Adds `socket` under `key`, watched for reading if `readable` and
     /// writing if `writable`, edge-triggered: the next wait reports it at
     /// once if it is ready now, and from then on each change of its state.

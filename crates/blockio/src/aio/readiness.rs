@@ -1401,6 +1401,37 @@ mod tests {
         assert_eq!(mask_in_set(&r, n), None, "left in the set after close");
     }
 
+    /// A receive waits in the thread's set; another, on the same socket,
+    /// is to wait in a set that fails to add it: that one completes with
+    /// the error, and the first still waits where it was, its socket
+    /// still in the thread's set, and gets the bytes that come.
+    #[test]
+    fn a_failed_add_to_another_set_leaves_the_waiting_requests_served() {
+        let r = Readiness::new().unwrap();
+        let (a, a_peer) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let n = a.as_raw_fd();
+        let kept = r.keep(n);
+        let (first, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(result(&first), None, "the receive did not wait");
+
+        let failing = Arc::new(Place::of(EpollSet::failing().unwrap()));
+        let (second, req) = recv(&a);
+        r.park(r.watcher.lock(), req, Awaits::Readable, &failing);
+        assert_eq!(result(&second), Some(-libc::EINVAL));
+        assert!(
+            mask_in_set(&r, n).is_some(),
+            "the socket left the thread's set"
+        );
+        assert_eq!(r.watcher.lock().sockets[&n].reqs.len(), 1);
+
+        (&a_peer).write_all(b"a").unwrap();
+        assert_eq!(settled(&first), 1);
+        assert_eq!(first.buf[0], b'a');
+        drop(kept);
+    }
+
     /// Among many sockets with a receive waiting, a cancel takes out the
     /// one it names, alone, and every request leaves the cancel index
     /// with it (cancelled, completed by an event): nothing is left behind
