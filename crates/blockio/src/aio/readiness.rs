@@ -87,7 +87,8 @@
 //! beside the descriptor, so that an event drawn for a socket just closed
 //! never reaches the socket that receives its number next. Waiting opens
 //! no descriptor per socket: a connection costs one whether idle or not
-//! (a runtime's set costs one, made at the first wait of its tasks).
+//! (a runtime's set costs one per engine, made at the first wait of its
+//! tasks on that engine's sockets).
 
 #[cfg(feature = "tokio")]
 use std::cell::RefCell;

@@ -32,9 +32,10 @@
 //! B's; tokio gives no sign to tell it.)
 //!
 //! The set costs its runtime one descriptor (the set's own, no eventfd:
-//! the task is woken by its waker when the engine goes), once per engine
-//! whose sockets wait there; tokio's own reactor costs two per runtime
-//! (its epoll set and its waker's eventfd).
+//! the task is woken by its waker when the engine goes) for each engine
+//! whose sockets wait there: R runtimes waiting on sockets of E engines
+//! hold R × E; tokio's own reactor costs two per runtime (its epoll set
+//! and its waker's eventfd).
 //!
 //! The task ends when the set stops (the engine is gone: the readiness
 //! thread wakes it on its way out), or when its runtime drops it (shut
