@@ -1,10 +1,11 @@
-//! The thread-pool backend's epoll set read on the tokio runtime that
-//! runs the sockets' tasks: a readiness wakes the runtime's own thread,
-//! not the readiness thread (counted, not timed); and the readiness
-//! thread takes the set's events back when the runtime does not take
-//! them (its workers all blocked, or the runtime not run) or is dropped
-//! with its tasks waiting. Each test builds its own thread-pool engine,
-//! so they hold on either backend.
+//! The thread-pool backend's epoll sets, one per tokio runtime whose
+//! tasks wait, each read on its runtime: a readiness wakes the runtime's
+//! own thread, not the readiness thread, and no other runtime (counted,
+//! not timed); reads made outside any running runtime (a plain thread,
+//! a runtime only entered) are served by the readiness thread's set, and
+//! the sockets of a runtime dropped with reads waiting move there. Each
+//! test builds its own thread-pool engine, so they hold on either
+//! backend.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -20,51 +21,17 @@ use blockio::BackendChoice;
 /// A hang guard, far beyond what any step takes.
 const GUARD: Duration = Duration::from_secs(30);
 
-/// Held while an engine is built and its readiness thread found, so
-/// that each test finds its own.
-static BUILDING: Mutex<()> = Mutex::new(());
-
-/// The ids of this process's threads named `blockio-net`.
-fn readiness_threads() -> Vec<u32> {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| {
-            let t = t.ok()?;
-            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-            (comm.trim() == "blockio-net").then(|| t.file_name().to_str()?.parse().ok())?
-        })
-        .collect()
-}
-
-/// A thread-pool engine and the id of its readiness thread.
-fn pool_engine() -> (AsyncEngine, u32) {
-    let _building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
-    let before = readiness_threads();
-    // `Driving::Auto` (with `Thread` only the readiness thread takes the
-    // set's events), built outside any runtime: `Auto` on a runtime would
-    // try (and drop) a caller-driven engine first, a readiness thread of
-    // its own.
+/// A thread-pool engine whose sets' events are taken on the runtimes
+/// whose tasks wait (`Driving::Auto`; with `Thread` only the readiness
+/// thread takes them), built outside any runtime: `Auto` on a runtime
+/// would try (and drop) a caller-driven engine first.
+fn pool_engine() -> AsyncEngine {
     assert!(tokio::runtime::Handle::try_current().is_err());
-    let engine = AsyncEngine::builder()
+    AsyncEngine::builder()
         .backend(BackendChoice::ThreadPool)
         .driving(Driving::Auto)
         .build()
-        .unwrap();
-    // Named by the thread itself once it runs: waited for, so that every
-    // engine built under the lock has its thread named before the next.
-    let start = std::time::Instant::now();
-    loop {
-        let new: Vec<u32> = readiness_threads()
-            .into_iter()
-            .filter(|t| !before.contains(t))
-            .collect();
-        if !new.is_empty() {
-            assert_eq!(new.len(), 1, "the engine's readiness thread: {new:?}");
-            return (engine, new[0]);
-        }
-        assert!(start.elapsed() < GUARD, "no readiness thread started");
-        std::thread::yield_now();
-    }
+        .unwrap()
 }
 
 /// Who took the engine's readiness set's events so far.
@@ -72,13 +39,6 @@ fn counts(engine: &AsyncEngine) -> ReadinessCounts {
     engine
         .readiness_counts()
         .expect("a thread-pool engine's set")
-}
-
-/// The system call thread `tid` is in (its number), if it is blocked in
-/// one.
-fn syscall_of(tid: u32) -> Option<i64> {
-    let call = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
-    call.split_whitespace().next()?.parse().ok()
 }
 
 /// Waits, bounded by [`GUARD`], until `done` holds; `what` names it.
@@ -134,6 +94,36 @@ async fn parked_read(
     }
 }
 
+/// Makes current-thread runtime `rt`'s set and runs its task once on the
+/// runtime's thread: from then on every wait of its tasks goes there (the
+/// first, made before that, goes to the readiness thread's set).
+fn with_its_set(rt: &tokio::runtime::Runtime, engine: &AsyncEngine) {
+    let e = engine.clone();
+    let warm = rt.spawn(async move {
+        let (s, mut peer) = connected(&e).await;
+        let mut read = std::pin::pin!(s.read(vec![0u8; 1]));
+        assert!(
+            futures::poll!(read.as_mut()).is_pending(),
+            "nothing was sent"
+        );
+        peer.write_all(b"w").unwrap();
+        let (n, _) = tokio::time::timeout(GUARD, read)
+            .await
+            .expect("the first read never completed");
+        assert_eq!(n.unwrap(), 1);
+    });
+    rt.block_on(warm).unwrap();
+    assert!(
+        engine_polled(rt, engine),
+        "the runtime's set's task never ran"
+    );
+}
+
+/// Whether the task reading `rt`'s set has been polled.
+fn engine_polled(rt: &tokio::runtime::Runtime, engine: &AsyncEngine) -> bool {
+    engine.readiness_polls_on(rt.handle()).unwrap_or(0) >= 1
+}
+
 /// On a current-thread runtime, each exchange's reply (a read that waits
 /// in the set, then a readiness) is taken by the runtime's thread: the
 /// readiness thread is not woken per exchange, as it was when it handed
@@ -145,7 +135,7 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
         .enable_all()
         .build()
         .unwrap();
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     // In a task, as the test's other runtimes' reads are.
     let exchanges = rt.spawn(async move {
         let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
@@ -154,8 +144,8 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
         let peer = echo_peer(listener.local_addr().unwrap());
         let (s, _) = listener.accept().await.unwrap();
         s.set_nodelay(true).unwrap();
-        // The first exchange claims the set for this runtime: its read,
-        // polled before the byte is sent, waits in the set.
+        // The first exchange makes this runtime's set: its read, polled
+        // before the byte is sent, waits in the set.
         {
             let mut first = std::pin::pin!(s.read(vec![0u8; 1]));
             let polled = futures::poll!(first.as_mut());
@@ -166,9 +156,9 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
             assert_eq!(n.unwrap(), 1);
         }
         assert_eq!(
-            counts(&engine).claims,
+            counts(&engine).runtime_sets,
             1,
-            "the runtime did not claim the set"
+            "the runtime has no set of its own"
         );
         let before = counts(&engine).thread_events;
         let mut buf = vec![0u8; 1];
@@ -192,9 +182,9 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
     rt.block_on(exchanges).unwrap();
 }
 
-/// A runtime that holds the set and whose workers are then all blocked
-/// in tasks: a read awaited on another thread (no runtime) still gets its
-/// bytes, the readiness thread taking the set's events back.
+/// A runtime with a set of its own whose workers are then all blocked in
+/// tasks: a read awaited on another thread (no runtime) still gets its
+/// bytes, from the readiness thread's set.
 #[test]
 fn readiness_is_seen_while_every_worker_is_blocked() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -202,14 +192,14 @@ fn readiness_is_seen_while_every_worker_is_blocked() {
         .enable_all()
         .build()
         .unwrap();
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let ((a, _peer_a), (b, mut peer_b)) = rt.block_on(async {
         let a = connected(&engine).await;
         let b = connected(&engine).await;
         (a, b)
     });
-    // A read of `a` waits in the set from a task of the runtime, which
-    // claims the set (its first poll, on a worker, parks the read).
+    // A read of `a` waits from a task of the runtime, in the runtime's
+    // set (its first poll, on a worker, parks the read).
     let (parked_tx, parked_rx) = mpsc::channel();
     let waiting_read = rt.spawn(async move {
         let mut read = std::pin::pin!(a.read(vec![0u8; 1]));
@@ -222,9 +212,9 @@ fn readiness_is_seen_while_every_worker_is_blocked() {
         "a's read did not wait"
     );
     assert_eq!(
-        counts(&engine).claims,
+        counts(&engine).runtime_sets,
         1,
-        "the runtime did not claim the set"
+        "the runtime has no set of its own"
     );
 
     // Both workers blocked until released.
@@ -268,21 +258,22 @@ fn readiness_is_seen_while_every_worker_is_blocked() {
     drop(rt);
 }
 
-/// A current-thread runtime that holds the set and is then not run (its
-/// `block_on` returned): a read awaited on another thread gets its bytes.
+/// A current-thread runtime with a set of its own that is then not run
+/// (its `block_on` returned): a read awaited on another thread gets its
+/// bytes, from the readiness thread's set.
 #[test]
 fn readiness_is_seen_while_the_holding_runtime_is_not_run() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let ((a, _peer_a), (b, mut peer_b)) = rt.block_on(async {
         let a = connected(&engine).await;
         let b = connected(&engine).await;
         (a, b)
     });
-    // From a task of the runtime, which claims the set.
+    // From a task of the runtime, in the runtime's set.
     let claimed = rt.spawn(async move {
         let mut read = std::pin::pin!(a.read(vec![0u8; 1]));
         let first = futures::poll!(read.as_mut());
@@ -290,11 +281,11 @@ fn readiness_is_seen_while_the_holding_runtime_is_not_run() {
     });
     rt.block_on(claimed).unwrap();
     assert_eq!(
-        counts(&engine).claims,
+        counts(&engine).runtime_sets,
         1,
-        "the runtime did not claim the set"
+        "the runtime has no set of its own"
     );
-    // Not run from here on: its driving task is never polled.
+    // Not run from here on: its set's task is never polled.
     let (got_tx, got_rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
         let (n, buf) = futures::executor::block_on(parked_read(&b, &got_tx));
@@ -316,8 +307,8 @@ fn readiness_is_seen_while_the_holding_runtime_is_not_run() {
     drop(rt);
 }
 
-/// A runtime dropped while its tasks' reads wait in the set it reads:
-/// the readiness thread takes the set back, and the streams, read from
+/// A runtime dropped while its tasks' reads wait in its set: its sockets
+/// move to the readiness thread's set, and the streams, read from
 /// another thread, get every byte their peers send.
 #[test]
 fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
@@ -325,10 +316,11 @@ fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
         .enable_all()
         .build()
         .unwrap();
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let pairs: Vec<(TcpStream, std::net::TcpStream)> =
         rt.block_on(async { futures::future::join_all((0..8).map(|_| connected(&engine))).await });
     let (streams, mut peers): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+    with_its_set(&rt, &engine);
     let streams: Vec<std::sync::Arc<TcpStream>> =
         streams.into_iter().map(std::sync::Arc::new).collect();
     let (parked_tx, parked_rx) = mpsc::channel();
@@ -350,17 +342,20 @@ fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
         }
     });
     assert_eq!(
-        counts(&engine).claims,
+        counts(&engine).runtime_sets,
         1,
-        "the runtime did not claim the set"
+        "the runtime has no set of its own"
     );
-    let waits = counts(&engine).thread_waits;
+    let moved = counts(&engine).moves;
     drop(rt);
-    // Before the peers write: the dropped holder woke the thread, which
-    // waits on the set again (with no event to wake it).
-    wait_for("the readiness thread back in its wait", || {
-        counts(&engine).thread_waits > waits
-    });
+    // Before the peers write: the dropped set's task handed its sockets
+    // to the thread's set (their reads were dropped with the tasks; the
+    // sockets stay kept in a set until they close).
+    assert_eq!(
+        counts(&engine).moves - moved,
+        streams.len() as u64,
+        "the dropped runtime's sockets did not move"
+    );
 
     let reader = std::thread::spawn(move || {
         futures::executor::block_on(async {
@@ -389,60 +384,19 @@ fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
     }
 }
 
-/// A task that blocks its own current-thread runtime while its requests
-/// wait in the set (an executor of its own run inside it): the runtime
-/// claims the set once, its drive task never runs, and after the one
-/// revocation the thread takes every event, with no claim per request
-/// (each a drive task that never ran and a descriptor).
-#[test]
-fn a_task_blocking_its_runtime_claims_the_set_once() {
-    const EXCHANGES: usize = 20;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (engine, _) = pool_engine();
-    let (s, peer) = rt.block_on(connected(&engine));
-    // The peer writes a byte each time a read waits (reported by it).
-    let (parked_tx, parked_rx) = mpsc::channel::<Report>();
-    let writer = std::thread::spawn(move || {
-        let mut peer = peer;
-        for i in 0..EXCHANGES {
-            assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
-            peer.write_all(&[i as u8]).unwrap();
-        }
-    });
-    let counted = rt.spawn(async move {
-        for i in 0..EXCHANGES {
-            let (n, b) = futures::executor::block_on(parked_read(&s, &parked_tx));
-            assert_eq!(n.unwrap(), 1);
-            assert_eq!(b[0], i as u8);
-        }
-        drop(s);
-        counts(&engine)
-    });
-    let counted = rt.block_on(counted).unwrap();
-    writer.join().unwrap();
-    assert_eq!(
-        counted.claims, 1,
-        "claimed again while blocked: {counted:?}"
-    );
-    assert_eq!(counted.revoked, 1, "{counted:?}");
-}
-
 /// A current-thread runtime only entered (`Handle::enter`) while another
 /// executor polls its reads on its thread, which tokio does not tell
-/// apart from its `block_on`'s future (which claims the set): the
-/// runtime claims the set once, its drive task never runs, and after one
-/// revocation the thread takes every event, with no claim per request.
+/// apart from its `block_on`'s future: no set is made for the runtime
+/// (whose reactor nobody runs), and every read gets its bytes from the
+/// readiness thread's set.
 #[test]
-fn a_runtime_only_entered_claims_the_set_once() {
+fn a_runtime_only_entered_leaves_its_reads_to_the_thread() {
     const EXCHANGES: usize = 20;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let (s, peer) = rt.block_on(connected(&engine));
     let before = counts(&engine);
     let (parked_tx, parked_rx) = mpsc::channel::<Report>();
@@ -453,51 +407,160 @@ fn a_runtime_only_entered_claims_the_set_once() {
             peer.write_all(&[i as u8]).unwrap();
         }
     });
-    {
-        let _entered = rt.enter();
-        for i in 0..EXCHANGES {
+    // On a thread of its own, so that a read that never completes fails
+    // the test instead of hanging it.
+    let runtime = rt.handle().clone();
+    let (got_tx, got_rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let _entered = runtime.enter();
+        for _ in 0..EXCHANGES {
             let (n, b) = futures::executor::block_on(parked_read(&s, &parked_tx));
-            assert_eq!(n.unwrap(), 1);
-            assert_eq!(b[0], i as u8);
+            got_tx.send((n.unwrap(), b[0])).unwrap();
         }
+    });
+    for i in 0..EXCHANGES {
+        let got = got_rx
+            .recv_timeout(GUARD)
+            .expect("a read where the runtime is only entered never completed");
+        assert_eq!(got, (1, i as u8));
     }
+    reader.join().unwrap();
     writer.join().unwrap();
     let after = counts(&engine);
+    assert_eq!(after.runtime_sets, before.runtime_sets, "{after:?}");
     assert!(
-        after.claims <= before.claims + 1,
-        "claimed again while not run: {before:?} then {after:?}"
-    );
-    assert!(
-        after.revoked <= before.revoked + 1,
-        "revoked more than once: {before:?} then {after:?}"
+        after.thread_events >= before.thread_events + EXCHANGES as u64,
+        "the readiness thread did not serve the reads: {before:?} then {after:?}"
     );
 }
 
-/// A runtime holding the set while nothing happens on it: the readiness
-/// thread, standing aside, blocks on the set (no timer), and the runtime
-/// keeps the lease.
+/// An idle runtime with a read waiting in its own set, beside a busy one
+/// doing exchanges: the busy runtime's readiness never wakes the idle
+/// runtime's task (its polls counted, not timed), while the busy
+/// runtime's own set is read on it.
 #[test]
-fn an_idle_holder_leaves_the_thread_blocked_on_the_set() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+fn an_idle_runtime_is_not_woken_by_another_runtimes_readiness() {
+    const EXCHANGES: u64 = 500;
+    let engine = pool_engine();
+    let idle = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let (engine, tid) = pool_engine();
-    let (a, mut peer) = rt.block_on(connected(&engine));
+    let (a, mut peer_a) = idle.block_on(connected(&engine));
     let (parked_tx, parked_rx) = mpsc::channel();
-    let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
-    wait_for("the read parked and the set claimed", || {
-        counts(&engine).claims == 1
-    });
+    let waiting = idle.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
     assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
-    wait_for("the readiness thread blocked in poll", || {
-        syscall_of(tid) == Some(libc::SYS_ppoll)
+    // The idle runtime's task polled once (its set not yet readable).
+    wait_for("the idle runtime's set read", || {
+        engine.readiness_polls_on(idle.handle()).unwrap_or(0) >= 1
     });
-    let idle = counts(&engine);
-    assert_eq!(idle.revoked, 0, "{idle:?}");
-    peer.write_all(b"ping").unwrap();
-    assert_eq!(rt.block_on(read).unwrap(), 4);
+    let idle_before = engine.readiness_polls_on(idle.handle()).unwrap();
+
+    let busy = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let b_engine = engine.clone();
+    let exchanges = busy.spawn(async move {
+        let listener = TcpListener::bind_with(&b_engine, "127.0.0.1:0")
+            .await
+            .unwrap();
+        let peer = echo_peer(listener.local_addr().unwrap());
+        let (s, _) = listener.accept().await.unwrap();
+        s.set_nodelay(true).unwrap();
+        // A first read polled before anything is sent waits, and makes
+        // this runtime's set (the accept and the replies may all find
+        // their socket ready).
+        {
+            let mut first = std::pin::pin!(s.read(vec![0u8; 1]));
+            let polled = futures::poll!(first.as_mut());
+            assert!(polled.is_pending(), "nothing was sent");
+            let (r, _) = s.write_all(vec![0u8]).await;
+            r.unwrap();
+            let (n, _) = first.await;
+            assert_eq!(n.unwrap(), 1);
+        }
+        let mut buf = vec![0u8; 1];
+        for i in 0..EXCHANGES {
+            let byte = (i % 251) as u8;
+            let (r, _) = s.write_all(vec![byte]).await;
+            r.unwrap();
+            let (n, b) = s.read(buf).await;
+            assert_eq!(n.unwrap(), 1);
+            assert_eq!(b[0], byte, "exchange {i} got another byte");
+            buf = b;
+        }
+        drop(s);
+        peer.join().unwrap();
+    });
+    busy.block_on(exchanges).unwrap();
+    let busy_polls = engine.readiness_polls_on(busy.handle()).unwrap();
+    let idle_after = engine.readiness_polls_on(idle.handle()).unwrap();
+    assert_eq!(
+        idle_after, idle_before,
+        "the idle runtime was woken by the busy one's readiness"
+    );
+    // Its set's task ran at least once (how many replies waited in its
+    // set depends on the peer's speed).
+    assert!(busy_polls >= 1, "the busy runtime's set was never read");
+    assert_eq!(counts(&engine).runtime_sets, 2);
+    peer_a.write_all(b"ping").unwrap();
+    let got = idle.block_on(async { tokio::time::timeout(GUARD, waiting).await });
+    assert_eq!(
+        got.expect("the idle runtime's read never completed")
+            .unwrap(),
+        4
+    );
+    assert!(engine.readiness_polls_on(idle.handle()).unwrap() > idle_after);
+}
+
+/// A stream read from a task of one runtime, then from a task of
+/// another: its socket moves to the second runtime's set, which then
+/// serves its reads (the first runtime's set's task polled no more for
+/// it), and it moves back when read on the first again.
+#[test]
+fn a_socket_read_on_another_runtime_moves_to_its_set() {
+    let engine = pool_engine();
+    let rt_a = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rt_b = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (s, mut peer) = rt_a.block_on(connected(&engine));
+    let s = std::sync::Arc::new(s);
+    // A read that waits from a task of `rt`, then gets what is sent.
+    let mut read_on = |rt: &tokio::runtime::Runtime, what: &'static [u8]| {
+        let (parked_tx, parked_rx) = mpsc::channel();
+        let s = s.clone();
+        let read = rt.spawn(async move {
+            let (n, buf) = parked_read(&s, &parked_tx).await;
+            buf[..n.unwrap()].to_vec()
+        });
+        assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+        peer.write_all(what).unwrap();
+        let got = rt.block_on(async { tokio::time::timeout(GUARD, read).await });
+        assert_eq!(got.expect("the read never completed").unwrap(), what);
+    };
+    read_on(&rt_a, b"a1");
+    let a_polls = engine.readiness_polls_on(rt_a.handle()).unwrap();
+    let moves = counts(&engine).moves;
+    read_on(&rt_b, b"b1");
+    assert_eq!(counts(&engine).moves, moves + 1, "not moved to B's set");
+    assert!(engine.readiness_polls_on(rt_b.handle()).unwrap() >= 1);
+    assert_eq!(
+        engine.readiness_polls_on(rt_a.handle()).unwrap(),
+        a_polls,
+        "A's set was read for a socket that had left it"
+    );
+    read_on(&rt_a, b"a2");
+    assert_eq!(counts(&engine).moves, moves + 2, "not moved back to A's");
+    assert_eq!(counts(&engine).runtime_sets, 2);
 }
 
 /// `Driving::Thread` on the thread pool: the readiness thread alone
@@ -519,9 +582,10 @@ fn driving_thread_leaves_the_set_to_the_readiness_thread() {
     let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
     assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
     peer.write_all(b"ping").unwrap();
-    assert_eq!(rt.block_on(read).unwrap(), 4);
+    let got = rt.block_on(async { tokio::time::timeout(GUARD, read).await });
+    assert_eq!(got.expect("the read never completed").unwrap(), 4);
     let c = counts(&engine);
-    assert_eq!(c.claims, 0, "a runtime was asked to take the set: {c:?}");
+    assert_eq!(c.runtime_sets, 0, "a runtime has a set: {c:?}");
     assert!(c.thread_events > 0, "{c:?}");
 }
 
@@ -531,10 +595,6 @@ fn driving_thread_leaves_the_set_to_the_readiness_thread() {
 /// read a set of its.
 #[test]
 fn the_default_engines_pool_set_is_read_on_the_runtime() {
-    // Its readiness thread starts with the engine (the pool) or at its
-    // first accept (io_uring): under the lock, so that another test's
-    // `pool_engine` does not take it for its own.
-    let building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let engine = AsyncEngine::current().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -542,7 +602,6 @@ fn the_default_engines_pool_set_is_read_on_the_runtime() {
         .unwrap();
     let pool = engine.backend() == blockio::Backend::ThreadPool;
     let (a, mut peer) = rt.block_on(connected(&engine));
-    drop(building);
     let (parked_tx, parked_rx) = mpsc::channel();
     let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
     let writer = std::thread::spawn(move || {
@@ -550,20 +609,21 @@ fn the_default_engines_pool_set_is_read_on_the_runtime() {
         peer.write_all(b"ping").unwrap();
         peer
     });
-    assert_eq!(rt.block_on(read).unwrap(), 4);
+    let got = rt.block_on(async { tokio::time::timeout(GUARD, read).await });
+    assert_eq!(got.expect("the read never completed").unwrap(), 4);
     let _peer = writer.join().unwrap();
     let counts = engine.readiness_counts();
     if pool {
         let c = counts.expect("the pool's set");
-        assert_eq!(c.claims, 1, "the runtime did not claim the set: {c:?}");
+        assert_eq!(c.runtime_sets, 1, "the runtime has no set: {c:?}");
     } else {
         // The ring engine's own set, if one started, is its thread's.
-        assert_eq!(counts.map_or(0, |c| c.claims), 0, "{counts:?}");
+        assert_eq!(counts.map_or(0, |c| c.runtime_sets), 0, "{counts:?}");
     }
 }
 
 /// Runtime A, on a thread of its own: a current-thread runtime whose
-/// read waited in the set (so it holds the set's lease), then whose one
+/// read waited in its own set, then whose one
 /// thread a task holds until the returned sender is sent to (or dropped).
 fn a_runtime_holding_the_set_and_its_thread(
     engine: &AsyncEngine,
@@ -584,11 +644,11 @@ fn a_runtime_holding_the_set_and_its_thread(
                 "nothing was sent"
             );
             assert_eq!(
-                counts(&a_engine).claims,
+                counts(&a_engine).runtime_sets,
                 1,
-                "runtime A did not claim the set"
+                "runtime A has no set of its own"
             );
-            // Runtime A's drive task runs once before the thread is held.
+            // Runtime A's set's task runs once before the thread is held.
             for _ in 0..10 {
                 tokio::task::yield_now().await;
             }
@@ -619,15 +679,14 @@ async fn read_what_is_sent(engine: &AsyncEngine) -> (usize, Vec<u8>) {
     (n.unwrap(), buf)
 }
 
-/// Two runtimes sharing the set, the first of which holds its one thread
-/// in a task (until the second's read is done) after its own read waited
-/// in the set: a read of the second runtime, in `in_task` a task of its,
-/// else its `block_on`'s own future (the shape of `#[tokio::test]`), gets
-/// the bytes sent to it from the second runtime's own take of the set,
-/// not from the readiness thread revoking the first runtime's lease after
-/// its ticks (200-300 ms for bytes already there).
+/// Two runtimes sharing the engine, the first of which holds its one
+/// thread in a task (until the second's read is done) after its own read
+/// waited in its set: a read of the second runtime, in `in_task` a task
+/// of its (read from its own set), else its `block_on`'s own future (the
+/// shape of `#[tokio::test]`, read from the readiness thread's set), gets
+/// the bytes sent to it while the first runtime's thread is held.
 fn a_read_on_runtime_b_does_not_wait_for_busy_runtime_a(in_task: bool) {
-    let (engine, _) = pool_engine();
+    let engine = pool_engine();
     let (runtime_a, release_a) = a_runtime_holding_the_set_and_its_thread(&engine);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -645,11 +704,8 @@ fn a_read_on_runtime_b_does_not_wait_for_busy_runtime_a(in_task: bool) {
     runtime_a.join().unwrap();
     assert_eq!(&buf[..n], &b"pong"[..n]);
     assert!(n > 0);
-    assert_eq!(
-        seen.revoked, 0,
-        "runtime B's read waited until runtime A's lease was revoked: {seen:?}"
-    );
-    assert_eq!(seen.claims, 2, "runtime B did not take the set: {seen:?}");
+    let sets = if in_task { 2 } else { 1 };
+    assert_eq!(seen.runtime_sets, sets, "{seen:?}");
 }
 
 #[test]
@@ -660,4 +716,140 @@ fn a_read_on_one_runtime_does_not_wait_for_another_busy_runtime() {
 #[test]
 fn a_read_in_block_on_does_not_wait_for_another_busy_runtime() {
     a_read_on_runtime_b_does_not_wait_for_busy_runtime_a(false);
+}
+
+/// A stream whose read waits from a task of multi-thread runtime A while
+/// its writes wait from a task of current-thread runtime B (after B's
+/// set's task has run, so that they wait in B's set), which then idles
+/// (`hold` false: its `block_on` returned, the runtime kept) or has its
+/// one thread held by a task (`hold` true) when the bytes for A's read
+/// come: A's read gets them, served where it waits, on A.
+fn a_stream_waited_on_from_two_runtimes(hold: bool) {
+    const BIG: usize = 16 << 20;
+    let engine = pool_engine();
+    let rt_a = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (s, peer) = rt_a.block_on(connected(&engine));
+    let s = std::sync::Arc::new(s);
+    let (parked_tx, parked_rx) = mpsc::channel();
+    let r = s.clone();
+    let read = rt_a.spawn(async move {
+        let (n, buf) = parked_read(&r, &parked_tx).await;
+        buf[..n.unwrap()].to_vec()
+    });
+    assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+    let joins = counts(&engine).moves;
+
+    // The peer drains what B writes once B's write waits, then, once B
+    // idles or is held, sends A's bytes.
+    let (drain_tx, drain_rx) = mpsc::channel::<()>();
+    let (idle_tx, idle_rx) = mpsc::channel::<()>();
+    let peer = std::thread::spawn(move || {
+        let mut peer = peer;
+        drain_rx
+            .recv_timeout(GUARD)
+            .expect("B's write never waited");
+        let mut sink = vec![0u8; 1 << 20];
+        let mut got = 0;
+        while got < BIG {
+            let n = peer.read(&mut sink).unwrap();
+            assert!(n > 0, "the stream ended");
+            got += n;
+        }
+        idle_rx.recv_timeout(GUARD).expect("B never idled");
+        peer.write_all(b"ping").unwrap();
+        peer
+    });
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let b_engine = engine.clone();
+    let runtime_b = std::thread::spawn(move || {
+        let rt_b = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        with_its_set(&rt_b, &b_engine);
+        let write = rt_b.spawn(async move {
+            let mut write = std::pin::pin!(s.write_all(vec![7u8; BIG]));
+            assert!(
+                futures::poll!(write.as_mut()).is_pending(),
+                "B's write did not wait"
+            );
+            drain_tx.send(()).unwrap();
+            let (r, _) = tokio::time::timeout(GUARD, write)
+                .await
+                .expect("B's write never completed");
+            r.unwrap();
+        });
+        rt_b.block_on(write).unwrap();
+        if hold {
+            let held = rt_b.spawn(async move {
+                idle_tx.send(()).unwrap();
+                let _ = release_rx.recv_timeout(GUARD);
+            });
+            rt_b.block_on(held).unwrap();
+        } else {
+            idle_tx.send(()).unwrap();
+            let _ = release_rx.recv_timeout(GUARD);
+        }
+    });
+    let got = rt_a.block_on(async { tokio::time::timeout(GUARD, read).await });
+    let seen = counts(&engine);
+    release_tx.send(()).unwrap();
+    runtime_b.join().unwrap();
+    let _peer = peer.join().unwrap();
+    let got = got.expect("A's read never completed while B was not run");
+    assert_eq!(got.unwrap(), b"ping");
+    assert!(
+        seen.moves > joins,
+        "B's write never waited beside A's read: {seen:?}"
+    );
+}
+
+#[test]
+fn a_read_on_one_runtime_is_served_while_a_write_waits_on_an_idle_one() {
+    a_stream_waited_on_from_two_runtimes(false);
+}
+
+#[test]
+fn a_read_on_one_runtime_is_served_while_a_write_waits_on_a_held_one() {
+    a_stream_waited_on_from_two_runtimes(true);
+}
+
+/// A read from a task of multi-thread runtime A polled with
+/// current-thread runtime B entered (`Handle::enter`; B never run, as
+/// where a library enters a handle it was given): the read does not wait
+/// in B's set, which nobody reads, and gets the bytes sent to it.
+#[test]
+fn a_read_with_another_runtime_entered_is_served() {
+    let engine = pool_engine();
+    let rt_a = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rt_b = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (s, mut peer) = rt_a.block_on(connected(&engine));
+    let b = rt_b.handle().clone();
+    let (parked_tx, parked_rx) = mpsc::channel();
+    let read = rt_a.spawn(async move {
+        let mut read = std::pin::pin!(parked_read(&s, &parked_tx));
+        let (n, buf) = std::future::poll_fn(|cx| {
+            let _entered = b.enter();
+            std::future::Future::poll(read.as_mut(), cx)
+        })
+        .await;
+        buf[..n.unwrap()].to_vec()
+    });
+    assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+    peer.write_all(b"ping").unwrap();
+    let got = rt_a.block_on(async { tokio::time::timeout(GUARD, read).await });
+    let got = got.expect("the read never completed while B was entered, not run");
+    assert_eq!(got.unwrap(), b"ping");
+    drop(rt_b);
 }

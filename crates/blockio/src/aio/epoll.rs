@@ -1,7 +1,7 @@
 //! The kernel's epoll set behind the readiness fallback
 //! ([`readiness`](super::readiness)): sockets registered edge-triggered,
-//! and one eventfd that wakes the thread waiting on the set (to stand
-//! aside for a runtime, or to stop). The set's own
+//! and one eventfd that wakes the thread waiting on the set (to stop).
+//! The set's own
 //! descriptor is readable while events wait: a tokio runtime's reactor
 //! watches it, and the events are then taken without waiting
 //! ([`EpollSet::take_ready`]).
@@ -18,16 +18,12 @@
 //! other system call: no timer, no re-arm of the nudge descriptor, which
 //! is level-triggered and read back only by the thread it wakes.
 //!
-//! The set costs two descriptors, its own and the eventfd: one eventfd
-//! serves both the nudge and the stop (which the caller tells by a flag
-//! of its own, and which leaves the eventfd written once the
-//! thread has seen it: see [`nudge`](EpollSet::nudge)), and a runtime's
-//! reactor registers the set's own descriptor, shared
-//! ([`shared_fd`](EpollSet::shared_fd)), not a duplicate. The
-//! registration holds the eventfd too: a written eventfd keeps the set
-//! readable only while it is open (closing it takes it out of the set,
-//! and its event with it), so a stopped set stays readable for as long
-//! as any reactor watches it, and the task watching it sees the stop.
+//! The readiness thread's set costs two descriptors, its own and the
+//! eventfd that ends its wait at the engine's stop; a runtime's set
+//! ([`EpollSet::bare`]) costs its own alone, since the task that reads it
+//! is woken by its waker instead, and its reactor registers the set's own
+//! descriptor, shared ([`shared_fd`](EpollSet::shared_fd)), not a
+//! duplicate.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -37,7 +33,7 @@ use std::sync::Arc;
 
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
-use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::event::{eventfd, EventfdFlags, Timespec};
 
 /// The key the nudge descriptor is registered under. No socket's key is
 /// this: a socket's low half is its descriptor, never `u32::MAX - 1`.
@@ -82,25 +78,14 @@ struct Taken {
     full: bool,
 }
 
-/// The set's descriptor as a reactor holds it, with the nudge eventfd
-/// that keeps a stopped set readable ([`EpollSet::shared_fd`]).
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-pub(crate) struct SharedSet {
-    /// The set's own descriptor, the one registered.
-    pub(crate) epoll: Arc<OwnedFd>,
-    /// Held open, never used: see [`EpollSet::shared_fd`].
-    _nudge: Arc<OwnedFd>,
-}
-
 /// An epoll set of sockets, each under a key of the caller's.
 pub(crate) struct EpollSet {
-    /// Shared with the reactors that watch the set, which keep it open
-    /// while they do ([`shared_fd`](Self::shared_fd)).
+    /// Shared with the reactor that watches the set, which keeps it open
+    /// while it does ([`shared_fd`](Self::shared_fd)).
     epoll: Arc<OwnedFd>,
     /// Ends the thread's wait, read back by that thread
-    /// ([`nudge`](Self::nudge)); shared with the reactors that watch the
-    /// set, so that its stop stays in the set while they do.
-    nudge: Arc<OwnedFd>,
+    /// ([`nudge`](Self::nudge)); none in a set no thread waits on.
+    nudge: Option<OwnedFd>,
     /// `epoll_ctl` adds and modifications made, for the tests that
     /// count them.
     #[cfg(test)]
@@ -121,20 +106,39 @@ fn watched(readable: bool, writable: bool) -> EventFlags {
 }
 
 impl EpollSet {
-    /// A new set, holding its nudge descriptor.
+    /// A new set, holding its nudge descriptor, for a thread to wait on.
     pub(crate) fn new() -> io::Result<EpollSet> {
-        let epoll = epoll::create(CreateFlags::CLOEXEC)?;
+        let mut set = EpollSet::bare()?;
         let nudge = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         epoll::add(
-            &epoll,
+            &set.epoll,
             &nudge,
             EventData::new_u64(NUDGE_KEY),
             EventFlags::IN,
         )?;
+        set.nudge = Some(nudge);
+        Ok(set)
+    }
+
+    /// A new set without a nudge descriptor, one descriptor in all, for a
+    /// reactor to watch: [`nudge`](Self::nudge) does nothing on it.
+    pub(crate) fn bare() -> io::Result<EpollSet> {
         Ok(EpollSet {
-            epoll: Arc::new(epoll),
-            nudge: Arc::new(nudge),
+            epoll: Arc::new(epoll::create(CreateFlags::CLOEXEC)?),
+            nudge: None,
             #[cfg(test)]
+            ctls: AtomicUsize::new(0),
+        })
+    }
+
+    /// A set whose descriptor is no epoll set (an eventfd), on which every
+    /// add fails (`EINVAL`), as an add that finds the kernel out of
+    /// memory or the user's watches used up does.
+    #[cfg(test)]
+    pub(crate) fn failing() -> io::Result<EpollSet> {
+        Ok(EpollSet {
+            epoll: Arc::new(eventfd(0, EventfdFlags::CLOEXEC)?),
+            nudge: None,
             ctls: AtomicUsize::new(0),
         })
     }
@@ -219,30 +223,22 @@ impl EpollSet {
     }
 
     /// Reads the nudge back, so that the set no longer looks readable for
-    /// it (a nudge the thread no longer needs: it stands aside already).
-    pub(crate) fn drain_nudge(&self) {
+    /// it.
+    fn drain_nudge(&self) {
         let mut count = [0u8; 8];
-        // A read that finds it read already (EAGAIN) is as good.
-        let _ = rustix::io::read(&self.nudge, &mut count);
-    }
-
-    /// Blocks until the set's descriptor is readable (an event waits, or
-    /// the nudge descriptor was written), taking nothing. An
-    /// interrupted or failed wait returns early: the caller looks again.
-    pub(crate) fn block(&self) {
-        let mut fds = [PollFd::new(&self.epoll, PollFlags::IN)];
-        let _ = poll(&mut fds, None);
+        if let Some(nudge) = &self.nudge {
+            // A read that finds it read already (EAGAIN) is as good.
+            let _ = rustix::io::read(nudge, &mut count);
+        }
     }
 
     /// Ends the thread's current wait (or its next), once: it then sees
-    /// what changed (a runtime taking the set's events in its place, or
-    /// the caller's stop flag). A take without waiting ignores it. Once
-    /// the thread has ended, nothing reads it back: a nudge then leaves
-    /// the set readable for as long as the eventfd is open, which every
-    /// reactor watching the set keeps it ([`shared_fd`](Self::shared_fd)),
-    /// so that each sees that the set stopped.
+    /// the caller's stop flag. Nothing on a set without a nudge
+    /// descriptor ([`bare`](Self::bare)).
     pub(crate) fn nudge(&self) -> io::Result<()> {
-        rustix::io::write(&self.nudge, &1u64.to_ne_bytes())?;
+        if let Some(nudge) = &self.nudge {
+            rustix::io::write(nudge, &1u64.to_ne_bytes())?;
+        }
         Ok(())
     }
 
@@ -290,40 +286,12 @@ impl EpollSet {
         Ok(taken)
     }
 
-    /// Whether events wait in the set, asked without taking them, once a
-    /// nudge is read back: a nudge left from a claim made while the
-    /// thread was busy (it stands aside already) is no event; one of a
-    /// stop is seen through the caller's flag.
-    pub(crate) fn has_events_unnudged(&self) -> bool {
-        self.drain_nudge();
-        self.has_events()
-    }
-
-    /// Whether events wait in the set (or the nudge descriptor was
-    /// written), asked without taking them.
-    pub(crate) fn has_events(&self) -> bool {
-        let mut fds = [PollFd::new(&self.epoll, PollFlags::IN)];
-        let now = Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
-    }
-
-    /// The set's descriptor and its nudge eventfd, shared: open while any
-    /// holder of them is, whatever becomes of the set. A reactor's
-    /// registration holds both: the set's, so that its deregistration
-    /// names the set and never another file; the eventfd's, so that the
-    /// stop's nudge, in the set while the eventfd is open, keeps the set
-    /// readable until the watching task has seen it and ended (closed
-    /// with the engine, the eventfd would leave the set, and the task
-    /// and its registration would wait for ever).
+    /// The set's descriptor, shared: open while any holder of it is,
+    /// whatever becomes of the set, so that a reactor's registration
+    /// holding it deregisters the set and never another file.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn shared_fd(&self) -> SharedSet {
-        SharedSet {
-            epoll: self.epoll.clone(),
-            _nudge: self.nudge.clone(),
-        }
+    pub(crate) fn shared_fd(&self) -> Arc<OwnedFd> {
+        self.epoll.clone()
     }
 }
 

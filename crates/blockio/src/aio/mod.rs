@@ -88,7 +88,6 @@ mod driving;
 mod epoll;
 mod file;
 mod in_flight;
-mod lease;
 pub(crate) mod op;
 #[cfg(feature = "tokio")]
 pub(crate) mod paused_clock;
@@ -526,8 +525,8 @@ impl AsyncEngineBuilder {
                 Some(option) => format!("{reason}; {option} ignored: the thread pool has no ring"),
                 None => reason,
             };
-            // `Driving::Thread` means the readiness thread alone takes
-            // the set's events: no runtime is asked to (but for the
+            // `Driving::Thread` means the readiness thread's set alone
+            // serves the sockets: no runtime has a set (but for the
             // default engine, whose driver thread is for the ring only).
             let on_runtimes = matches!(self.driving, Driving::Auto) || self.pool_set_on_runtimes;
             let pool = PoolDriver::start(threads, on_runtimes)?;
@@ -670,11 +669,20 @@ impl AsyncEngine {
         self.core.served_inline.increment();
     }
 
-    /// Who took the readiness set's events so far (the thread pool's set,
-    /// or the engine's own if one was started), for tests.
+    /// Where the readiness sets' events were taken so far (the thread
+    /// pool's sets, or the engine's own if one was started), for tests.
     #[doc(hidden)]
     pub fn readiness_counts(&self) -> Option<ReadinessCounts> {
         self.core.started_readiness().map(Readiness::counts)
+    }
+
+    /// How many times the task reading the readiness set of `runtime`
+    /// was polled (woken) so far, if that runtime has a set of this
+    /// engine's, for tests.
+    #[doc(hidden)]
+    #[cfg(feature = "tokio")]
+    pub fn readiness_polls_on(&self, runtime: &tokio::runtime::Handle) -> Option<u64> {
+        self.core.started_readiness()?.runtime_polls(runtime.id())
     }
 
     /// Why the thread pool is in use, when it is; on an engine built with

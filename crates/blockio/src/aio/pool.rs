@@ -6,7 +6,8 @@
 //! pool's threads and wake their tasks directly.
 //!
 //! The worker threads start with the first file request, so a server that
-//! only uses sockets runs on the readiness thread alone.
+//! only uses sockets runs on the readiness thread (and its runtimes' own
+//! readiness sets) alone.
 
 use std::io;
 use std::sync::OnceLock;
@@ -28,9 +29,9 @@ pub(crate) struct PoolDriver {
 impl PoolDriver {
     /// Starts the readiness thread; `threads` worker threads are started
     /// by the first file request. With `on_runtimes` (the engine's
-    /// driving is [`Driving::Auto`](super::Driving::Auto)), the set's
-    /// events are taken on the tokio runtime whose tasks wait in it;
-    /// otherwise by the readiness thread alone.
+    /// driving is [`Driving::Auto`](super::Driving::Auto)), each tokio
+    /// runtime whose tasks wait reads a set of its own; otherwise the
+    /// readiness thread's set alone serves them.
     pub(crate) fn start(threads: usize, on_runtimes: bool) -> io::Result<PoolDriver> {
         let sockets = if on_runtimes {
             Readiness::on_runtimes()?

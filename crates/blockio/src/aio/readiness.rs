@@ -28,40 +28,52 @@
 //! tells a stale "not ready" from an event that came meanwhile, which is
 //! never lost: the call is made again instead.
 //!
-//! Who takes the set's events. On a tokio runtime (feature `tokio`; the
-//! thread pool's set), the first request that waits from a task of a
-//! runtime with I/O (see [`readiness_tokio`](super::readiness_tokio) for
-//! which futures count as one) has that runtime take them: the set's
-//! descriptor is registered in the runtime's reactor, so the runtime's
-//! thread, parked in its own `epoll_wait`, is woken by a socket's
-//! readiness, and a task there takes the events without waiting and
-//! completes their requests, waking their tasks on the thread that runs
-//! them. Every runtime whose tasks wait in the set does so, each with a
-//! task of its own (see [`lease`](super::lease)): a runtime busy in its
-//! tasks never holds another runtime's readiness back, since the other
-//! takes the set's events itself. The watching thread waits on the set
-//! only while no runtime does: it stands aside while a runtime's task
-//! holds the set's lease, and takes over when the last such task is
-//! dropped (its runtime shut down with its tasks: the lease is released
-//! and the thread woken) or when none takes the events (runtimes whose
-//! threads are all blocked, or that are not being run: revoked after two
-//! to three ticks of [`lease`](super::lease)). Operations of other
-//! executors sharing the engine are completed by whichever takes the
-//! events, and their tasks woken from there.
+//! Who takes the events. Each tokio runtime whose tasks wait here has an
+//! epoll set of its own (feature `tokio`; the thread pool's sockets), as
+//! tokio has a reactor per runtime and io_uring an engine per runtime:
+//! the set's descriptor is registered in that runtime's reactor, so the
+//! runtime's thread, parked in its own `epoll_wait`, is woken by the
+//! readiness of that runtime's sockets alone, and a task there
+//! ([`readiness_tokio`](super::readiness_tokio)) takes the events without
+//! waiting and completes their requests, waking their tasks on the thread
+//! that runs them. The readiness thread waits on a set of its own, for
+//! waits made outside any runtime that runs its tasks (see below).
 //!
-//! No readiness is lost or seen twice across these hand-overs: every
-//! event is taken from the kernel once, by one `epoll_wait` (a
-//! runtime's take or the thread's wait), and served under the same lock
-//! either way ([`on_event`], whose tick tells a retry of an event that
-//! came meanwhile); several runtimes' tasks take from the set at once,
-//! and the thread may wait on it beside them for a moment after a claim
-//! (until, nudged out of its wait, it stands aside): that is as safe as
-//! two events served on two threads.
-//! Events not taken wait in the set, which both ask: an event pending
-//! when the runtime's task is dropped is taken by the thread's next wait.
-//! A set whose engine is gone stops both: the thread completes what waits
-//! with `ECANCELED`, and a retry a runtime's task was making meanwhile
-//! completes its requests so too.
+//! A request waits in the set of the place it waits from, and is served
+//! by that set alone. A wait from a task of a runtime (or from any future
+//! on a multi-thread runtime, whose workers run its reactor) uses that
+//! runtime's set (a current-thread runtime's only on the thread that runs
+//! it, see [`place_on_runtime`]); a wait from a thread with no runtime, or from a future
+//! polled directly by a current-thread runtime's `block_on` (which tokio
+//! does not tell apart from a future polled by another executor where the
+//! runtime is only entered, whose reactor nobody runs), uses the
+//! thread's. A socket is in each set one of its requests waits in (epoll
+//! lets one file be in several sets; each set gets its own event for the
+//! directions it watches, and serves the requests waiting in it): a
+//! stream whose read waits on one runtime and whose write waits on
+//! another is served on each, and a runtime that is not run never holds
+//! up a request that waits elsewhere. A socket joins a set (an add, which
+//! reports at once what it is ready for) before it leaves another, and
+//! leaves each set none of its requests uses any more when another is
+//! used; a kept socket with no request waiting stays in the last set it
+//! waited in: a socket used on two runtimes by turns costs two
+//! `epoll_ctl` a change, one used on one place none. A runtime that is
+//! not run (a current-thread runtime between two `block_on`s, or whose
+//! only thread a task blocks) serves the requests waiting in its set when
+//! it runs again, as tokio's reactor does its sockets; one dropped (its
+//! set's task dropped with it) hands every socket in its set, and the
+//! requests waiting there, to the thread's set.
+//!
+//! No readiness is lost or seen twice: every event is taken from the
+//! kernel once per set, by one `epoll_wait` (a runtime's take or the
+//! thread's wait), and served under the same lock ([`on_event`], whose
+//! tick tells a retry of an event that came meanwhile). The readiness it
+//! reports is the socket's, whichever set told it. An event taken from a
+//! set a socket has just left is served as any other: it only says what
+//! the socket was ready for. A set whose engine is gone stops: the thread
+//! completes what waits with `ECANCELED`, each runtime's task ends, and a
+//! retry a runtime's task was making meanwhile completes its requests so
+//! too.
 //!
 //! A request waiting here is cancelled by taking it out of the set: the
 //! kernel holds nothing of it, so its memory is free at once.
@@ -74,7 +86,9 @@
 //! the socket close. Each entry's key in the set carries a generation
 //! beside the descriptor, so that an event drawn for a socket just closed
 //! never reaches the socket that receives its number next. Waiting opens
-//! no descriptor: a connection costs one whether idle or not.
+//! no descriptor per socket: a connection costs one whether idle or not
+//! (a runtime's set costs one per engine, made at the first wait of its
+//! tasks on that engine's sockets).
 
 #[cfg(feature = "tokio")]
 use std::cell::RefCell;
@@ -86,52 +100,142 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::attempt::{attempt, awaits, is_connect, not_ready, short_receive};
 use super::epoll::{EpollSet, Readied};
-use super::lease::{Lease, TICK};
 #[cfg(feature = "tokio")]
-use super::readiness_tokio::{offer, Driven};
+use super::readiness_tokio::place_on_runtime;
 use super::ready::{Awaits, ReadyWord};
 use super::request::{call_user, Cancel, Complete, Request};
 #[cfg(feature = "tokio")]
 use rustix::event::epoll::Event;
 
-/// One thread watching the sockets of waiting requests.
+/// One thread watching the sockets of waiting requests, and the sets
+/// of the runtimes whose tasks wait (see the [module](self)).
 pub(crate) struct Readiness {
     watcher: Arc<Watcher>,
 }
 
-/// What the watching thread shares with the engine (and with the tokio
-/// task that takes the set's events in its place): the epoll set, the
-/// requests waiting in it, and who takes its events.
-struct Watcher {
-    set: EpollSet,
+/// One epoll set of the fallback, and who reads it.
+pub(super) struct Place {
+    /// The set.
+    pub(super) set: EpollSet,
+    /// Set once the task of the runtime reading it is dropped: no socket
+    /// joins the set after that.
+    gone: AtomicBool,
+    /// Polls of the task of the runtime reading it (its wake-ups).
+    #[cfg(feature = "tokio")]
+    polls: AtomicU64,
+    /// The waker of the task of the runtime reading it, woken when the
+    /// engine stops (a runtime's set has no nudge descriptor).
+    #[cfg(feature = "tokio")]
+    waker: Mutex<Option<std::task::Waker>>,
+    /// The number ([`thread_number`]) of the thread that last polled the
+    /// task of the runtime reading it; 0 before its first poll.
+    #[cfg(feature = "tokio")]
+    driver: AtomicU64,
+}
+
+/// A number naming the calling thread, never 0, never another thread's.
+#[cfg(feature = "tokio")]
+fn thread_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NUMBER: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    NUMBER.with(|n| *n)
+}
+
+impl Place {
+    /// A new, empty set, `set`.
+    fn of(set: EpollSet) -> Place {
+        Place {
+            set,
+            gone: AtomicBool::new(false),
+            #[cfg(feature = "tokio")]
+            polls: AtomicU64::new(0),
+            #[cfg(feature = "tokio")]
+            waker: Mutex::new(None),
+            #[cfg(feature = "tokio")]
+            driver: AtomicU64::new(0),
+        }
+    }
+
+    /// A new, empty set for a runtime's reactor to watch: one descriptor.
+    #[cfg(feature = "tokio")]
+    pub(super) fn for_runtime() -> io::Result<Place> {
+        Ok(Place::of(EpollSet::bare()?))
+    }
+
+    /// Counts a poll of the task reading the set, whose waker `waker` is
+    /// woken when the engine stops (kept before the task looks whether it
+    /// has: a stop after that look wakes it).
+    #[cfg(feature = "tokio")]
+    pub(super) fn polled(&self, waker: &std::task::Waker) {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        self.driver.store(thread_number(), Ordering::Relaxed);
+        let mut kept = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+        if !kept.as_ref().is_some_and(|k| k.will_wake(waker)) {
+            *kept = Some(waker.clone());
+        }
+    }
+
+    /// Whether the task reading the set was last polled on the calling
+    /// thread: for a current-thread runtime, whether the calling thread is
+    /// the one that runs it (see
+    /// [`place_on_runtime`](super::readiness_tokio::place_on_runtime)).
+    #[cfg(feature = "tokio")]
+    pub(super) fn driven_here(&self) -> bool {
+        self.driver.load(Ordering::Relaxed) == thread_number()
+    }
+
+    /// Wakes the task reading the set, to see that the engine stopped.
+    #[cfg(feature = "tokio")]
+    fn wake(&self) {
+        let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// What the watching thread shares with the engine and with the tokio
+/// tasks that take their runtimes' sets' events: the sets, and the
+/// requests waiting in them.
+pub(super) struct Watcher {
+    /// The readiness thread's set.
+    thread: Arc<Place>,
     waiting: Mutex<Waiting>,
     stop: AtomicBool,
-    /// Held by the runtime's task that takes the set's events, if one
-    /// does ([`readiness_tokio`](super::readiness_tokio)).
-    lease: Lease,
-    /// A request that waits from a tokio runtime's task offers that
-    /// runtime the set's events (the thread pool's set); otherwise only
-    /// the thread takes them.
+    /// A request that waits from a tokio runtime's task waits in that
+    /// runtime's set (the thread pool's sockets); otherwise all wait in
+    /// the thread's.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     on_runtimes: bool,
+    /// The set of each runtime whose tasks have waited, while its task
+    /// reading it lives.
+    #[cfg(feature = "tokio")]
+    runtimes: Mutex<HashMap<tokio::runtime::Id, Arc<Place>>>,
+    /// Sets made for runtimes.
+    runtime_sets: AtomicU64,
+    /// Sockets that joined a set while in another.
+    moves: AtomicU64,
     /// Waits on the set the thread has entered.
     thread_waits: AtomicU64,
     /// Socket events the thread has taken from the set.
     thread_events: AtomicU64,
 }
 
-/// Who took a readiness set's events so far, for tests that check which
-/// thread did (see [`AsyncEngine::readiness_counts`](super::AsyncEngine::readiness_counts)).
+/// Where the readiness fallback's events were taken so far, for tests
+/// that check which thread did (see [`AsyncEngine::readiness_counts`](super::AsyncEngine::readiness_counts)).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadinessCounts {
-    /// Leases given to a tokio runtime's task.
-    pub claims: u64,
-    /// Leases revoked by the readiness thread.
-    pub revoked: u64,
-    /// Waits on the set the readiness thread has entered.
+    /// Sets made for tokio runtimes, one per runtime whose tasks waited.
+    pub runtime_sets: u64,
+    /// Sockets that joined a set while in another (a wait from another
+    /// place, or a dropped runtime's set handed to the thread's).
+    pub moves: u64,
+    /// Waits on its set the readiness thread has entered.
     pub thread_waits: u64,
-    /// Socket events the readiness thread has taken from the set.
+    /// Socket events the readiness thread has taken from its set.
     pub thread_events: u64,
 }
 
@@ -176,7 +280,7 @@ impl Waiting {
     /// set: noted before a call, to tell afterwards whether an event came
     /// meanwhile.
     fn seen(&self, fd: RawFd) -> Option<Seen> {
-        let s = self.sockets.get(&fd).filter(|s| s.in_set)?;
+        let s = self.sockets.get(&fd).filter(|s| s.in_set())?;
         Some(Seen {
             gen: s.gen,
             tick: s.ready.tick(),
@@ -197,30 +301,45 @@ fn target_key(done: &Arc<dyn Complete>) -> usize {
     Arc::as_ptr(done).cast::<()>() as usize
 }
 
-/// One socket known to the set.
+/// One socket known to the sets.
 #[derive(Default)]
 struct Watched {
-    /// The requests waiting on it. Each waits in a direction its
-    /// [`ready`](Self::ready) word has clear: an event that sets it
-    /// retries them.
-    reqs: Vec<Request>,
-    /// Retries of some of its requests under way, unlocked (the thread's
-    /// and a runtime's task's may overlap, each taking other requests):
-    /// the socket stays in the set until every one has put them back.
-    retrying: u32,
-    /// The socket is in the epoll set (added, not deleted since).
-    in_set: bool,
+    /// The requests waiting on it, each with the set it waits in. Each
+    /// waits in a direction its [`ready`](Self::ready) word has clear: an
+    /// event of its set that sets it retries them.
+    reqs: Vec<Waiter>,
+    /// The sets it is in: each set one of its requests waits in or is
+    /// retried from, or, while none is, at most one (the last it waited
+    /// in) if it is kept.
+    sets: Vec<Member>,
+    /// Its owner holds a [`Registration`], which deletes it from the sets
+    /// before the socket closes: it stays in one between waits.
+    kept: bool,
+    /// This entry's generation, in the sets' key beside the descriptor.
+    gen: u32,
+    /// What the socket is ready for, as far as the sets have told.
+    ready: ReadyWord,
+}
+
+/// A request waiting on a socket, and the set it waits in.
+struct Waiter {
+    req: Request,
+    place: Arc<Place>,
+}
+
+/// A socket's entry in one set.
+struct Member {
+    /// The set.
+    place: Arc<Place>,
     /// The set watches it for reading (a request has waited to read).
     reading: bool,
     /// The set watches it for writing (a request has waited to write).
     writing: bool,
-    /// Its owner holds a [`Registration`], which deletes it from the set
-    /// before the socket closes: it stays in the set between waits.
-    kept: bool,
-    /// This entry's generation, in the set's key beside the descriptor.
-    gen: u32,
-    /// What the socket is ready for, as far as the set has told.
-    ready: ReadyWord,
+    /// Retries of some of its requests waiting in this set, under way
+    /// unlocked (the thread's and a runtime's task's may overlap, each
+    /// taking other requests): the socket stays in the set until every
+    /// one has put them back.
+    retrying: u32,
 }
 
 /// The set's key for the entry `s` of `fd`: the descriptor in the low
@@ -259,11 +378,14 @@ impl Readiness {
 
     fn start(on_runtimes: bool) -> io::Result<Readiness> {
         let watcher = Arc::new(Watcher {
-            set: EpollSet::new()?,
+            thread: Arc::new(Place::of(EpollSet::new()?)),
             waiting: Mutex::new(Waiting::default()),
             stop: AtomicBool::new(false),
-            lease: Lease::new(TICK),
             on_runtimes,
+            #[cfg(feature = "tokio")]
+            runtimes: Mutex::new(HashMap::new()),
+            runtime_sets: AtomicU64::new(0),
+            moves: AtomicU64::new(0),
             thread_waits: AtomicU64::new(0),
             thread_events: AtomicU64::new(0),
         });
@@ -285,14 +407,23 @@ impl Readiness {
             return req.done.complete(res);
         };
         let fd = req.op.fd;
+        // The set it would wait in, found (unlocked: finding it may make a
+        // runtime's set) only once it is to wait: a call that succeeds
+        // costs nothing of it.
+        let mut place: Option<Arc<Place>> = None;
         let mut first = true;
         loop {
             let w = self.watcher.lock();
             let seen = match w.sockets.get(&fd) {
                 // Known not ready: waits without the call. (A connect is
                 // always made: its call is what starts it.)
-                Some(s) if s.in_set && !s.ready.is(dir) && !is_connect(kind) => {
-                    return self.park(w, req, dir)
+                Some(s) if s.in_set() && !s.ready.is(dir) && !is_connect(kind) => {
+                    if let Some(place) = &place {
+                        return self.park(w, req, dir, place);
+                    }
+                    drop(w);
+                    place = Some(self.place());
+                    continue;
                 }
                 _ => w.seen(fd),
             };
@@ -305,58 +436,86 @@ impl Readiness {
                 }
                 return req.done.complete(res);
             }
+            let place = place.get_or_insert_with(|| self.place());
             let mut w = self.watcher.lock();
             if w.seen(fd).is_none() || clear_seen(&mut w, fd, dir, seen) {
-                return self.park(w, req, dir);
+                return self.park(w, req, dir, place);
             }
             // An event came during the call: made again.
         }
     }
 
+    /// The set a request waiting now from the caller's thread waits in:
+    /// its runtime's, or the thread's (see the [module](self)).
+    fn place(&self) -> Arc<Place> {
+        #[cfg(feature = "tokio")]
+        if self.watcher.on_runtimes {
+            if let Some(place) = place_on_runtime(&self.watcher) {
+                return place;
+            }
+        }
+        self.watcher.thread.clone()
+    }
+
     /// Puts `req`, whose socket is not ready in direction `dir`, in the
-    /// set (locked in `w`), adding the socket if it is not yet there, or
-    /// watching it for `dir` too if it was not yet.
-    fn park(&self, mut w: MutexGuard<'_, Waiting>, req: Request, dir: Awaits) {
+    /// set `place` (or the thread's, if `place` is gone), with the
+    /// requests (locked in `w`): adds the socket to that set if it is not
+    /// yet there, or watches it there for `dir` too if it was not yet,
+    /// then deletes it from the sets none of its requests uses any more.
+    fn park(&self, mut w: MutexGuard<'_, Waiting>, req: Request, dir: Awaits, place: &Arc<Place>) {
+        // Asked under the lock that the set's task takes to hand its
+        // sockets over when it is dropped, after setting `gone`.
+        let place = if place.gone.load(Ordering::SeqCst) {
+            &self.watcher.thread
+        } else {
+            place
+        };
         let fd = req.op.fd;
         let s = w.entry(fd);
-        if !s.watches(dir) {
-            if let Err(e) = watch_for(&self.watcher.set, fd, s, dir) {
-                if !s.in_set && !s.kept {
+        let member = s.member(place);
+        if !member.is_some_and(|m| m.watches(dir)) {
+            let joins = s.in_set() && member.is_none();
+            if let Err(e) = watch_for(place, fd, s, dir) {
+                if !s.in_set() && !s.kept {
                     w.sockets.remove(&fd);
                 }
                 drop(w);
                 return req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO));
             }
+            if joins {
+                self.watcher.moves.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let target = target_key(&req.done);
-        s.reqs.push(req);
+        s.reqs.push(Waiter {
+            req,
+            place: place.clone(),
+        });
+        prune(fd, s);
         w.fds.insert(target, fd);
-        drop(w);
-        self.offer();
     }
 
-    /// Who took the set's events so far.
+    /// Where the events were taken so far.
     pub(crate) fn counts(&self) -> ReadinessCounts {
         let w = &self.watcher;
         ReadinessCounts {
-            claims: w.lease.claims(),
-            revoked: w.lease.revoked(),
+            runtime_sets: w.runtime_sets.load(Ordering::Relaxed),
+            moves: w.moves.load(Ordering::Relaxed),
             thread_waits: w.thread_waits.load(Ordering::Relaxed),
             thread_events: w.thread_events.load(Ordering::Relaxed),
         }
     }
 
-    /// Offers the set's events to the tokio runtime the caller runs on,
-    /// if this set is taken on runtimes and no task of that runtime takes
-    /// them yet.
-    fn offer(&self) {
-        #[cfg(feature = "tokio")]
-        if self.watcher.on_runtimes {
-            offer(&self.watcher.lease, || {
-                let set: Arc<dyn Driven> = self.watcher.clone();
-                (Arc::downgrade(&set), self.watcher.set.shared_fd())
-            });
-        }
+    /// How many times the task reading the set of `runtime` was polled
+    /// (woken), if that runtime has a set.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn runtime_polls(&self, runtime: tokio::runtime::Id) -> Option<u64> {
+        let runtimes = self
+            .watcher
+            .runtimes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        Some(runtimes.get(&runtime)?.polls.load(Ordering::Relaxed))
     }
 
     /// Keeps `fd` in the set between waits, until the returned
@@ -382,18 +541,35 @@ impl Readiness {
         let Some(reqs) = w.sockets.get_mut(&fd).map(|s| &mut s.reqs) else {
             return;
         };
-        let Some(i) = reqs.iter().position(|r| c.names(&r.done)) else {
+        let Some(i) = reqs.iter().position(|r| c.names(&r.req.done)) else {
             return;
         };
-        let req = reqs.remove(i);
+        let req = reqs.remove(i).req;
         w.fds.remove(&key);
-        settle(&self.watcher.set, &mut w, fd);
+        settle(&mut w, fd);
         drop(w);
         req.done.complete(-libc::ECANCELED);
     }
 }
 
 impl Watched {
+    /// Whether the socket is in a set.
+    fn in_set(&self) -> bool {
+        !self.sets.is_empty()
+    }
+
+    /// The socket's entry in the set `place`, if it is there.
+    fn member(&self, place: &Arc<Place>) -> Option<&Member> {
+        self.sets.iter().find(|m| Arc::ptr_eq(&m.place, place))
+    }
+
+    /// The socket's entry in the set `place`, if it is there, to change.
+    fn member_mut(&mut self, place: &Arc<Place>) -> Option<&mut Member> {
+        self.sets.iter_mut().find(|m| Arc::ptr_eq(&m.place, place))
+    }
+}
+
+impl Member {
     /// Whether the set watches the socket for `dir`.
     fn watches(&self, dir: Awaits) -> bool {
         match dir {
@@ -403,30 +579,82 @@ impl Watched {
     }
 }
 
-/// Has the set watch `fd`, known to it as `s`, for `dir` too: adds it,
-/// or modifies what it is watched for (once in a socket's life: the
-/// directions watched only grow). A call in `dir` has just said not
-/// ready; if the socket is ready now, the kernel has queued an event
-/// that sets it again.
-fn watch_for(set: &EpollSet, fd: RawFd, s: &mut Watched, dir: Awaits) -> io::Result<()> {
-    let reading = s.reading || dir == Awaits::Readable;
-    let writing = s.writing || dir == Awaits::Writable;
-    // SAFETY: `fd` is deleted from the set before its last waiting
+/// Has the set of `place` watch `fd`, known as `s`, for `dir` too (see
+/// [`join`]). A call in `dir` has just said not ready; if the socket is
+/// ready now, the kernel has queued an event that sets it again (an add
+/// or a modify reports at once what the socket is ready for).
+fn watch_for(place: &Arc<Place>, fd: RawFd, s: &mut Watched, dir: Awaits) -> io::Result<()> {
+    join(
+        place,
+        fd,
+        s,
+        dir == Awaits::Readable,
+        dir == Awaits::Writable,
+    )?;
+    let tick = s.ready.tick();
+    s.ready.clear(dir, tick);
+    Ok(())
+}
+
+/// Has the set of `place` watch `fd`, known as `s`, for reading and
+/// writing as asked, besides what it watches already: adds it to that
+/// set (leaving it in any other, which [`prune`] deletes it from once
+/// none of its requests uses that one), or modifies what it is watched
+/// for there (once in a socket's stay in a set: the directions watched
+/// only grow). A failure leaves the socket and its requests as they were.
+fn join(
+    place: &Arc<Place>,
+    fd: RawFd,
+    s: &mut Watched,
+    reading: bool,
+    writing: bool,
+) -> io::Result<()> {
+    // SAFETY: `fd` is deleted from its sets before its last waiting
     // request leaves it (see `settle`), or, if `s` is kept, by its
     // `Registration` before the socket closes; until then a waiting
     // request or the socket's owner holds it open.
     let sock = unsafe { socket(fd) };
-    if s.in_set {
-        set.modify(sock, key(fd, s), reading, writing)?;
+    let k = key(fd, s);
+    if let Some(m) = s.member_mut(place) {
+        let (reading, writing) = (m.reading || reading, m.writing || writing);
+        if (reading, writing) != (m.reading, m.writing) {
+            place.set.modify(sock, k, reading, writing)?;
+        }
+        m.reading = reading;
+        m.writing = writing;
     } else {
-        set.add(sock, key(fd, s), reading, writing)?;
+        place.set.add(sock, k, reading, writing)?;
+        s.sets.push(Member {
+            place: place.clone(),
+            reading,
+            writing,
+            retrying: 0,
+        });
     }
-    s.in_set = true;
-    s.reading = reading;
-    s.writing = writing;
-    let tick = s.ready.tick();
-    s.ready.clear(dir, tick);
     Ok(())
+}
+
+/// Deletes `fd`, known as `s`, from each set none of its requests waits
+/// in or is retried from; if none is used so, from all but the last one
+/// it was used in if it is kept, from all if not. Called with the sets
+/// locked, while a request that holds `fd` open is still alive (waiting,
+/// or just taken out and not yet dropped), or by the owner of a kept
+/// socket before it closes.
+fn prune(fd: RawFd, s: &mut Watched) {
+    let reqs = &s.reqs;
+    let used = |m: &Member| m.retrying > 0 || reqs.iter().any(|r| Arc::ptr_eq(&r.place, &m.place));
+    let keep_last = s.kept && !s.sets.iter().any(used);
+    let last = s.sets.len().saturating_sub(1);
+    let mut i = 0;
+    s.sets.retain(|m| {
+        let stays = used(m) || (keep_last && i == last);
+        i += 1;
+        if !stays {
+            // SAFETY: the caller keeps `fd` open.
+            let _ = m.place.set.delete(unsafe { socket(fd) });
+        }
+        stays
+    });
 }
 
 /// Clears direction `dir` of `fd`'s readiness after a call that found it
@@ -438,25 +666,21 @@ fn clear_seen(w: &mut Waiting, fd: RawFd, dir: Awaits, seen: Option<Seen>) -> bo
         return false;
     };
     match w.sockets.get_mut(&fd) {
-        Some(s) if s.in_set && s.gen == seen.gen => s.ready.clear(dir, seen.tick),
+        Some(s) if s.in_set() && s.gen == seen.gen => s.ready.clear(dir, seen.tick),
         _ => false,
     }
 }
 
-/// Deletes `fd` from the set if nothing keeps it there: not kept, no
-/// request waiting, none being retried. Called with the set locked, while
-/// a request that holds `fd` open is still alive (waiting, or just taken
-/// out and not yet dropped).
-fn settle(set: &EpollSet, w: &mut Waiting, fd: RawFd) {
-    let Some(s) = w.sockets.get(&fd) else {
+/// Deletes `fd` from the sets nothing keeps it in (see [`prune`]), and
+/// forgets it if it is in none and not kept. Called with the sets
+/// locked, while a request that holds `fd` open is still alive (waiting,
+/// or just taken out and not yet dropped).
+fn settle(w: &mut Waiting, fd: RawFd) {
+    let Some(s) = w.sockets.get_mut(&fd) else {
         return;
     };
-    if s.reqs.is_empty() && s.retrying == 0 && !s.kept {
-        if s.in_set {
-            // SAFETY: the caller keeps a request that holds `fd` open
-            // alive.
-            let _ = set.delete(unsafe { socket(fd) });
-        }
+    prune(fd, s);
+    if !s.in_set() && !s.kept {
         w.sockets.remove(&fd);
     }
 }
@@ -479,9 +703,9 @@ impl Drop for Registration {
         let Some(s) = w.sockets.remove(&self.fd) else {
             return;
         };
-        if s.in_set {
+        for m in &s.sets {
             // SAFETY: the socket's owner drops this before closing `fd`.
-            let _ = watcher.set.delete(unsafe { socket(self.fd) });
+            let _ = m.place.set.delete(unsafe { socket(self.fd) });
         }
         drop(w);
         // None is left: a waiting request holds the socket, and with it
@@ -493,61 +717,63 @@ impl Drop for Registration {
 impl Drop for Readiness {
     fn drop(&mut self) {
         self.watcher.stop.store(true, Ordering::SeqCst);
-        let _ = self.watcher.set.nudge();
-        self.watcher.lease.wake();
+        let _ = self.watcher.thread.set.nudge();
     }
 }
 
-/// The watching thread: retries the requests whose socket became ready,
-/// until the engine is gone; stands aside while a runtime's task takes
-/// the set's events.
+/// The watching thread: retries the requests whose socket became ready
+/// in its set, until the engine is gone.
 fn watch(watcher: &Watcher) {
     let mut events = Vec::new();
     while !watcher.stop.load(Ordering::SeqCst) {
-        watcher.lease.stand_aside(
-            || watcher.set.has_events_unnudged(),
-            || watcher.set.block(),
-            &watcher.stop,
-        );
-        if watcher.stop.load(Ordering::SeqCst) {
-            break;
-        }
         // An error (none is expected of a valid set) is tried again; the
-        // wake-up is seen through `stop`. A lease claimed during the wait
-        // is seen after it.
+        // stop's nudge ends the wait.
         watcher.thread_waits.fetch_add(1, Ordering::Relaxed);
-        let _ = watcher.set.wait(&mut events, |key, r| {
+        let _ = watcher.thread.set.wait(&mut events, |key, r| {
             watcher.thread_events.fetch_add(1, Ordering::Relaxed);
-            on_event(watcher, key, r)
+            on_event(watcher, &watcher.thread, key, r)
         });
     }
     shut_down(watcher);
 }
 
 #[cfg(feature = "tokio")]
-impl Driven for Watcher {
-    fn lease(&self) -> &Lease {
-        &self.lease
-    }
-
-    fn stopped(&self) -> bool {
+impl Watcher {
+    /// Whether the set has stopped (its engine is gone).
+    pub(super) fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
 
-    fn nudge_thread(&self) {
-        // A failed write (none is expected: the counter is read back at
-        // each nudge) leaves the thread in its wait until the next event,
-        // which the two then share.
-        let _ = self.set.nudge();
+    /// The set of `runtime`, if it has one.
+    pub(super) fn runtime_place(&self, runtime: tokio::runtime::Id) -> Option<Arc<Place>> {
+        let runtimes = self.runtimes.lock().unwrap_or_else(|e| e.into_inner());
+        runtimes.get(&runtime).cloned()
     }
 
-    fn turn(&self) -> bool {
+    /// Makes `place` the set of `runtime`, unless it has one already,
+    /// which is returned.
+    pub(super) fn install(
+        &self,
+        runtime: tokio::runtime::Id,
+        place: &Arc<Place>,
+    ) -> Option<Arc<Place>> {
+        let mut runtimes = self.runtimes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = runtimes.get(&runtime) {
+            return Some(p.clone());
+        }
+        runtimes.insert(runtime, place.clone());
+        self.runtime_sets.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Takes the events waiting in `place`'s set, without waiting, and
+    /// serves them; returns whether more may wait (a full take).
+    pub(super) fn turn(&self, place: &Arc<Place>) -> bool {
         thread_local! {
             /// The events taken by a turn on this thread (kept: a take
             /// holds 1,024, too many to allocate each time).
             static EVENTS: RefCell<Vec<Event>> = const { RefCell::new(Vec::new()) };
         }
-        self.lease.turned();
         // A turn within a turn (a waker that polls its task in place) has
         // a buffer of its own.
         let mut fresh = Vec::new();
@@ -555,35 +781,105 @@ impl Driven for Watcher {
             let mut kept = kept.try_borrow_mut();
             let events = kept.as_deref_mut().unwrap_or(&mut fresh);
             // An error (none is expected of a valid set) takes nothing:
-            // the reactor reports the set again, or the thread takes over.
-            self.set
-                .take_ready(events, |key, r| on_event(self, key, r))
+            // the reactor reports the set again.
+            place
+                .set
+                .take_ready(events, |key, r| on_event(self, place, key, r))
                 .unwrap_or(false)
         })
+    }
+
+    /// The task reading the set of `place`'s runtime is dropped (its
+    /// runtime shut down, or the runtime refused it): no socket joins the
+    /// set from now on, and each socket in it joins the thread's set
+    /// (which reports at once what it is ready for) with the requests
+    /// that waited in the set, so that they are served, then leaves it.
+    pub(super) fn leave(&self, runtime: tokio::runtime::Id, place: &Arc<Place>) {
+        place.gone.store(true, Ordering::SeqCst);
+        {
+            let mut runtimes = self.runtimes.lock().unwrap_or_else(|e| e.into_inner());
+            if runtimes
+                .get(&runtime)
+                .is_some_and(|p| Arc::ptr_eq(p, place))
+            {
+                runtimes.remove(&runtime);
+            }
+        }
+        let mut lost = Vec::new();
+        let mut w = self.lock();
+        for (&fd, s) in w.sockets.iter_mut() {
+            let Some(i) = s.sets.iter().position(|m| Arc::ptr_eq(&m.place, place)) else {
+                continue;
+            };
+            let (reading, writing, retrying) = {
+                let m = &s.sets[i];
+                (m.reading, m.writing, m.retrying)
+            };
+            // Added to the thread's set before it is deleted from this one.
+            if join(&self.thread, fd, s, reading, writing).is_ok() {
+                if let Some(m) = s.member_mut(&self.thread) {
+                    m.retrying += retrying;
+                }
+                for r in s.reqs.iter_mut().filter(|r| Arc::ptr_eq(&r.place, place)) {
+                    r.place = self.thread.clone();
+                }
+                self.moves.fetch_add(1, Ordering::Relaxed);
+            } else {
+                let (gone, kept): (Vec<Waiter>, Vec<Waiter>) =
+                    s.reqs.drain(..).partition(|r| Arc::ptr_eq(&r.place, place));
+                s.reqs = kept;
+                lost.extend(gone.into_iter().map(|r| r.req));
+            }
+            let m = s.sets.remove(i);
+            // SAFETY: as in `prune`: its requests (alive here, `lost`
+            // included) or its owner hold `fd` open.
+            let _ = m.place.set.delete(unsafe { socket(fd) });
+        }
+        for req in &lost {
+            w.fds.remove(&target_key(&req.done));
+        }
+        drop(w);
+        for req in lost {
+            let _ = call_user(move || {
+                req.done.complete(-libc::EIO);
+                drop(req);
+            });
+        }
     }
 }
 
 /// The engine is gone: nobody will await what still waits, which is
-/// completed with `ECANCELED`, and the set lets go of every socket. The
-/// set is left readable (a nudge nobody reads back any more, in the set
-/// while its eventfd is open, which a reactor watching the set keeps
-/// so), so that a runtime's task still watching it sees that it stopped.
+/// completed with `ECANCELED`, and the sets let go of every socket. Each
+/// runtime's task reading a set is woken, to see that it stopped.
 fn shut_down(watcher: &Watcher) {
-    let _ = watcher.set.nudge();
+    #[cfg(feature = "tokio")]
+    {
+        let places: Vec<Arc<Place>> = watcher
+            .runtimes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        // Woken unlocked: a waker may poll its task in place.
+        for place in places {
+            place.wake();
+        }
+    }
     let mut w = watcher.lock();
     let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();
     w.fds.clear();
     for (fd, s) in &left {
-        if s.in_set {
+        for m in &s.sets {
             // SAFETY: with the lock held, `s.reqs` (alive here) or, for a
             // kept socket, its owner (whose registration takes the lock
             // before the socket closes) hold `fd` open.
-            let _ = watcher.set.delete(unsafe { socket(*fd) });
+            let _ = m.place.set.delete(unsafe { socket(*fd) });
         }
     }
     drop(w);
     for (_, s) in left {
-        for req in s.reqs {
+        for Waiter { req, .. } in s.reqs {
             // A panicking waker is reported by the panic hook; the others
             // are still completed.
             let _ = call_user(move || {
@@ -594,10 +890,11 @@ fn shut_down(watcher: &Watcher) {
     }
 }
 
-/// An event of the set for `event_key`: the socket's readiness is
-/// remembered, and the requests waiting in a direction now ready are
-/// retried.
-fn on_event(watcher: &Watcher, event_key: u64, r: Readied) {
+/// An event of the set of `place` for `event_key`: the socket's
+/// readiness is remembered, and the requests waiting in that set in a
+/// direction now ready are retried (those waiting in another set are
+/// retried by that set's own event).
+fn on_event(watcher: &Watcher, place: &Arc<Place>, event_key: u64, r: Readied) {
     let fd = key_fd(event_key);
     let (taken, tick) = {
         let mut w = watcher.lock();
@@ -610,33 +907,40 @@ fn on_event(watcher: &Watcher, event_key: u64, r: Readied) {
         }
         s.ready.set(r);
         let ready = s.ready;
-        let now_ready = |req: &Request| awaits(req.op.kind()).map_or(true, |a| ready.is(a));
+        let now_ready = |r: &Waiter| {
+            Arc::ptr_eq(&r.place, place) && awaits(r.req.op.kind()).map_or(true, |a| ready.is(a))
+        };
         // Usually every request is (one, in the direction the event
         // reports): taken whole, without moving them one by one.
         let now = if s.reqs.iter().all(now_ready) {
             std::mem::take(&mut s.reqs)
         } else {
-            let (now, later): (Vec<Request>, Vec<Request>) =
-                s.reqs.drain(..).partition(|req| now_ready(req));
+            let (now, later): (Vec<Waiter>, Vec<Waiter>) =
+                s.reqs.drain(..).partition(|r| now_ready(r));
             s.reqs = later;
             now
         };
         if now.is_empty() {
             return;
         }
-        // The socket stays in the set while the calls run unlocked.
-        s.retrying += 1;
-        (now, ready.tick())
+        // The socket stays in the set while the calls run unlocked (it
+        // is there: a request waits only in a set its socket is in).
+        if let Some(m) = s.member_mut(place) {
+            m.retrying += 1;
+        }
+        (now.into_iter().map(|r| r.req).collect(), ready.tick())
     };
-    retry(watcher, fd, taken, tick);
+    retry(watcher, place, fd, taken, tick);
 }
 
-/// Tries again `taken`, requests waiting on `fd` whose direction the
-/// event at `tick` made ready, with the set unlocked during the system
-/// calls; made again while events come meanwhile, then completes those
-/// that are done and puts back those still not ready (whose futures
-/// still want them), their direction cleared.
-fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
+/// Tries again `taken`, requests waiting on `fd` in the set of `place`
+/// whose direction the event at `tick` made ready, with the sets unlocked
+/// during the system calls; made again while events come meanwhile, then
+/// completes those that are done and puts back those still not ready
+/// (whose futures still want them), their direction cleared, in that
+/// set, or in the thread's if the socket left it meanwhile (its runtime
+/// dropped its task, see [`Watcher::leave`]).
+fn retry(watcher: &Watcher, place: &Arc<Place>, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
     let mut done = Vec::new();
     let mut w = loop {
         let mut again = Vec::new();
@@ -657,16 +961,10 @@ fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
             break w;
         };
         if again.is_empty() || s.ready.tick() == tick {
-            for req in &again {
-                if let Some(dir) = awaits(req.op.kind()) {
-                    s.ready.clear(dir, tick);
-                }
-            }
+            put_back(watcher, place, s, again, tick, &mut done);
             if done.iter().any(|(req, res)| short_receive(req, *res)) {
                 s.ready.clear(Awaits::Readable, tick);
             }
-            s.retrying -= 1;
-            s.reqs.extend(again);
             break w;
         }
         tick = s.ready.tick();
@@ -675,7 +973,7 @@ fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
     for (req, _) in &done {
         w.fds.remove(&target_key(&req.done));
     }
-    settle(&watcher.set, &mut w, fd);
+    settle(&mut w, fd);
     drop(w);
     // On the watching thread: a panicking waker is reported by the panic
     // hook and the thread goes on serving the other sockets.
@@ -684,6 +982,52 @@ fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
             req.done.complete(res);
             drop(req);
         });
+    }
+}
+
+/// Ends a retry from the set of `place` on the socket `s`: puts `again`,
+/// still not ready at `tick`, back to wait in that set, or in the
+/// thread's if the socket has left it (see [`retry`]). One that cannot
+/// wait there (the thread's set failed to add the socket when it left)
+/// is completed with the error, in `done`.
+fn put_back(
+    watcher: &Watcher,
+    place: &Arc<Place>,
+    s: &mut Watched,
+    again: Vec<Request>,
+    tick: u32,
+    done: &mut Vec<(Request, i32)>,
+) {
+    let back = if s.member(place).is_some() {
+        place.clone()
+    } else {
+        watcher.thread.clone()
+    };
+    if let Some(m) = s.member_mut(&back) {
+        m.retrying = m.retrying.saturating_sub(1);
+    }
+    for req in again {
+        let Some(dir) = awaits(req.op.kind()) else {
+            s.reqs.push(Waiter {
+                req,
+                place: back.clone(),
+            });
+            continue;
+        };
+        s.ready.clear(dir, tick);
+        let watched = s.member(&back).is_some_and(|m| m.watches(dir));
+        let fd = req.op.fd;
+        match if watched {
+            Ok(())
+        } else {
+            watch_for(&back, fd, s, dir)
+        } {
+            Ok(()) => s.reqs.push(Waiter {
+                req,
+                place: back.clone(),
+            }),
+            Err(e) => done.push((req, -e.raw_os_error().unwrap_or(libc::EIO))),
+        }
     }
 }
 
@@ -698,35 +1042,6 @@ mod tests {
     use super::*;
     use crate::op::action::{Action, RecvArgs, SendArgs};
     use crate::op::Op;
-
-    /// A nudge left unread when the thread stands aside (the claim's,
-    /// made while the thread was busy) is no event: the holder, idle,
-    /// keeps the lease and the thread blocks on the set.
-    #[test]
-    fn a_nudge_left_over_costs_an_idle_holder_nothing() {
-        let set = Arc::new(EpollSet::new().unwrap());
-        let lease = Arc::new(Lease::new(Duration::from_millis(1)));
-        let stop = Arc::new(AtomicBool::new(false));
-        let token = lease.try_claim(1).unwrap();
-        set.nudge().unwrap();
-        let (blocked_tx, blocked) = std::sync::mpsc::channel();
-        let (s, l, st) = (set.clone(), lease.clone(), stop.clone());
-        let aside = std::thread::spawn(move || {
-            let block = || {
-                let _ = blocked_tx.send(());
-                s.block();
-            };
-            l.stand_aside(|| s.has_events_unnudged(), block, &st);
-        });
-        blocked
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the thread never blocked: the nudge looked like an event");
-        assert!(lease.holds(token));
-        assert_eq!(lease.revoked(), 0);
-        assert!(lease.release(token));
-        set.nudge().unwrap();
-        aside.join().unwrap();
-    }
 
     /// An event's report of a socket readable.
     const READABLE: Readied = Readied {
@@ -820,7 +1135,7 @@ mod tests {
     /// The `(descriptor, inode)` of each file in the set, as the
     /// kernel lists them in the epoll descriptor's `fdinfo`.
     fn in_set(r: &Readiness) -> Vec<(RawFd, u64)> {
-        let epfd = r.watcher.set.as_fd().as_raw_fd();
+        let epfd = r.watcher.thread.set.as_fd().as_raw_fd();
         let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")).unwrap();
         let field = |line: &str, name: &str| -> Option<String> {
             let at = line.find(name)? + name.len();
@@ -903,7 +1218,7 @@ mod tests {
         // The old socket's file is readable, and an event under its key
         // comes: neither reaches the new socket's receive.
         (&a_peer).write_all(b"A").unwrap();
-        on_event(&r.watcher, old_key, READABLE);
+        on_event(&r.watcher, &r.watcher.thread, old_key, READABLE);
         assert_eq!(result(&t), None);
         assert_eq!(r.watcher.waiting.lock().unwrap().sockets[&n].reqs.len(), 1);
 
@@ -1017,7 +1332,7 @@ mod tests {
 
     /// The event mask the set holds for `fd`, from its `fdinfo`.
     fn mask_in_set(r: &Readiness, fd: RawFd) -> Option<u32> {
-        let epfd = r.watcher.set.as_fd().as_raw_fd();
+        let epfd = r.watcher.thread.set.as_fd().as_raw_fd();
         let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")).unwrap();
         info.lines().find_map(|l| {
             let mut words = l.split_whitespace();
@@ -1057,7 +1372,7 @@ mod tests {
             assert_eq!(settled(&t), 1);
             assert_eq!(t.buf[0], i);
         }
-        assert_eq!(r.watcher.set.ctls.load(Ordering::Relaxed), 1);
+        assert_eq!(r.watcher.thread.set.ctls.load(Ordering::Relaxed), 1);
         let mask = mask_in_set(&r, n).expect("not in the set");
         assert_eq!(mask, edge(libc::EPOLLIN), "mask {mask:#x}");
 
@@ -1080,11 +1395,42 @@ mod tests {
         assert_eq!(result(&t), Some(1));
 
         // Added, then watched for writing too: nothing more.
-        assert_eq!(r.watcher.set.ctls.load(Ordering::Relaxed), 2);
+        assert_eq!(r.watcher.thread.set.ctls.load(Ordering::Relaxed), 2);
         let mask = mask_in_set(&r, n).expect("not in the set");
         assert_eq!(mask, edge(libc::EPOLLIN | libc::EPOLLOUT), "mask {mask:#x}");
         drop(kept);
         assert_eq!(mask_in_set(&r, n), None, "left in the set after close");
+    }
+
+    /// A receive waits in the thread's set; another, on the same socket,
+    /// is to wait in a set that fails to add it: that one completes with
+    /// the error, and the first still waits where it was, its socket
+    /// still in the thread's set, and gets the bytes that come.
+    #[test]
+    fn a_failed_add_to_another_set_leaves_the_waiting_requests_served() {
+        let r = Readiness::new().unwrap();
+        let (a, a_peer) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let n = a.as_raw_fd();
+        let kept = r.keep(n);
+        let (first, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(result(&first), None, "the receive did not wait");
+
+        let failing = Arc::new(Place::of(EpollSet::failing().unwrap()));
+        let (second, req) = recv(&a);
+        r.park(r.watcher.lock(), req, Awaits::Readable, &failing);
+        assert_eq!(result(&second), Some(-libc::EINVAL));
+        assert!(
+            mask_in_set(&r, n).is_some(),
+            "the socket left the thread's set"
+        );
+        assert_eq!(r.watcher.lock().sockets[&n].reqs.len(), 1);
+
+        (&a_peer).write_all(b"a").unwrap();
+        assert_eq!(settled(&first), 1);
+        assert_eq!(first.buf[0], b'a');
+        drop(kept);
     }
 
     /// Among many sockets with a receive waiting, a cancel takes out the
