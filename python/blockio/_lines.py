@@ -82,9 +82,13 @@ class LineReader(Generic[AnyStr]):
             # the loop between two.
             try:
                 return await self._rest_in_lines()
-            except BaseException:
+            except BaseException as e:
                 self._restore(mark)
-                raise
+                if not self._consumes(e):
+                    raise
+            # (undecodable text: read again line by line below, which
+            # raises where the built-in's readline loop does and leaves the
+            # position where that leaves it)
         try:
             while True:
                 line = await self.readline()
@@ -108,7 +112,7 @@ class LineReader(Generic[AnyStr]):
                 # A stream cannot be read again: the lines read so far are
                 # put back before what the last readline put back.
                 self._put_back(lines)
-            else:
+            elif not self._consumes(e):
                 self._restore(mark)
             raise
 
@@ -130,6 +134,14 @@ class LineReader(Generic[AnyStr]):
         bytes ahead of one); else the lines are put back and ``e`` raised
         (a cancellation)."""
         raise NotImplementedError
+
+    def _consumes(self, e: BaseException) -> bool:
+        """Whether ``readlines``, failing with ``e``, leaves the position
+        where its last ``readline`` left it (the lines read so far lost), as
+        the built-in's does for text that cannot be decoded: the bytes up
+        to the end of the chunk that failed are consumed, and the next read
+        starts after them. Else it goes back to where it started."""
+        return False
 
     def _put_back(self, lines: List[AnyStr]) -> None:
         """Makes ``lines`` (read by a call that did not finish) the next

@@ -433,6 +433,11 @@ class AsyncTextFile(LineReader[str]):
         # decoded already, raises it)
         return self.buffer._keep_stream_error(e, True)
 
+    def _consumes(self, e: BaseException) -> bool:
+        # (a decoding error, which ``readline`` raised having consumed the
+        # chunk at fault, as the built-in's: see `_decode_to_the_error`)
+        return isinstance(e, UnicodeError)
+
     def _put_back(self, lines: List[str]) -> None:
         self._decoded = "".join(lines) + self._pending()
         self._used = 0
