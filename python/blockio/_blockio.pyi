@@ -34,9 +34,9 @@ DEFAULT_QUEUE_DEPTH: int
 TURN_BUDGET: int
 #: The bytes a served call copies per extra unit of ``TURN_BUDGET``.
 TURN_UNIT: int
-#: The CPU time a thread uses after its turn of the event loop, in
-#: nanoseconds, from which the next check of the count (at
-#: ``TURN_BUDGET``) takes a turn; before it, the count starts again.
+#: The time after a thread's turn of the event loop, in nanoseconds, from
+#: which the next check of the count (at ``TURN_BUDGET``) takes a turn;
+#: before it, the count starts again.
 TURN_TIME_NS: int
 #: The most bytes a read served inline copies at once (``TURN_BUDGET`` ×
 #: ``TURN_UNIT``): a longer one is served in pieces of this size, with a
@@ -69,7 +69,7 @@ def set_turn_count(n: int) -> None:
     ``TURN_BUDGET - 1`` puts the next call at its turn)."""
 
 def set_turn_time(ns: int) -> int:
-    """Sets, for every thread, the CPU time after a turn from which a check of
+    """Sets, for every thread, the time after a turn from which a check of
     the count turns again (tests: 0 makes a turn depend on the count
     alone); the previous value."""
 

@@ -3,13 +3,15 @@
 //! `tell`, a write into the buffer. Such a call returns without giving the
 //! loop a chance to run anything else, so a task making them in a loop
 //! would starve the others; every such call is counted here, and the call
-//! served once the thread has used [`TURN_TIME`] of CPU time since its last
-//! turn first takes a turn of the loop (the Python layer yields once).
+//! served once [`TURN_TIME`] has passed since the thread's last turn first
+//! takes a turn of the loop (the Python layer yields once).
 //!
-//! The thread's CPU clock (`CLOCK_THREAD_CPUTIME_ID`, the work the loop's
-//! thread did, not the time other processes ran on its core, which would
-//! make a loaded machine turn several times as often for the same work)
-//! is read only when the count reaches [`TURN_BUDGET`]: a call
+//! The clock is the monotonic one, the time the loop's other tasks wait:
+//! on a loaded machine, where other processes run on the loop's core, 2 ms
+//! pass within less of the loop's work, and the turns come as often as
+//! the count allows, no less often than by the count alone (a thread's CPU
+//! clock, tried, let the loop's longest gap there grow to 2-3 times
+//! aiofiles'). It is read only when the count reaches [`TURN_BUDGET`]: a call
 //! counts one unit, and one more per [`TURN_UNIT`] bytes it copied, so it
 //! is read at least once in 256 calls and once in every 4 MiB they copy
 //! (about 0.6 and 0.2-0.4 ms of work on a 2-core virtual machine). If
@@ -31,7 +33,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
@@ -40,12 +42,11 @@ use pyo3::prelude::*;
 /// 4 MiB they copy, whichever comes first.
 pub(crate) const TURN_BUDGET: u32 = 256;
 
-/// The CPU time a thread uses after its last turn of the event loop from
-/// which the next call served without suspending takes a turn first
-/// (checked when the count reaches [`TURN_BUDGET`]): the loop's other
-/// tasks wait about this long, plus one budget's work, where an
-/// `asyncio.to_thread` read holds the loop for one switch interval of the
-/// GIL (5 ms).
+/// The time after a thread's last turn of the event loop from which the
+/// next call served without suspending takes a turn first (checked when
+/// the count reaches [`TURN_BUDGET`]): the loop's other tasks wait about
+/// this long, plus one budget's work, where an `asyncio.to_thread` read
+/// holds the loop for one switch interval of the GIL (5 ms).
 pub(crate) const TURN_TIME: Duration = Duration::from_millis(2);
 
 /// The bytes a served call may copy for one unit of [`TURN_BUDGET`]
@@ -60,25 +61,17 @@ thread_local! {
     /// This thread's count, in units, since its last turn or its last
     /// reading of the clock.
     static COUNT: Cell<u32> = const { Cell::new(0) };
-    /// This thread's CPU time when it last took a turn; `None` before its
-    /// first, or once `set_turn_count` has set the count (the next check
-    /// turns).
-    static LAST: Cell<Option<Duration>> = const { Cell::new(None) };
+    /// When this thread last took a turn; `None` before its first, or once
+    /// `set_turn_count` has set the count (the next check turns).
+    static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 /// [`TURN_TIME`] in nanoseconds, unless the tests set another
 /// (`set_turn_time`: 0 turns at every check, as a count alone would).
 static TIME_NS: AtomicU64 = AtomicU64::new(TURN_TIME.as_nanos() as u64);
 
-/// The CPU time this thread has used, in the kernel and out of it.
-fn thread_cpu() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    // A thread's CPU clock is never negative, so the conversion holds.
-    Duration::try_from(t).unwrap_or_default()
-}
-
-/// Whether the count has reached [`TURN_BUDGET`] and the thread has used
-/// [`TURN_TIME`] of CPU time since its last turn; when the count has but the time has not,
+/// Whether the count has reached [`TURN_BUDGET`] and [`TURN_TIME`] has
+/// passed since the last turn; when the count has but the time has not,
 /// the count starts again (no turn: the clock is read again one budget
 /// later).
 fn check() -> bool {
@@ -86,9 +79,7 @@ fn check() -> bool {
         return false;
     }
     let wait = Duration::from_nanos(TIME_NS.load(Ordering::Relaxed));
-    let up = LAST
-        .with(Cell::get)
-        .map_or(true, |t| thread_cpu().saturating_sub(t) >= wait);
+    let up = LAST.with(Cell::get).map_or(true, |t| t.elapsed() >= wait);
     if !up {
         COUNT.with(|c| c.set(0));
     }
@@ -121,7 +112,7 @@ pub(crate) fn is_due() -> bool {
 /// event loop (a read served in pieces, between two of them).
 pub(crate) fn took_turn() {
     COUNT.with(|c| c.set(0));
-    LAST.with(|t| t.set(Some(thread_cpu())));
+    LAST.with(|t| t.set(Some(Instant::now())));
 }
 
 /// Counts a call served without suspending that copied `bytes`.
@@ -163,7 +154,7 @@ pub(crate) fn set_turn_count(n: u32) {
     LAST.with(|t| t.set(None));
 }
 
-/// Sets the CPU time after a turn from which a check of the count turns again,
+/// Sets the time after a turn from which a check of the count turns again,
 /// for every thread, in nanoseconds (the tests: 0 makes a turn depend on
 /// the count alone); its previous value. [`TURN_TIME`] by default.
 #[pyfunction]

@@ -1,8 +1,8 @@
 """The time between turns of the event loop: calls served without
-suspending take a turn once the thread has used ``TURN_TIME_NS`` of CPU
-time since its last turn, checked when the count reaches ``TURN_BUDGET``;
-before that no turn is taken, not even between the pieces of a large
-cached read. (The
+suspending take a turn once ``TURN_TIME_NS`` has passed since the
+thread's last turn, checked when the count reaches ``TURN_BUDGET``; before
+that no turn is taken, not even between the pieces of a large cached
+read. (The
 tests that count turns by the count alone set the time to 0: see
 ``turns_by_count``.) Both backends, asyncio and uvloop."""
 
@@ -116,8 +116,7 @@ def test_no_turn_before_the_time_has_passed(cached_file, turn_time, loop_factory
 def test_a_turn_comes_once_the_time_has_passed(cached_file, turn_time, loop_factory, size):
     """With 50 ms between turns, a task reading cached bytes in a loop
     lets another run again, and not before 50 ms after its previous run
-    (the turn waits for the thread's CPU clock, which runs no faster than
-    the wall clock, not for a count): the seeks and reads
+    (the turn waits for the clock, not for a count): the seeks and reads
     go on until
     the other task has run twice (a bound on them fails the test if it
     never does)."""
