@@ -7,23 +7,23 @@
 //! takes a turn of the loop (the Python layer yields once).
 //!
 //! The clock is the monotonic one, the time the loop's other tasks wait:
-//! on a loaded machine, where other processes run on the loop's core, 2 ms
-//! pass within less of the loop's work, and the turns come as often as
-//! the count allows, no less often than by the count alone (a thread's CPU
-//! clock, tried, let the loop's longest gap there grow to 2-3 times
-//! aiofiles'). It is read only when the count reaches [`TURN_BUDGET`]: a call
-//! counts one unit, and one more per [`TURN_UNIT`] bytes it copied, so it
-//! is read at least once in 256 calls and once in every 4 MiB they copy
-//! (about 0.6 and 0.2-0.4 ms of work on a 2-core virtual machine). If
-//! [`TURN_TIME`] has not passed, the count starts again and no turn is
-//! taken; else that call takes its turn. So the loop's other tasks wait at
-//! most about [`TURN_TIME`] plus one budget's work, while a loop of cached
-//! reads pays for one turn in every 2 ms rather than one per 4 MiB: a turn
-//! taken after 4 MiB of copies costs 20-50 µs (it runs the loop's code in
-//! caches the copies emptied), which was 10-14 % of an `os.pread` loop's
-//! time over the same bytes (`docs/benchmarks.md`, "Where a sequential
-//! `read(n)` loop's CPU goes against an `os.pread` loop: the turns").
-//!
+//! on a loaded machine, where other processes run on the loop's core, the
+//! time passes within less of the loop's work, and the turns come as often
+//! as the count allows, never less often than by the count alone (a
+//! thread's CPU clock, tried, let the loop's longest gap there grow to 2-3
+//! times aiofiles'). It is read only when the count reaches
+//! [`TURN_BUDGET`]: a call counts one unit, and one more per [`TURN_UNIT`]
+//! bytes it copied, so it is read at least once in 256 calls and once in
+//! every 4 MiB they copy (about 0.6 and 0.2-0.4 ms of work on a 2-core
+//! virtual machine). If [`TURN_TIME`] has not passed, the count starts
+//! again and no turn is taken; else that call takes its turn. So the
+//! loop's other tasks wait at most about [`TURN_TIME`] plus one budget's
+//! work. Loops of small calls, whose 256 calls take less than
+//! [`TURN_TIME`], turn less often than by the count; loops that copy
+//! 4 MiB in about [`TURN_TIME`] turn about as often: 2 ms, tried, made
+//! their longest gap about twice the count's, over 2 times aiofiles' at
+//! 8 MiB, for 0-4 % of CPU time (`docs/benchmarks.md`, "Turns by time").
+
 //! The count and the clock are the calling thread's: an event loop runs
 //! on one thread, and what they bound is how long that loop's other tasks
 //! wait, whichever engine or file the calls go to. A single call that
@@ -45,9 +45,8 @@ pub(crate) const TURN_BUDGET: u32 = 256;
 /// The time after a thread's last turn of the event loop from which the
 /// next call served without suspending takes a turn first (checked when
 /// the count reaches [`TURN_BUDGET`]): the loop's other tasks wait about
-/// this long, plus one budget's work, where an `asyncio.to_thread` read
-/// holds the loop for one switch interval of the GIL (5 ms).
-pub(crate) const TURN_TIME: Duration = Duration::from_millis(2);
+/// this long, plus one budget's work (see the module's note).
+pub(crate) const TURN_TIME: Duration = Duration::from_millis(1);
 
 /// The bytes a served call may copy for one unit of [`TURN_BUDGET`]
 /// beyond the unit every call counts.
