@@ -21,9 +21,9 @@
 //! work. Loops of small calls, whose 256 calls take less than
 //! [`TURN_TIME`], turn less often than by the count; loops that copy
 //! 4 MiB in about [`TURN_TIME`] turn about as often: 2 ms, tried, made
-//! their longest gap about twice the count's, over 2 times aiofiles' at
-//! 8 MiB, for 0-4 % of CPU time (`docs/benchmarks.md`, "Turns by time").
-
+//! their longest gap 1.3-2 times the count's, over 2 times aiofiles' at 1
+//! and 8 MiB, for 0-4 % of CPU time (`docs/benchmarks.md`, "Turns by time").
+//!
 //! The count and the clock are the calling thread's: an event loop runs
 //! on one thread, and what they bound is how long that loop's other tasks
 //! wait, whichever engine or file the calls go to. A single call that
