@@ -76,6 +76,7 @@ class LineReader(Generic[AnyStr]):
         # was (on a stream, the lines read so far come next): none of the
         # lines read so far is lost.
         mark = self._mark()
+        error: Optional[BaseException] = None
         if limit <= 0 and not self._in_order():
             # All the rest of a file: read at once and split in C, not a
             # readline per line on the loop's thread; in pieces, a turn of
@@ -86,10 +87,13 @@ class LineReader(Generic[AnyStr]):
                 self._restore(mark)
                 if not self._consumes(e):
                     raise
+                error = e
             # (undecodable text: read again line by line below, which
             # raises where the built-in's readline loop does and leaves the
             # position where that leaves it)
         try:
+            if error is not None:
+                await self._skip_lines_before(error)
             while True:
                 line = await self.readline()
                 if not line:
@@ -142,6 +146,13 @@ class LineReader(Generic[AnyStr]):
         to the end of the chunk that failed are consumed, and the next read
         starts after them. Else it goes back to where it started."""
         return False
+
+    async def _skip_lines_before(self, e: BaseException) -> None:
+        """Moves reading on towards the bytes at fault of ``e``, which the
+        rest read at once raised (see :meth:`_consumes`), before the
+        readline loop that raises it again reads from there: the lines
+        that loop returns before the error are lost with it, so only where
+        it reaches counts, not the lines on the way."""
 
     def _put_back(self, lines: List[AnyStr]) -> None:
         """Makes ``lines`` (read by a call that did not finish) the next

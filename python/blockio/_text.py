@@ -438,6 +438,42 @@ class AsyncTextFile(LineReader[str]):
         # chunk at fault, as the built-in's: see `_decode_to_the_error`)
         return isinstance(e, UnicodeError)
 
+    async def _skip_lines_before(self, e: BaseException) -> None:
+        # The readline loop decodes a chunk of `_CHUNK` bytes at a time,
+        # counted from the binary file's position, and fails in the chunk
+        # of the bytes at fault (or the next: a character cut short); up
+        # to the start of that chunk, one decode of the bytes gives the
+        # decoder's state (and the line endings it saw) that the loop's
+        # would. The characters pending are dropped: the loop would have
+        # lost them with its lines.
+        at = getattr(e, "start", None)
+        if not isinstance(at, int):
+            return
+        # (`start` counts the bytes the decoder held before the rest too)
+        skip = (at - _HELD) // _CHUNK * _CHUNK
+        if skip <= 0:
+            return
+        mark = self._mark()
+        dec = self._get_decoder()
+        try:
+            while skip > 0:
+                data = await self.buffer.read(min(skip, _PIECE))
+                if not data:
+                    break
+                dec.decode(data)
+                skip -= len(data)
+                if skip > 0:
+                    await pause()  # (between two pieces: see _PIECE)
+        except (UnicodeError, ValueError):
+            self._restore(mark)  # (not as the loop's: it reads from the start)
+            return
+        except BaseException:
+            self._restore(mark)
+            raise
+        self._decoded, self._used, self._snap, self._gone, self._cp = "", 0, None, 0, None
+        self._ahead.clear()
+        self._ahead_len = 0
+
     def _put_back(self, lines: List[str]) -> None:
         self._decoded = "".join(lines) + self._pending()
         self._used = 0

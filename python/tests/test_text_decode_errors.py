@@ -119,3 +119,45 @@ def test_the_position_after_a_failed_read_is_the_builtins(tmp_path, encoding, wh
     got = asyncio.run(main())
     assert want[0][0] != "ok" and want[2] == ("ok", "")
     assert got == want
+
+
+
+def _cut_by_a_chunk(cut, back):
+    """2 MiB of lines ending in ``\r\n``, filler, then ``cut`` (a
+    character of several bytes, whole or cut short, or a line ending)
+    starting ``back`` bytes before an 8 KiB boundary, then the bad bytes
+    and a few lines."""
+    line = "ligne é ü € 0123456789\r\n".encode()
+    body = line * ((2 << 20) // len(line))
+    body += b"x" * (-(len(body) + back) % 8192)
+    return body + cut + BAD["utf-8"] + line * 3
+
+
+@pytest.mark.parametrize("newline", [None, "", "\r\n"])
+@pytest.mark.parametrize("cut, back", [("€".encode(), 1), ("€".encode(), 2), ("€".encode()[:2], 1), (b"\r\n", 1),
+                                       (b"", 0)])
+@pytest.mark.parametrize("skipped", [0, 1])
+def test_readlines_of_a_large_file_fails_where_the_builtins_does(tmp_path, newline, cut, back, skipped):
+    """``readlines()`` of 2 MiB whose bad bytes follow a character (or
+    its first bytes) or a ``\r\n`` cut by one of the built-in's 8 KiB
+    chunks (from the file's start, or from a line in, with characters
+    pending) raises the
+    built-in's error, and the reads after it return what the built-in's
+    do: the lines before the chunk at fault are not read one by one, and
+    the position and the decoder's state are still the loop's."""
+    p = tmp_path / "f"
+    p.write_bytes(_cut_by_a_chunk(cut, back))
+
+    with open(p, encoding="utf-8", newline=newline) as f:
+        first = [f.readline() for _ in range(skipped)]
+        want = [first, outcome(f.readlines), outcome(f.readline), outcome(f.read), f.newlines]
+
+    async def main():
+        async with blockio.open(p, encoding="utf-8", newline=newline) as f:
+            first = [await f.readline() for _ in range(skipped)]
+            return [first, await aoutcome(f.readlines), await aoutcome(f.readline), await aoutcome(f.read),
+                    f.newlines]
+
+    got = asyncio.run(main())
+    assert want[1][0] == "UnicodeDecodeError"
+    assert got == want
