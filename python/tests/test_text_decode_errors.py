@@ -1,11 +1,13 @@
 """Text that cannot be decoded (``errors='strict'``), against the built-in
 ``open`` on the same bytes: the call that meets the bad bytes (``read()``,
-``readline()``, ``readlines()`` with and without a hint, iteration) raises
-the built-in's error, and the reads after it return what the built-in's
-return, from where the built-in's position is: ``readlines()`` and
-iteration consume the chunk at fault as the built-in's ``readline`` loop
-does, ``read()`` consumes the rest. UTF-8, UTF-16 and Latin-1 (which
-cannot fail, and reads on as the built-in's)."""
+``read(n)``, ``readline()``, ``readlines()`` with and without a hint,
+iteration) raises the built-in's error, and the reads after it return what
+the built-in's return, from where the built-in's position is:
+``readlines()`` and iteration consume the chunk at fault as the built-in's
+``readline`` loop does, ``read(n)`` the chunk at fault of those the
+built-in's reads (as many bytes as it lacks characters), ``read()`` the
+rest. UTF-8, UTF-16 and Latin-1 (which cannot fail, and reads on as the
+built-in's)."""
 
 import asyncio
 
@@ -59,6 +61,9 @@ FIRST = {
     "readlines()": (lambda f: f.readlines(), lambda f: f.readlines()),
     "readlines(5000)": (lambda f: f.readlines(5000), lambda f: f.readlines(5000)),
     "iteration": (lambda f: list(f), collect),
+    "read(5000) x 3": (lambda f: [f.read(5000) for _ in range(3)], None),
+    "read(20000)": (lambda f: f.read(20000), lambda f: f.read(20000)),
+    "read(100000)": (lambda f: f.read(100000), lambda f: f.read(100000)),
 }
 
 THEN = {
@@ -72,6 +77,10 @@ async def _readlines_async(f, n):
     return [await f.readline() for _ in range(n)]
 
 
+async def _read_5000_x_3(f):
+    return [await f.read(5000) for _ in range(3)]
+
+
 @pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "latin-1"])
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("first", list(FIRST))
@@ -81,7 +90,9 @@ def test_reads_after_a_decoding_error_are_the_builtins(tmp_path, encoding, where
     p.write_bytes(content(encoding, where))
     sync_first, async_first = FIRST[first]
     sync_then, async_then = THEN[then]
-    if async_first is None:
+    if first == "read(5000) x 3":
+        async_first = _read_5000_x_3
+    elif async_first is None:
         async_first = lambda f: _readlines_async(f, 600)  # noqa: E731
     if async_then is None:
         async_then = lambda f: _readlines_async(f, 3)  # noqa: E731
@@ -98,7 +109,7 @@ def test_reads_after_a_decoding_error_are_the_builtins(tmp_path, encoding, where
     assert got == want
     if encoding == "latin-1":
         assert all(kind == "ok" for kind, _ in want)
-    elif first in ("read()", "readlines()", "iteration"):
+    elif first in ("read()", "readlines()", "iteration", "read(100000)"):
         assert want[0][0] != "ok"  # (each reads past the bad bytes)
 
 
