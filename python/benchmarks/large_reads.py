@@ -100,8 +100,9 @@ class Gaps:
 #: The contenders ``--turns`` adds: blockio's loop with every turn of the
 #: event loop skipped (``set_turn_count(0)`` before each read), and the
 #: ``os.pread`` loop with a bare turn (``asyncio.sleep(0)``) after every
-#: ``TURN_BYTES`` read, where blockio's loop takes its turns (the count of
-#: calls aside: at 4 KiB, blockio's loop takes one per 256 calls).
+#: ``TURN_BYTES`` read, where blockio's loop took its turns when they came
+#: by the count alone (``set_turn_time(0)``; by default they come once
+#: ``TURN_TIME_NS`` has passed since the last).
 TURN_BYTES = TURN_BUDGET * TURN_UNIT
 NO_TURNS = "blockio, no turns"
 PREAD_TURNS = "os.pread + turns"

@@ -22,21 +22,25 @@ else:
 
 __all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "after_fork", "arm_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
-           "read_line_inline", "read_stream_inline", "stream_in_pieces", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
+           "read_line_inline", "read_stream_inline", "stream_in_pieces", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
 
 #: ``queue_depth`` when none is given: the Rust engines' default
 #: (``blockio::DEFAULT_QUEUE_DEPTH``), 256.
 DEFAULT_QUEUE_DEPTH: int
 #: The calls served without suspending (this thread's, any engine's)
-#: between two turns of the event loop, in units: a call counts one, and
+#: between two readings of the clock (see ``TURN_TIME_NS``), in units: a call counts one, and
 #: one more per ``TURN_UNIT`` bytes it copied.
 TURN_BUDGET: int
 #: The bytes a served call copies per extra unit of ``TURN_BUDGET``.
 TURN_UNIT: int
+#: The time after a thread's turn of the event loop, in nanoseconds, from
+#: which the next check of the count (at ``TURN_BUDGET``) takes a turn;
+#: before it, the count starts again.
+TURN_TIME_NS: int
 #: The most bytes a read served inline copies at once (``TURN_BUDGET`` ×
-#: ``TURN_UNIT``): a longer one is served in pieces of this size, a turn
-#: of the event loop between two.
+#: ``TURN_UNIT``): a longer one is served in pieces of this size, with a
+#: turn of the event loop between two when one is due.
 INLINE_PIECE: int
 #: The longest ``read(n)`` served inline (in pieces); longer ones go to
 #: the engine.
@@ -61,8 +65,13 @@ def pieces_in_flight_peak() -> int:
     once since the last call, which starts the count again (tests)."""
 
 def set_turn_count(n: int) -> None:
-    """Sets this thread's count (tests: ``TURN_BUDGET - 1`` puts the next
-    call at its turn)."""
+    """Sets this thread's count and forgets when its last turn was (tests:
+    ``TURN_BUDGET - 1`` puts the next call at its turn)."""
+
+def set_turn_time(ns: int) -> int:
+    """Sets, for every thread, the time after a turn from which a check of
+    the count turns again (tests: 0 makes a turn depend on the count
+    alone); the previous value."""
 
 @disjoint_base
 class FileState:

@@ -276,10 +276,11 @@ def one_at_a_time(method: F) -> F:
 def one_at_a_time_taking_turns(method: F) -> F:
     """:func:`one_at_a_time` for a call that may finish without suspending
     (a read served from the file's buffer, a ``tell``, a ``readline`` of
-    buffered bytes): now and then such a call (counted with every call the
-    thread serves without suspending, by the queue's ``turn_due``: at least
-    once in 256 calls, and once in every 4 MiB they copy) first yields to
-    the event loop once, holding its place in the queue, so that a task
+    buffered bytes): now and then such a call (once 1 ms has passed since
+    the thread's last turn, by the queue's ``turn_due``, which counts every
+    call the thread serves without suspending and reads the clock once in
+    256 calls and once in every 4 MiB they copy) first yields to the event
+    loop once, holding its place in the queue, so that a task
     making such calls in a loop never starves the others. A cancellation
     there moves nothing: the call has not run. A call that waited for its
     turn has yielded already, and is not counted."""

@@ -829,10 +829,11 @@ class Engine:
         Under asyncio a read whose bytes are all in the page cache is
         copied on the calling thread (``preadv2`` with ``RWF_NOWAIT``),
         without a trip through the ring or a wake-up of the loop; it
-        returns without suspending the task, except now and then (at least
-        once in 256 calls the thread serves so, and once in every 4 MiB they
-        copy), when it yields to the loop once first. Any other read goes
-        through the engine."""
+        returns without suspending the task, except now and then (once
+        1 ms has passed since the thread's last turn of the loop, the clock
+        read once in 256 calls the thread serves so and once in every 4 MiB
+        they copy: ``turns`` in the core), when it yields to the loop once
+        first. Any other read goes through the engine."""
         # aread_batch of one, inlined: this is the per-read hot path of
         # asyncio code, where every Python frame shows in the IOPS.
         try:

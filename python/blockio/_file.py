@@ -21,10 +21,11 @@ calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
 + ``read``; and a ``read()`` of the rest of a regular file, all cached and
 at most 8 MiB, with nothing read ahead (``statx`` with
 ``AT_STATX_DONT_SYNC``, then one ``preadv2`` of a byte more than it says). Everything else waits its turn in the queue and goes through the
-engine. Now and then (at least once in 256 calls served without
-suspending on the thread, and once in every 4 MiB they copy: ``turns`` in
-the core) a cached read waits its turn in the queue too and yields to the
-event loop once before reading on the calling thread, so that a task
+engine. Now and then (once 1 ms has passed since the thread's last
+turn, looked at once in 256 calls served without suspending on it and
+once in every 4 MiB they copy: ``turns`` in the core) a cached read
+waits its turn in the queue too and yields to the event loop once before
+reading on the calling thread, so that a task
 reading cached data in a loop never starves the others. The
 first ``read`` after a ``seek`` reads only what it asks for, where the read
 buffer would otherwise be filled for the bytes after it; reads that follow

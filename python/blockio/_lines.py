@@ -76,16 +76,24 @@ class LineReader(Generic[AnyStr]):
         # was (on a stream, the lines read so far come next): none of the
         # lines read so far is lost.
         mark = self._mark()
+        error: Optional[BaseException] = None
         if limit <= 0 and not self._in_order():
             # All the rest of a file: read at once and split in C, not a
             # readline per line on the loop's thread; in pieces, a turn of
             # the loop between two.
             try:
                 return await self._rest_in_lines()
-            except BaseException:
+            except BaseException as e:
                 self._restore(mark)
-                raise
+                if not self._consumes(e):
+                    raise
+                error = e
+            # (undecodable text: read again line by line below, which
+            # raises where the built-in's readline loop does and leaves the
+            # position where that leaves it)
         try:
+            if error is not None:
+                await self._skip_lines_before(error)
             while True:
                 line = await self.readline()
                 if not line:
@@ -108,7 +116,7 @@ class LineReader(Generic[AnyStr]):
                 # A stream cannot be read again: the lines read so far are
                 # put back before what the last readline put back.
                 self._put_back(lines)
-            else:
+            elif not self._consumes(e):
                 self._restore(mark)
             raise
 
@@ -130,6 +138,21 @@ class LineReader(Generic[AnyStr]):
         bytes ahead of one); else the lines are put back and ``e`` raised
         (a cancellation)."""
         raise NotImplementedError
+
+    def _consumes(self, e: BaseException) -> bool:
+        """Whether ``readlines``, failing with ``e``, leaves the position
+        where its last ``readline`` left it (the lines read so far lost), as
+        the built-in's does for text that cannot be decoded: the bytes up
+        to the end of the chunk that failed are consumed, and the next read
+        starts after them. Else it goes back to where it started."""
+        return False
+
+    async def _skip_lines_before(self, e: BaseException) -> None:
+        """Moves reading on towards the bytes at fault of ``e``, which the
+        rest read at once raised (see :meth:`_consumes`), before the
+        readline loop that raises it again reads from there: the lines
+        that loop returns before the error are lost with it, so only where
+        it reaches counts, not the lines on the way."""
 
     def _put_back(self, lines: List[AnyStr]) -> None:
         """Makes ``lines`` (read by a call that did not finish) the next

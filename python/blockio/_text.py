@@ -23,7 +23,7 @@ import errno
 import io
 import locale
 import os
-from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, List, NoReturn, Optional, Tuple, Union
 
 from ._aio import pause
 from ._blockio import TURN_BUDGET, count_copied, turn_count, turn_due
@@ -181,6 +181,10 @@ class AsyncTextFile(LineReader[str]):
         #: cannot hold (its shift sequences), so ``tell`` works only at a
         #: line start, where the codec has none.
         self._stateful = codecs.lookup(self.encoding).name in _STATEFUL_CODECS
+        #: The bytes per character of the last chunk decoded (0 when it
+        #: decoded to none): a ``read(n)`` reads that many bytes for each
+        #: character it lacks, as the built-in's (its ``b2cratio``).
+        self._b2c = 0.0
 
     # -- state ----------------------------------------------------------------
 
@@ -270,11 +274,14 @@ class AsyncTextFile(LineReader[str]):
             self._ahead.clear()
             self._ahead_len = 0
 
-    async def _more(self) -> bool:
+    async def _more(self, lacking: int = 0) -> bool:
         """Decodes one more chunk onto the pending text (a piece of
         ``_ahead``); False when that added nothing (the end of the file).
         The end is never remembered: a file another writer appends to has
-        more to read on the next call, as the built-in text file does."""
+        more to read on the next call, as the built-in text file does.
+        With ``lacking`` (a ``read(n)``'s characters still to come), the
+        chunk is the bytes they take by the last chunk's bytes per
+        character (see :meth:`_chunk_for`)."""
         self._check_readable()
         await self._learn_the_start()
         dec = self._get_decoder()
@@ -291,7 +298,8 @@ class AsyncTextFile(LineReader[str]):
         # At least as much as is pending, up to a piece: a line longer
         # than a chunk is read in chunks that double, and no decode holds
         # the loop's thread for more than a piece.
-        data = await self.buffer.read1(min(_PIECE, max(_CHUNK, self._pending_len())))
+        want = self._chunk_for(lacking) if lacking else max(_CHUNK, self._pending_len())
+        data = await self.buffer.read1(min(_PIECE, want))
         self._eof = not data
         try:
             text = dec.decode(data, final=self._eof)
@@ -301,7 +309,14 @@ class AsyncTextFile(LineReader[str]):
         self._add_chunk(state, start, data, text)
         return bool(data) or bool(text)
 
+    def _chunk_for(self, lacking: int) -> int:
+        """The bytes a ``read(n)`` reads for ``lacking`` characters, as the
+        built-in's: ``lacking`` by the last chunk's bytes per character
+        (at least one), and at least :data:`_CHUNK`."""
+        return max(_CHUNK, int(max(self._b2c, 1.0) * lacking))
+
     def _add_chunk(self, state: Any, start: int, data: bytes, text: str) -> None:
+        self._b2c = len(data) / len(text) if text else 0.0
         if self._snap is None:
             self._snap, self._gone, self._cp = [], 0, None
         self._snap.append((state, start, data, len(text)))
@@ -402,11 +417,11 @@ class AsyncTextFile(LineReader[str]):
         dec = self._decoder
         snap = None if self._snap is None else list(self._snap)
         return (self.buffer._mark(), self._decoded, self._used, snap, self._gone, self._eof,
-                dec, None if dec is None else dec.getstate())
+                dec, None if dec is None else dec.getstate(), self._b2c)
 
     def _restore(self, mark: Any) -> None:
         """Back to ``mark``, as if the reads since had not happened."""
-        binary, self._decoded, self._used, snap, self._gone, self._eof, dec, state = mark
+        binary, self._decoded, self._used, snap, self._gone, self._eof, dec, state, self._b2c = mark
         self._snap = None if snap is None else list(snap)
         self._cp = None
         self.buffer._restore(binary)
@@ -433,6 +448,47 @@ class AsyncTextFile(LineReader[str]):
         # decoded already, raises it)
         return self.buffer._keep_stream_error(e, True)
 
+    def _consumes(self, e: BaseException) -> bool:
+        # (a decoding error, which ``readline`` raised having consumed the
+        # chunk at fault, as the built-in's: see `_decode_to_the_error`)
+        return isinstance(e, UnicodeError)
+
+    async def _skip_lines_before(self, e: BaseException) -> None:
+        # The readline loop decodes a chunk of `_CHUNK` bytes at a time,
+        # counted from the binary file's position, and fails in the chunk
+        # of the bytes at fault (or the next: a character cut short); up
+        # to the start of that chunk, one decode of the bytes gives the
+        # decoder's state (and the line endings it saw) that the loop's
+        # would. The characters pending are dropped: the loop would have
+        # lost them with its lines.
+        at = getattr(e, "start", None)
+        if not isinstance(at, int):
+            return
+        # (`start` counts the bytes the decoder held before the rest too)
+        skip = (at - _HELD) // _CHUNK * _CHUNK
+        if skip <= 0:
+            return
+        mark = self._mark()
+        dec = self._get_decoder()
+        try:
+            while skip > 0:
+                data = await self.buffer.read(min(skip, _PIECE))
+                if not data:
+                    break
+                dec.decode(data)
+                skip -= len(data)
+                if skip > 0:
+                    await pause()  # (between two pieces: see _PIECE)
+        except (UnicodeError, ValueError):
+            self._restore(mark)  # (not as the loop's: it reads from the start)
+            return
+        except BaseException:
+            self._restore(mark)
+            raise
+        self._decoded, self._used, self._snap, self._gone, self._cp = "", 0, None, 0, None
+        self._ahead.clear()
+        self._ahead_len = 0
+
     def _put_back(self, lines: List[str]) -> None:
         self._decoded = "".join(lines) + self._pending()
         self._used = 0
@@ -458,19 +514,62 @@ class AsyncTextFile(LineReader[str]):
             return "".join(parts)
         if self._pending_len() >= size:
             return self._take(size)
+        mark = self._mark()
         since = 0  # (bytes decoded since the last turn of the loop)
         try:
-            while self._pending_len() < size and await self._more():
+            while self._pending_len() < size and await self._more(size - self._pending_len()):
                 since += len(self._snap[-1][2]) if self._snap else 0
                 if since >= _PIECE and self._pending_len() < size:
                     since = 0
                     await pause()  # (between two pieces: see _PIECE)
-        except BaseException:
+        except BaseException as e:
             # (cancelled between pieces, or failed: what was decoded stays
             # pending, for the next read; nothing was returned)
             self._join_ahead()
+            if not isinstance(e, UnicodeError) or self.buffer._stream:
+                raise
+            failed = e
+        else:
+            return self._take_ahead(size)
+        self._restore(mark)
+        await self._fail_as_the_builtins_read(size, failed)
+
+    async def _fail_as_the_builtins_read(self, size: int, e: UnicodeError) -> NoReturn:
+        """Raises the decoding error of a ``read(size)`` that met bytes it
+        cannot decode (``e``), from where that read started, as the
+        built-in text file's ``read(size)`` does: it reads chunks of as
+        many bytes as it lacks characters (see :meth:`_chunk_for`), and
+        the chunk that fails is consumed with the characters that read had
+        gathered, the decoder left as it was before that chunk; the next
+        read starts after it. Not a stream's, which cannot be read again.
+        If no chunk fails (the bytes changed meanwhile), ``e`` is raised
+        with nothing moved."""
+        mark = self._mark()
+        await self._learn_the_start()
+        dec = self._get_decoder()
+        lacking = size - self._pending_len()
+        try:
+            while lacking > 0:
+                data = await self.buffer.read1(self._chunk_for(lacking))
+                state = dec.getstate()
+                try:
+                    text = dec.decode(data, final=not data)
+                except UnicodeError:
+                    dec.setstate(state)
+                    self._decoded, self._used, self._snap, self._gone, self._cp = "", 0, None, 0, None
+                    self._eof = False
+                    raise
+                if not data:
+                    break
+                self._b2c = len(data) / len(text) if text else 0.0
+                lacking -= len(text)
+        except UnicodeError:
             raise
-        return self._take_ahead(size)
+        except BaseException:
+            self._restore(mark)
+            raise
+        self._restore(mark)
+        raise e
 
     async def _decode_rest(self, each: Callable[[str], None]) -> None:
         """Reads the rest of the file and decodes it (after the characters

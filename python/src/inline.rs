@@ -694,10 +694,12 @@ impl FileState {
 impl FileState {
     /// Starts `read(len)` served in pieces: its first piece, of at
     /// most [`INLINE_PIECE`] bytes, read now into a new `bytes` object of
-    /// `len`; the others each after a turn of the event loop, by the queued
+    /// `len`, and the next ones now while the thread's turn of the event
+    /// loop is not due; once it is, the others after a turn, by the queued
     /// call that holds the file's queue meanwhile
     /// (`AsyncFile._read_pieces`, which calls [`FileState::_next_piece`]),
-    /// so that no single copy on the loop's thread is longer than a piece.
+    /// so that the loop's thread copies no more between two turns than
+    /// the turns allow (see [`turns`]).
     /// The position moves once the last piece is read. The bytes, if the
     /// first piece ended the read; `True` if the pieces go on; `None` if
     /// the first was not all cached (the read goes to the engine).
@@ -713,29 +715,41 @@ impl FileState {
 
     /// What a piece of the read `p` found: counted (as copied by a call
     /// that took its turn, `after_turn`, or as a call served); the read
-    /// goes on (`True`, kept in `pieces`) or ends (its bytes, the position
-    /// moved past them), or it missed (`None`, dropped).
+    /// goes on with its next piece now, while the thread's turn of the
+    /// event loop is not due (see [`turns`]), or after a turn (`True`,
+    /// kept in `pieces`), or ends (its bytes, the position moved past
+    /// them), or it missed (`None`, dropped).
     fn piece_read(
         &mut self,
         py: Python<'_>,
         mut p: Pieces,
-        found: Piece,
-        after_turn: bool,
+        mut found: Piece,
+        mut after_turn: bool,
     ) -> Option<PyObject> {
-        let n = match found {
-            Piece::Miss => return None,
-            Piece::Full => (p.len - p.at).min(INLINE_PIECE),
-            Piece::End(n) => n,
-        };
-        if after_turn {
-            turns::count_copied(n);
-        } else {
-            turns::served(n);
-        }
-        p.at += n;
-        if matches!(found, Piece::Full) && p.at < p.len {
-            self.pieces = Some(p);
-            return Some(PyBool::new(py, true).to_owned().into_any().unbind());
+        loop {
+            let n = match found {
+                Piece::Miss => return None,
+                Piece::Full => (p.len - p.at).min(INLINE_PIECE),
+                Piece::End(n) => n,
+            };
+            if after_turn {
+                turns::count_copied(n);
+            } else {
+                turns::served(n);
+            }
+            p.at += n;
+            if !matches!(found, Piece::Full) || p.at >= p.len {
+                break;
+            }
+            if turns::due() {
+                self.pieces = Some(p);
+                return Some(PyBool::new(py, true).to_owned().into_any().unbind());
+            }
+            after_turn = true;
+            let len = (p.len - p.at).min(INLINE_PIECE);
+            let off = self.pos.checked_add(i64::try_from(p.at).ok()?)?;
+            let reader = self.reader.as_ref()?.bind(py).borrow();
+            found = reader.read_piece_inline(self.num, off, p.obj.bind(py), p.at, len, false);
         }
         let to = self.pos.checked_add(i64::try_from(p.at).ok()?)?;
         let out = crate::fresh::shrunk(py, p.obj, p.at).ok()?;

@@ -17,16 +17,18 @@ use crate::fresh;
 /// The longest read served inline: past it a read goes to the engine,
 /// into its `bytes` object (see [`crate::fresh`]), copied off the event
 /// loop's thread. Up to it, a `blockio.open` file's `read(n)` is served
-/// in pieces of at most [`INLINE_PIECE`], a turn of the loop before each
-/// piece after the first (see `FileState::read_pieces`): served so, a loop
+/// in pieces of at most [`INLINE_PIECE`], a turn of the loop before a
+/// piece after the first when one is due (see `FileState::read_pieces`
+/// and `turns`): served so, a loop
 /// of 8 MiB reads keeps about the rate of an `os.pread` loop, where
 /// through the engine it lost a third to the wake-ups
 /// (`docs/benchmarks.md`, "Large cached reads on the loop's thread").
 pub(crate) const INLINE_MAX: usize = 8 << 20;
 
 /// The most bytes one read served inline copies at once: the bytes the
-/// calls served without suspending may copy between two turns of the
-/// event loop (`turns::TURN_BUDGET` × `turns::TURN_UNIT`). A copy on the
+/// calls served without suspending may copy between two readings of the
+/// clock that decides their turns of the event loop
+/// (`turns::TURN_BUDGET` × `turns::TURN_UNIT`). A copy on the
 /// loop's thread is time the loop's other tasks wait; a task waiting on a
 /// timer waits for about three of them (the loop's step that finds the
 /// timer due, the one that runs its callback, the one that runs the task).

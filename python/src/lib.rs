@@ -117,6 +117,8 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(turns::count_copied, m)?)?;
     m.add_function(wrap_pyfunction!(turns::turn_count, m)?)?;
     m.add_function(wrap_pyfunction!(turns::set_turn_count, m)?)?;
+    m.add_function(wrap_pyfunction!(turns::set_turn_time, m)?)?;
+    m.add("TURN_TIME_NS", turns::TURN_TIME.as_nanos() as u64)?;
     m.add_function(wrap_pyfunction!(fresh::pieces_in_flight_peak, m)?)?;
     m.add_function(wrap_pyfunction!(bench_engine, m)?)?;
     m.add_function(wrap_pyfunction!(gil::exiting, m)?)?;

@@ -2,36 +2,51 @@
 //! read copied on the calling thread, a read from a file's buffer, a
 //! `tell`, a write into the buffer. Such a call returns without giving the
 //! loop a chance to run anything else, so a task making them in a loop
-//! would starve the others; every such call is counted here, and once the
-//! count reaches [`TURN_BUDGET`] the next call first takes a turn of the
-//! loop (the Python layer yields once) and the count starts again.
+//! would starve the others; every such call is counted here, and the call
+//! served once [`TURN_TIME`] has passed since the thread's last turn first
+//! takes a turn of the loop (the Python layer yields once).
 //!
-//! The count is the calling thread's: an event loop runs on one thread,
-//! and what it bounds is how long that loop's other tasks wait, whichever
-//! engine or file the calls go to. A call counts one unit, and one more
-//! per [`TURN_UNIT`] bytes it copied, so that large copies (a 1 MiB read
-//! from a large buffer, a `peek` of a whole buffer) take their turns too.
+//! The clock is the monotonic one, the time the loop's other tasks wait:
+//! on a loaded machine, where other processes run on the loop's core, the
+//! time passes within less of the loop's work, and the turns come as often
+//! as the count allows, never less often than by the count alone (a
+//! thread's CPU clock, tried, let the loop's longest gap there grow to 2-3
+//! times aiofiles'). It is read only when the count reaches
+//! [`TURN_BUDGET`]: a call counts one unit, and one more per [`TURN_UNIT`]
+//! bytes it copied, so it is read at least once in 256 calls and once in
+//! every 4 MiB they copy (about 0.6 and 0.2-0.4 ms of work on a 2-core
+//! virtual machine). If [`TURN_TIME`] has not passed, the count starts
+//! again and no turn is taken; else that call takes its turn. So the
+//! loop's other tasks wait at most about [`TURN_TIME`] plus one budget's
+//! work. Loops of small calls, whose 256 calls take less than
+//! [`TURN_TIME`], turn less often than by the count; loops that copy
+//! 4 MiB in about [`TURN_TIME`] turn about as often: 2 ms, tried, made
+//! their longest gap 1.3-2 times the count's, over 2 times aiofiles' at 1
+//! and 8 MiB, for 0-4 % of CPU time (`docs/benchmarks.md`, "Turns by time").
 //!
-//! What the budget bounds is how long one task can keep the loop from the
-//! others: 256 `seek` + `read`s of cached 4 KiB blocks take about 0.6 ms
-//! on a 2-core virtual machine, 4 MiB of copies 0.2-0.4 ms. A turn costs
-//! about 5 µs (the task goes to the back of the loop's queue, the loop
-//! polls its descriptors, the file's call queue is taken), so a turn every
-//! 64 calls cost 64 tasks reading cached 4 KiB blocks 4-5 % of their rate
-//! (`docs/benchmarks.md`, "A turn of the event loop"); one every 256,
-//! about 1 %. (tokio's
-//! own cooperative budget is 128 operations per task poll.) A single call
-//! that copies more than the budget (a `peek` of a 64 MiB buffer) is not
-//! cut short; the call after it takes the turn.
+//! The count and the clock are the calling thread's: an event loop runs
+//! on one thread, and what they bound is how long that loop's other tasks
+//! wait, whichever engine or file the calls go to. A single call that
+//! copies more than the budget (a `peek` of a 64 MiB buffer) is not cut
+//! short; the call after it checks the clock. (tokio's own cooperative
+//! budget is 128 operations per task poll.)
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
-/// The units of calls served without suspending between two turns of the
-/// event loop: a turn at least once in 256 calls, and once in every
-/// 256 × [`TURN_UNIT`] = 4 MiB they copy, whichever comes first.
+/// The units of calls served without suspending between two readings of
+/// the clock: once in 256 calls, and once in every 256 × [`TURN_UNIT`] =
+/// 4 MiB they copy, whichever comes first.
 pub(crate) const TURN_BUDGET: u32 = 256;
+
+/// The time after a thread's last turn of the event loop from which the
+/// next call served without suspending takes a turn first (checked when
+/// the count reaches [`TURN_BUDGET`]): the loop's other tasks wait about
+/// this long, plus one budget's work (see the module's note).
+pub(crate) const TURN_TIME: Duration = Duration::from_millis(1);
 
 /// The bytes a served call may copy for one unit of [`TURN_BUDGET`]
 /// beyond the unit every call counts.
@@ -42,8 +57,32 @@ pub(crate) const TURN_UNIT: usize = 16 << 10;
 pub(crate) const TURN_BYTES: usize = TURN_BUDGET as usize * TURN_UNIT;
 
 thread_local! {
-    /// This thread's count, in units, since its last turn.
+    /// This thread's count, in units, since its last turn or its last
+    /// reading of the clock.
     static COUNT: Cell<u32> = const { Cell::new(0) };
+    /// When this thread last took a turn; `None` before its first, or once
+    /// `set_turn_count` has set the count (the next check turns).
+    static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// [`TURN_TIME`] in nanoseconds, unless the tests set another
+/// (`set_turn_time`: 0 turns at every check, as a count alone would).
+static TIME_NS: AtomicU64 = AtomicU64::new(TURN_TIME.as_nanos() as u64);
+
+/// Whether the count has reached [`TURN_BUDGET`] and [`TURN_TIME`] has
+/// passed since the last turn; when the count has but the time has not,
+/// the count starts again (no turn: the clock is read again one budget
+/// later).
+fn check() -> bool {
+    if COUNT.with(Cell::get) < TURN_BUDGET - 1 {
+        return false;
+    }
+    let wait = Duration::from_nanos(TIME_NS.load(Ordering::Relaxed));
+    let up = LAST.with(Cell::get).map_or(true, |t| t.elapsed() >= wait);
+    if !up {
+        COUNT.with(|c| c.set(0));
+    }
+    up
 }
 
 /// The units of `bytes` copied, beyond a call's own unit.
@@ -54,26 +93,25 @@ fn units(bytes: usize) -> u32 {
 /// Whether the next call served without suspending is to take its turn
 /// first; if so, the count starts again (the caller takes the turn).
 pub(crate) fn due() -> bool {
-    COUNT.with(|c| {
-        let due = c.get() >= TURN_BUDGET - 1;
-        if due {
-            c.set(0);
-        }
-        due
-    })
+    let due = check();
+    if due {
+        took_turn();
+    }
+    due
 }
 
 /// Whether the next call served without suspending is to take its turn
-/// first, leaving the count as it is (the caller goes through the call
-/// queue, whose count takes the turn).
+/// first, leaving the count as it is when it is (the caller goes through
+/// the call queue, whose count takes the turn).
 pub(crate) fn is_due() -> bool {
-    COUNT.with(|c| c.get() >= TURN_BUDGET - 1)
+    check()
 }
 
 /// Starts the count again: the caller has just taken its turn of the
 /// event loop (a read served in pieces, between two of them).
 pub(crate) fn took_turn() {
     COUNT.with(|c| c.set(0));
+    LAST.with(|t| t.set(Some(Instant::now())));
 }
 
 /// Counts a call served without suspending that copied `bytes`.
@@ -107,9 +145,18 @@ pub(crate) fn turn_count() -> u32 {
     COUNT.with(Cell::get)
 }
 
-/// Sets this thread's count (the tests put a call at its turn with
-/// `TURN_BUDGET - 1`).
+/// Sets this thread's count, and forgets when its last turn was: the
+/// tests put a call at its turn with `TURN_BUDGET - 1`.
 #[pyfunction]
 pub(crate) fn set_turn_count(n: u32) {
     COUNT.with(|c| c.set(n));
+    LAST.with(|t| t.set(None));
+}
+
+/// Sets the time after a turn from which a check of the count turns again,
+/// for every thread, in nanoseconds (the tests: 0 makes a turn depend on
+/// the count alone); its previous value. [`TURN_TIME`] by default.
+#[pyfunction]
+pub(crate) fn set_turn_time(ns: u64) -> u64 {
+    TIME_NS.swap(ns, Ordering::Relaxed)
 }

@@ -14,6 +14,10 @@ from blockio._blockio import TURN_BUDGET, TURN_UNIT, set_turn_count
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 
+#: The turns these tests count are those of the count alone (see
+#: ``turns_by_count``; the time between turns is tested on its own).
+pytestmark = pytest.mark.usefixtures("turns_by_count")
+
 
 def loops():
     import uvloop

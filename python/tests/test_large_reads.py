@@ -19,6 +19,10 @@ from blockio._blockio import INLINE_MAX, INLINE_PIECE, TURN_BUDGET, pieces_in_fl
 
 LOOPS = pytest.mark.parametrize("loop_factory", ["asyncio", "uvloop"])
 
+#: The turns these tests count are those of the count alone (see
+#: ``turns_by_count``; the time between turns is tested on its own).
+pytestmark = pytest.mark.usefixtures("turns_by_count")
+
 #: The bytes of one piece of a read through the engine (the core's PIECE).
 PIECE = 4 << 20
 
