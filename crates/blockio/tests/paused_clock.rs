@@ -424,6 +424,31 @@ async fn thread_pool_file_read_keeps_the_paused_clock() {
     check_moved(fifo_read(&engine).await, Duration::ZERO);
 }
 
+/// A file read on the ring the runtime drives (the default engine on
+/// io_uring) keeps the paused clock while it waits: its completion comes
+/// from the kernel, not from a peer the runtime would see.
+#[tokio::test(start_paused = true)]
+async fn runtime_driven_ring_file_read_keeps_the_paused_clock() {
+    let engine = AsyncEngine::current().unwrap();
+    on_a_ring(&engine);
+    check_moved(fifo_read(&engine).await, Duration::ZERO);
+}
+
+/// A file read on a caller-driven ring, driven by a `drive_on_tokio` task
+/// of the test's own, keeps the paused clock while it waits.
+#[tokio::test(start_paused = true)]
+async fn caller_driven_ring_file_read_keeps_the_paused_clock() {
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Caller(CallerDriving::new()))
+        .backend(BackendChoice::IoUring)
+        .build()
+        .unwrap();
+    on_a_ring(&engine);
+    let driver = tokio::spawn(drive_on_tokio(engine.clone()));
+    check_moved(fifo_read(&engine).await, Duration::ZERO);
+    driver.abort();
+}
+
 /// On a runtime with the clock paused, in a thread of its own: a read of
 /// an idle blockio socket under a one-hour timeout (the clock jumps to it
 /// at once, as for a tokio socket: nothing is coming), then a read of
@@ -512,6 +537,18 @@ fn idle_then_busy(build: fn() -> AsyncEngine) -> Duration {
 #[test]
 fn driver_thread_idle_read_lets_the_paused_clock_jump() {
     let moved = idle_then_busy(driver_thread_engine);
+    assert_eq!(moved, Duration::from_secs(2 * 3600));
+}
+
+/// The ring the runtime drives (the default engine on io_uring): an idle
+/// read leaves the clock free to jump.
+#[test]
+fn runtime_driven_ring_idle_read_lets_the_paused_clock_jump() {
+    let moved = idle_then_busy(|| {
+        let engine = AsyncEngine::current().unwrap();
+        on_a_ring(&engine);
+        engine
+    });
     assert_eq!(moved, Duration::from_secs(2 * 3600));
 }
 

@@ -1,18 +1,40 @@
-//! tokio's paused clock (`tokio::time::pause`, tokio's `test-util`) against
-//! operations that a thread of the engine's completes: the driver thread
-//! ([`Driving::Thread`](super::Driving::Thread)) and the thread pool.
+//! tokio's paused clock (`tokio::time::pause`, tokio's `test-util`)
+//! against operations in flight: a paused clock must not move while
+//! blockio has work in flight that completes without the peer doing
+//! anything more, on every backend and driving mode, as on tokio's own
+//! sockets.
 //!
 //! A paused current-thread runtime that finds no task to run polls its
 //! I/O driver once without waiting and, unless that poll woke a task (or
 //! something outside woke the runtime), moves the clock to its next timer
 //! at once; it does not while a `spawn_blocking` task runs. tokio's own
-//! sockets are in that poll, and `tokio::fs` runs on `spawn_blocking`. An
-//! operation completed by a thread of the engine's is in neither: between
-//! the bytes' arrival and that thread waking the task, the runtime looks
-//! idle and the clock jumps, so a timer beside the read fires first.
+//! sockets are in that poll, and `tokio::fs` runs on `spawn_blocking`. A
+//! blockio operation's completion can reach its task from outside that
+//! poll, and between the event and the wake-up the runtime looks idle and
+//! the clock jumps, so a timer beside the operation fires first:
+//! * on a driver thread ([`Driving::Thread`](super::Driving::Thread)) and
+//!   on the thread pool, a thread of the engine's completes every
+//!   operation;
+//! * a TCP listener's accept waits in the engine's readiness set (an
+//!   epoll set, on every backend), whose events the set's readiness
+//!   thread takes while no task of the runtime holds the set: the accept
+//!   is made and its task woken on that thread. On a ring the runtime
+//!   drives (the default engine on io_uring) this is what lost the race
+//!   of a reply against a timer in up to a third of the rounds
+//!   (`tests/paused_clock_race.rs`): the client's connect, its request and
+//!   the timer all went ahead while the server's accept was on that
+//!   thread;
+//! * a file operation on a ring completes in the kernel (its worker
+//!   threads, or a wake-up of a pipe), with no peer, and is seen by the
+//!   runtime only once posted;
+//! * a socket operation on a ring completes by task work that the kernel
+//!   runs on the runtime's thread at its next system call
+//!   (`COOP_TASKRUN`): bytes a peer on another thread sends while that
+//!   thread is between two calls can make the ring readable only after
+//!   the runtime's next poll found nothing.
 //!
 //! So, on such a runtime, with its clock paused when the operation
-//! starts:
+//! starts, whatever drives the engine:
 //! * a file operation, which completes on its own, holds the clock, as
 //!   `tokio::fs` does: a `spawn_blocking` task of the runtime's
 //!   ([`ClockHold`]) runs from its start until its completion has woken
@@ -22,19 +44,19 @@
 //!   runtime's own reactor, as a tokio socket's does, and only then
 //!   starts, holding the clock until its completion: an idle socket (or
 //!   one whose peer reads nothing) leaves the clock free to jump, as on
-//!   tokio, bytes that arrived are seen by the runtime's poll before any
-//!   thread of the engine's can take them, and a send does not leave the
-//!   runtime idle before its bytes are sent.
+//!   tokio, bytes (or a connection) that arrived are seen by the
+//!   runtime's poll before anything of the engine's can take them, and a
+//!   send does not leave the runtime idle before its bytes are sent.
 //!
 //! Elsewhere (no tokio runtime, a multi-thread runtime, whose clock cannot
-//! be paused, a clock running, or a caller-driven ring, whose completions
-//! the reactor of the runtime that drives it sees already; one driven by
-//! another runtime is not covered) operations start as usual.
+//! be paused, or a clock running) operations start as usual. A ring
+//! driven by another runtime is treated as a driver thread is: the
+//! operation waits and holds the clock on the runtime it starts on.
 //!
 //! The clock's state is read when the operation starts: an operation
 //! started before `pause()` is not held. A single accept is gated as a
-//! receive is; a multishot request (an accept, or a driver thread's
-//! receive stream) starts as before.
+//! receive is; a multishot request (an accept, or a receive stream on a
+//! ring) starts as before.
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
@@ -45,7 +67,6 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
-use super::driver::Driver;
 use super::request::Request;
 use super::AsyncEngine;
 use crate::kind::OpClass;
@@ -128,9 +149,6 @@ pub(crate) fn hold_clock_with(
     fd: RawFd,
     submit: SubmitFn,
 ) -> Result<Request, Gate> {
-    if matches!(engine.driver(), Driver::Caller(_)) {
-        return Ok(req);
-    }
     let Some(runtime) = paused_runtime() else {
         return Ok(req);
     };
