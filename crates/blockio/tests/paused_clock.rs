@@ -379,6 +379,20 @@ fn thread_pool_keeps_the_paused_clock_while_busy() {
 /// thread; the clock must not jump past it, as it does not for
 /// `tokio::fs`.
 async fn fifo_read(engine: &AsyncEngine) -> Served {
+    fifo_read_as(engine, FileRead::Alone).await
+}
+
+/// How [`fifo_read_as`] reads.
+#[derive(Clone, Copy)]
+enum FileRead {
+    /// `read_at`, started.
+    Alone,
+    /// A batch of one read (`AsyncFile::submit`), polled once.
+    Batch,
+}
+
+/// [`fifo_read`], the read made as `how` says.
+async fn fifo_read_as(engine: &AsyncEngine, how: FileRead) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fifo");
     let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
@@ -400,10 +414,28 @@ async fn fifo_read(engine: &AsyncEngine) -> Served {
     });
     let start = Instant::now();
     let read = timeout(TIMER, async {
-        let mut read = file.read_at(vec![0u8; REQUEST.len()], 0);
-        read.start();
-        started_tx.send(()).unwrap();
-        read.await
+        match how {
+            FileRead::Alone => {
+                let mut read = file.read_at(vec![0u8; REQUEST.len()], 0);
+                read.start();
+                started_tx.send(()).unwrap();
+                read.await
+            }
+            FileRead::Batch => {
+                let batch = file.submit(vec![blockio::aio::BatchOp::Read {
+                    offset: 0,
+                    buf: vec![0u8; REQUEST.len()],
+                }]);
+                let mut batch = std::pin::pin!(batch);
+                assert!(
+                    futures::poll!(batch.as_mut()).is_pending(),
+                    "the batch read a FIFO nobody wrote to"
+                );
+                started_tx.send(()).unwrap();
+                let (n, buf) = batch.await.pop().unwrap();
+                (n, buf.unwrap())
+            }
+        }
     })
     .await;
     Served::owned_read(read, start)
@@ -414,6 +446,20 @@ async fn fifo_read(engine: &AsyncEngine) -> Served {
 async fn driver_thread_file_read_keeps_the_paused_clock() {
     let engine = driver_thread_engine();
     check_moved(fifo_read(&engine).await, Duration::ZERO);
+}
+
+/// A batch of file reads keeps the paused clock while it waits, on the
+/// ring the runtime drives, on a driver thread and on the thread pool.
+#[tokio::test(start_paused = true)]
+async fn file_batch_keeps_the_paused_clock() {
+    let engines = [
+        AsyncEngine::current().unwrap(),
+        driver_thread_engine(),
+        thread_pool_engine(),
+    ];
+    for engine in &engines {
+        check_moved(fifo_read_as(engine, FileRead::Batch).await, Duration::ZERO);
+    }
 }
 
 /// A file read on the thread pool (a worker in a blocking `read`) keeps

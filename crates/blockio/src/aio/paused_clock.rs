@@ -38,7 +38,8 @@
 //! * a file operation, which completes on its own, holds the clock, as
 //!   `tokio::fs` does: a `spawn_blocking` task of the runtime's
 //!   ([`ClockHold`]) runs from its start until its completion has woken
-//!   its task;
+//!   its task (the operations of a batch, `AsyncFile::submit`, share
+//!   one);
 //! * a socket operation first waits for its socket to be ready (readable
 //!   for a receive or an accept, writable for a send or a connect) in the
 //!   runtime's own reactor, as a tokio socket's does, and only then
@@ -126,6 +127,22 @@ fn paused_runtime() -> Option<Handle> {
         std::hint::spin_loop();
     }
     (tokio::time::Instant::now() == before).then_some(runtime)
+}
+
+/// File requests of one batch, about to be handed to their engine
+/// together: each holds the clock, as a file operation started alone
+/// does (see the module's documentation).
+pub(crate) fn hold_clock_for_files(reqs: &[Request]) {
+    if reqs.is_empty() {
+        return;
+    }
+    let Some(runtime) = paused_runtime() else {
+        return;
+    };
+    let hold = ClockHold::on(&runtime);
+    for req in reqs {
+        req.done.hold(hold.clone());
+    }
 }
 
 /// How a request reaches its engine once the clock lets it.
