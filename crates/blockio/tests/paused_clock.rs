@@ -474,7 +474,7 @@ async fn thread_pool_file_read_keeps_the_paused_clock() {
 /// io_uring) keeps the paused clock while it waits: its completion comes
 /// from the kernel, not from a peer the runtime would see.
 #[tokio::test(start_paused = true)]
-async fn runtime_driven_ring_file_read_keeps_the_paused_clock() {
+async fn file_read_on_runtime_driven_ring_keeps_the_paused_clock() {
     let engine = AsyncEngine::current().unwrap();
     on_a_ring(&engine);
     check_moved(fifo_read(&engine).await, Duration::ZERO);
@@ -483,7 +483,7 @@ async fn runtime_driven_ring_file_read_keeps_the_paused_clock() {
 /// A file read on a caller-driven ring, driven by a `drive_on_tokio` task
 /// of the test's own, keeps the paused clock while it waits.
 #[tokio::test(start_paused = true)]
-async fn caller_driven_ring_file_read_keeps_the_paused_clock() {
+async fn file_read_on_caller_driven_ring_keeps_the_paused_clock() {
     let engine = AsyncEngine::builder()
         .driving(Driving::Caller(CallerDriving::new()))
         .backend(BackendChoice::IoUring)
@@ -589,7 +589,7 @@ fn driver_thread_idle_read_lets_the_paused_clock_jump() {
 /// The ring the runtime drives (the default engine on io_uring): an idle
 /// read leaves the clock free to jump.
 #[test]
-fn runtime_driven_ring_idle_read_lets_the_paused_clock_jump() {
+fn idle_read_on_runtime_driven_ring_lets_the_paused_clock_jump() {
     let moved = idle_then_busy(|| {
         let engine = AsyncEngine::current().unwrap();
         on_a_ring(&engine);
