@@ -13,6 +13,7 @@
 //! driving it asks for.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving};
@@ -87,8 +88,8 @@ where
 }
 
 /// Accepts one connection and echoes its four bytes.
-async fn echo_once(listener: Listener) {
-    match listener {
+async fn echo_once(listener: Arc<Listener>) {
+    match &*listener {
         Listener::Tokio(l) => echo(l.accept().await.unwrap().0).await,
         Listener::Blockio(l) => echo(l.accept().await.unwrap().0).await,
     }
@@ -106,14 +107,16 @@ where
 /// [`ROUNDS`] rounds on `sockets`, on the paused runtime the test runs
 /// on, the server a task of its: how many the timer won.
 async fn rounds(sockets: &Sockets) -> u32 {
+    // One listener for every round: a port bound per round would spend
+    // thousands of the machine's ephemeral ports a run.
+    let listener = Arc::new(sockets.bind().await);
+    let addr = match &*listener {
+        Listener::Tokio(l) => l.local_addr().unwrap(),
+        Listener::Blockio(l) => l.local_addr().unwrap(),
+    };
     let mut lost = 0;
     for round in 0..ROUNDS {
-        let listener = sockets.bind().await;
-        let addr = match &listener {
-            Listener::Tokio(l) => l.local_addr().unwrap(),
-            Listener::Blockio(l) => l.local_addr().unwrap(),
-        };
-        let served = tokio::spawn(echo_once(listener));
+        let served = tokio::spawn(echo_once(listener.clone()));
         let won = sockets.ask(addr, round.to_le_bytes()).await;
         served.await.unwrap();
         if !won {
