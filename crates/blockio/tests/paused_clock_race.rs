@@ -8,7 +8,8 @@
 //! completes without the peer doing anything more.
 //!
 //! Each test runs the rounds on one driving mode of the engine, client and
-//! server both tasks of the paused runtime. Run on both backends: with
+//! server both tasks of the paused runtime, the client reading the reply
+//! through tokio's I/O traits or from a receive stream. Run on both backends: with
 //! `BLOCKIO_BACKEND=threads` every engine is the thread pool's, whatever
 //! driving it asks for.
 
@@ -29,7 +30,17 @@ const TIMER: Duration = Duration::from_secs(1);
 /// The sockets a round uses.
 enum Sockets {
     Tokio,
-    Blockio(AsyncEngine),
+    /// blockio's, on this engine, the client reading as [`Reader`] says.
+    Blockio(AsyncEngine, Reader),
+}
+
+/// How a blockio client reads the reply.
+#[derive(Clone, Copy)]
+enum Reader {
+    /// tokio's `AsyncReadExt::read_exact`.
+    Traits,
+    /// A receive stream (`recv_stream().next()`).
+    Stream,
 }
 
 /// A listener of either kind.
@@ -44,7 +55,7 @@ impl Sockets {
             Sockets::Tokio => {
                 Listener::Tokio(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap())
             }
-            Sockets::Blockio(engine) => Listener::Blockio(
+            Sockets::Blockio(engine, _) => Listener::Blockio(
                 blockio::net::TcpListener::bind_with(engine, "127.0.0.1:0")
                     .await
                     .unwrap(),
@@ -60,11 +71,14 @@ impl Sockets {
                 let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
                 exchange(stream, request).await
             }
-            Sockets::Blockio(engine) => {
+            Sockets::Blockio(engine, reader) => {
                 let stream = blockio::net::TcpStream::connect_with(engine, addr)
                     .await
                     .unwrap();
-                exchange(stream, request).await
+                match reader {
+                    Reader::Traits => exchange(stream, request).await,
+                    Reader::Stream => exchange_by_stream(stream, request).await,
+                }
             }
         }
     }
@@ -81,6 +95,22 @@ where
         read = stream.read_exact(&mut reply) => {
             read.unwrap();
             assert_eq!(reply, request, "the reply is not the request echoed");
+            true
+        }
+        _ = tokio::time::sleep(TIMER) => false,
+    }
+}
+
+/// [`exchange`], the reply read from a receive stream made once the
+/// request is sent: four bytes on loopback come in one buffer.
+async fn exchange_by_stream(stream: blockio::net::TcpStream, request: [u8; 4]) -> bool {
+    let (sent, _) = stream.write_all(request.to_vec()).await;
+    sent.unwrap();
+    let mut received = stream.recv_stream();
+    tokio::select! {
+        reply = received.next() => {
+            let reply = reply.expect("the stream ended before the reply").unwrap();
+            assert_eq!(&reply[..], &request[..], "the reply is not the request echoed");
             true
         }
         _ = tokio::time::sleep(TIMER) => false,
@@ -138,38 +168,40 @@ async fn check(sockets: Sockets, what: &str) {
 
 /// The engine a tokio runtime gets by default: on io_uring, a ring the
 /// runtime drives itself.
-fn runtime_driven() -> Sockets {
-    Sockets::Blockio(AsyncEngine::current().unwrap())
+fn runtime_driven(reader: Reader) -> Sockets {
+    Sockets::Blockio(AsyncEngine::current().unwrap(), reader)
 }
 
 /// An engine with a driver thread of its own.
-fn driver_thread() -> Sockets {
+fn driver_thread(reader: Reader) -> Sockets {
     Sockets::Blockio(
         AsyncEngine::builder()
             .driving(Driving::Thread)
             .build()
             .unwrap(),
+        reader,
     )
 }
 
 /// A caller-driven engine submitting as each operation starts, driven by a
 /// `drive_on_tokio` task of the test's own.
-fn caller_driven() -> Sockets {
+fn caller_driven(reader: Reader) -> Sockets {
     let engine = AsyncEngine::builder()
         .driving(Driving::Caller(CallerDriving::new()))
         .build()
         .unwrap();
     tokio::spawn(drive_on_tokio(engine.clone()));
-    Sockets::Blockio(engine)
+    Sockets::Blockio(engine, reader)
 }
 
 /// The thread-pool backend, asked for.
-fn thread_pool() -> Sockets {
+fn thread_pool(reader: Reader) -> Sockets {
     Sockets::Blockio(
         AsyncEngine::builder()
             .backend(BackendChoice::ThreadPool)
             .build()
             .unwrap(),
+        reader,
     )
 }
 
@@ -182,20 +214,52 @@ async fn tokio_sockets_reply_before_the_timer() {
 /// The default engine.
 #[tokio::test(start_paused = true)]
 async fn runtime_driven_reply_before_the_timer() {
-    check(runtime_driven(), "runtime-driven").await;
+    check(runtime_driven(Reader::Traits), "runtime-driven").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn runtime_driven_stream_reply_before_the_timer() {
+    check(
+        runtime_driven(Reader::Stream),
+        "runtime-driven, receive stream",
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn driver_thread_reply_before_the_timer() {
-    check(driver_thread(), "driver thread").await;
+    check(driver_thread(Reader::Traits), "driver thread").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn driver_thread_stream_reply_before_the_timer() {
+    check(
+        driver_thread(Reader::Stream),
+        "driver thread, receive stream",
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn caller_driven_reply_before_the_timer() {
-    check(caller_driven(), "caller-driven").await;
+    check(caller_driven(Reader::Traits), "caller-driven").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn caller_driven_stream_reply_before_the_timer() {
+    check(
+        caller_driven(Reader::Stream),
+        "caller-driven, receive stream",
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn thread_pool_reply_before_the_timer() {
-    check(thread_pool(), "thread pool").await;
+    check(thread_pool(Reader::Traits), "thread pool").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn thread_pool_stream_reply_before_the_timer() {
+    check(thread_pool(Reader::Stream), "thread pool, receive stream").await;
 }

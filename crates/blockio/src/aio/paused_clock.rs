@@ -56,8 +56,11 @@
 //!
 //! The clock's state is read when the operation starts: an operation
 //! started before `pause()` is not held. A single accept is gated as a
-//! receive is; a multishot request (an accept, or a receive stream on a
-//! ring) starts as before.
+//! receive is. A receive stream made on such a runtime receives one
+//! buffer at a time, each receive gated as an owned read's (the receives
+//! on the engine's buffer ring, which its driver re-arms, would not be);
+//! one made before `pause()` keeps the ring. A multishot accept starts as
+//! before.
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
@@ -127,6 +130,15 @@ fn paused_runtime() -> Option<Handle> {
         std::hint::spin_loop();
     }
     (tokio::time::Instant::now() == before).then_some(runtime)
+}
+
+/// Whether the caller runs on a current-thread runtime whose clock is
+/// paused: a receive stream made there receives one buffer at a time, as
+/// an owned read does, so that each receive waits for its socket and holds
+/// the clock (a receive armed on the engine's buffer ring goes to the
+/// driver as it is).
+pub(crate) fn clock_paused() -> bool {
+    paused_runtime().is_some()
 }
 
 /// File requests of one batch, about to be handed to their engine
