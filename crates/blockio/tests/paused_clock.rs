@@ -664,3 +664,124 @@ enum Awaited {
     Read,
     Accept,
 }
+
+/// How a test of a paused runtime's liveness gets its engine, on that
+/// runtime.
+#[derive(Clone, Copy)]
+enum Engine {
+    /// The default engine, a ring the runtime drives (io_uring backend).
+    RuntimeDrivenRing,
+    /// A caller-driven ring, driven by a `drive_on_tokio` task.
+    CallerDrivenRing,
+    /// A driver thread of the engine's own.
+    DriverThread,
+    /// The thread-pool backend.
+    ThreadPool,
+}
+
+impl Engine {
+    fn build(self) -> AsyncEngine {
+        match self {
+            Engine::RuntimeDrivenRing => {
+                let engine = AsyncEngine::current().unwrap();
+                on_a_ring(&engine);
+                engine
+            }
+            Engine::CallerDrivenRing => {
+                let engine = AsyncEngine::builder()
+                    .driving(Driving::Caller(CallerDriving::new()))
+                    .backend(BackendChoice::IoUring)
+                    .build()
+                    .unwrap();
+                on_a_ring(&engine);
+                tokio::spawn(drive_on_tokio(engine.clone()));
+                engine
+            }
+            Engine::DriverThread => driver_thread_engine(),
+            Engine::ThreadPool => thread_pool_engine(),
+        }
+    }
+}
+
+/// Runs `body` with an engine `how` on a current-thread runtime of its own
+/// whose clock starts paused, on a thread of its own, and returns its
+/// result. Fails if the runtime has not finished within a minute of real
+/// time: the bodies end on a timer of the paused clock, which a clock held
+/// while an operation waits for the peer never reaches.
+fn on_paused_runtime<T, F>(how: Engine, body: fn(AsyncEngine) -> F) -> T
+where
+    T: Send + 'static,
+    F: Future<Output = T> + 'static,
+{
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let _ = tx.send(runtime.block_on(async move { body(how.build()).await }));
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the runtime's thread ended without its result"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the runtime never finished: an operation waiting for its peer held the clock")
+        }
+    }
+}
+
+/// A connect to a listener whose queue is full (its SYN goes unanswered,
+/// and the kernel retries it for minutes) under a 5 s timeout: the
+/// timeout must fire with the clock moved by exactly 5 s, as it does on
+/// tokio's sockets, not wait for the kernel to give up.
+async fn unanswered_connect(engine: AsyncEngine) -> Duration {
+    const LIMIT: Duration = Duration::from_secs(5);
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    listener.bind(&any.into()).unwrap();
+    // A backlog of 0 queues one connection; the next SYN is dropped.
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let _queued = std::net::TcpStream::connect(addr).unwrap();
+    let start = Instant::now();
+    let connect = timeout(LIMIT, blockio::net::TcpStream::connect_with(&engine, addr)).await;
+    assert!(
+        connect.is_err(),
+        "the connect to a full queue finished: {connect:?}"
+    );
+    start.elapsed()
+}
+
+/// Connects to a full queue on a ring the runtime drives: the timeout
+/// fires.
+#[test]
+fn unanswered_connect_on_runtime_driven_ring_lets_the_paused_clock_jump() {
+    let moved = on_paused_runtime(Engine::RuntimeDrivenRing, unanswered_connect);
+    assert_eq!(moved, Duration::from_secs(5));
+}
+
+/// Connects to a full queue on a caller-driven ring: the timeout fires.
+#[test]
+fn unanswered_connect_on_caller_driven_ring_lets_the_paused_clock_jump() {
+    let moved = on_paused_runtime(Engine::CallerDrivenRing, unanswered_connect);
+    assert_eq!(moved, Duration::from_secs(5));
+}
+
+/// Connects to a full queue on a driver thread: the timeout fires.
+#[test]
+fn driver_thread_unanswered_connect_lets_the_paused_clock_jump() {
+    let moved = on_paused_runtime(Engine::DriverThread, unanswered_connect);
+    assert_eq!(moved, Duration::from_secs(5));
+}
+
+/// Connects to a full queue on the thread pool: the timeout fires.
+#[test]
+fn thread_pool_unanswered_connect_lets_the_paused_clock_jump() {
+    let moved = on_paused_runtime(Engine::ThreadPool, unanswered_connect);
+    assert_eq!(moved, Duration::from_secs(5));
+}

@@ -47,7 +47,15 @@
 //!   one whose peer reads nothing) leaves the clock free to jump, as on
 //!   tokio, bytes (or a connection) that arrived are seen by the
 //!   runtime's poll before anything of the engine's can take them, and a
-//!   send does not leave the runtime idle before its bytes are sent.
+//!   send does not leave the runtime idle before its bytes are sent;
+//! * a connect is made by a task of the runtime's, on its thread, as
+//!   tokio's is: with its socket non-blocking for that one call, then, in
+//!   progress, waiting for the socket to be writable in the runtime's
+//!   reactor and reading its outcome there. Nothing holds the clock: a
+//!   connect nobody answers (a listener whose queue is full drops the
+//!   SYN, which the kernel retries for minutes) leaves the clock free to
+//!   reach a timeout beside it, as on tokio, and one answered is seen by
+//!   the runtime's poll as it completes.
 //!
 //! Elsewhere (no tokio runtime, a multi-thread runtime, whose clock cannot
 //! be paused, or a clock running) operations start as usual. A ring
@@ -71,9 +79,10 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
-use super::request::Request;
+use super::attempt;
+use super::request::{call_user, resume, Request};
 use super::AsyncEngine;
-use crate::kind::OpClass;
+use crate::kind::{OpClass, OpKind};
 
 /// A running `spawn_blocking` task of one runtime, which keeps that
 /// runtime's paused clock from moving on its own until this is dropped.
@@ -190,13 +199,18 @@ pub(crate) fn hold_clock_with(
         }
     };
     let cancelled = Arc::new(AtomicBool::new(false));
+    let on_this_thread = performed_here(&req);
     let gated_req = Gated {
         req: Some(req),
         engine: engine.clone(),
         submit,
         cancelled: cancelled.clone(),
     };
-    let task = runtime.spawn(gated(gated_req, fd, ready));
+    let task = if on_this_thread {
+        runtime.spawn(performed(gated_req, fd, ready))
+    } else {
+        runtime.spawn(gated(gated_req, fd, ready))
+    };
     Err(Gate {
         task: task.abort_handle(),
         cancelled,
@@ -294,6 +308,96 @@ async fn gated(mut gate: Gated, fd: RawFd, ready: Ready) {
         req.done.hold(ClockHold::on(&runtime));
     }
     (gate.submit)(&gate.engine, req);
+}
+
+/// Whether `req` is made by a task of the runtime's on its own thread
+/// ([`performed`]), as a tokio socket's is: a connect. Other socket
+/// operations are submitted once their socket is ready ([`gated`]).
+fn performed_here(req: &Request) -> bool {
+    req.op.kind() == OpKind::Connect
+}
+
+/// Makes the request on this task's thread without waiting, as a tokio
+/// socket does, and completes it: tried at once, and again each time
+/// `fd` is `ready` in the runtime's reactor while the socket has nothing
+/// for it (`EAGAIN`; a connect in progress). Nothing of the engine's
+/// takes part and the clock is never held: a receive whose bytes another
+/// reader took, or a connect nobody answers, waits in the reactor with
+/// the clock free to move, and a completion is seen by the runtime as it
+/// happens. Where the reactor cannot watch the socket, the request goes
+/// to its engine as [`gated`] submits it.
+async fn performed(mut gate: Gated, fd: RawFd, ready: Ready) {
+    let Some(req) = gate.req.as_ref() else {
+        return;
+    };
+    if req.abandoned() {
+        // Nobody takes the result: never made, as a driver drops it.
+        drop(gate.req.take());
+        return;
+    }
+    let mut res = first_attempt(req);
+    if attempt::not_ready(req, res) {
+        let Ok(watched) = watch(fd, ready) else {
+            return gated(gate, fd, ready).await;
+        };
+        loop {
+            let Ok(mut guard) = watched.ready(ready.interest()).await else {
+                return gated(gate, fd, ready).await;
+            };
+            let Some(req) = gate.req.as_ref() else {
+                return;
+            };
+            res = later_attempt(req);
+            if !attempt::not_ready(req, res) {
+                break;
+            }
+            guard.clear_ready();
+        }
+    }
+    let Some(req) = gate.req.take() else {
+        return;
+    };
+    resume(call_user(move || {
+        req.done.complete(res);
+        drop(req);
+    }));
+}
+
+/// The request's first call, without waiting: a receive or a send with
+/// `MSG_DONTWAIT`; a connect with the socket non-blocking for that call
+/// (`EINPROGRESS` then), its flags put back at once so the operations the
+/// engine makes on it later wait as before.
+fn first_attempt(req: &Request) -> i32 {
+    if let Some(res) = req.op.run_nowait_raw() {
+        return res;
+    }
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    // SAFETY: as in `watch`: the socket is open while its request waits.
+    let socket = unsafe { BorrowedFd::borrow_raw(req.op.fd()) };
+    let flags = match fcntl_getfl(socket) {
+        Ok(flags) => flags,
+        Err(e) => return -e.raw_os_error(),
+    };
+    let blocking = !flags.contains(OFlags::NONBLOCK);
+    if blocking {
+        if let Err(e) = fcntl_setfl(socket, flags | OFlags::NONBLOCK) {
+            return -e.raw_os_error();
+        }
+    }
+    let res = req.op.run_blocking_raw();
+    if blocking {
+        // Cannot fail on a descriptor the call above accepted.
+        let _ = fcntl_setfl(socket, flags);
+    }
+    res
+}
+
+/// The request's call once its socket is ready: a receive or a send made
+/// again, a connect's outcome asked of its socket.
+fn later_attempt(req: &Request) -> i32 {
+    req.op
+        .run_nowait_raw()
+        .unwrap_or_else(|| attempt::connect_progress(req))
 }
 
 /// `fd`, duplicated, registered with the current runtime's reactor for
