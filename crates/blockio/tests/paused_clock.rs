@@ -785,3 +785,89 @@ fn thread_pool_unanswered_connect_lets_the_paused_clock_jump() {
     let moved = on_paused_runtime(Engine::ThreadPool, unanswered_connect);
     assert_eq!(moved, Duration::from_secs(5));
 }
+
+/// Two tasks read one stream, both waiting when the peer sends 4 bytes,
+/// once: one read gets them, the other finds the socket empty again and
+/// must wait with the clock free, so that an hour's sleep after that ends
+/// with the clock moved by the hour. Returns the reads' results and how
+/// far the clock moved.
+async fn two_readers_one_message(engine: AsyncEngine) -> (Vec<usize>, Duration) {
+    const HOUR: Duration = Duration::from_secs(3600);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let stream = blockio::net::TcpStream::connect_with(&engine, listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    let stream = Arc::new(stream);
+    let (got_tx, mut got_rx) = tokio::sync::mpsc::unbounded_channel();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stream, got_tx) = (stream.clone(), got_tx.clone());
+            tokio::spawn(async move {
+                let (n, _) = stream.read(vec![0u8; 64]).await;
+                let _ = got_tx.send(n.unwrap());
+            })
+        })
+        .collect();
+    // Both reads started and waiting (nothing has been sent).
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    peer.write_all(REQUEST).unwrap();
+    let first = got_rx.recv().await.unwrap();
+    let start = Instant::now();
+    tokio::time::sleep(HOUR).await;
+    let moved = start.elapsed();
+    let mut got = vec![first];
+    while let Ok(n) = got_rx.try_recv() {
+        got.push(n);
+    }
+    for reader in readers {
+        reader.abort();
+    }
+    drop(peer);
+    (got, moved)
+}
+
+/// Checks [`two_readers_one_message`]'s outcome: one read of the 4 bytes,
+/// the other still waiting, the clock moved by the hour.
+fn check_two_readers((got, moved): (Vec<usize>, Duration)) {
+    assert_eq!(got, vec![REQUEST.len()], "one read gets the bytes");
+    assert_eq!(moved, Duration::from_secs(3600));
+}
+
+/// Two readers of one message on a ring the runtime drives.
+#[test]
+fn two_readers_on_runtime_driven_ring_lets_the_paused_clock_jump() {
+    check_two_readers(on_paused_runtime(
+        Engine::RuntimeDrivenRing,
+        two_readers_one_message,
+    ));
+}
+
+/// Two readers of one message on a caller-driven ring.
+#[test]
+fn two_readers_on_caller_driven_ring_lets_the_paused_clock_jump() {
+    check_two_readers(on_paused_runtime(
+        Engine::CallerDrivenRing,
+        two_readers_one_message,
+    ));
+}
+
+/// Two readers of one message on a driver thread.
+#[test]
+fn driver_thread_two_readers_let_the_paused_clock_jump() {
+    check_two_readers(on_paused_runtime(
+        Engine::DriverThread,
+        two_readers_one_message,
+    ));
+}
+
+/// Two readers of one message on the thread pool.
+#[test]
+fn thread_pool_two_readers_let_the_paused_clock_jump() {
+    check_two_readers(on_paused_runtime(
+        Engine::ThreadPool,
+        two_readers_one_message,
+    ));
+}

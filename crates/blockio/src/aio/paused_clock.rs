@@ -40,34 +40,34 @@
 //!   ([`ClockHold`]) runs from its start until its completion has woken
 //!   its task (the operations of a batch, `AsyncFile::submit`, share
 //!   one);
-//! * a socket operation first waits for its socket to be ready (readable
-//!   for a receive or an accept, writable for a send or a connect) in the
-//!   runtime's own reactor, as a tokio socket's does, and only then
-//!   starts, holding the clock until its completion: an idle socket (or
-//!   one whose peer reads nothing) leaves the clock free to jump, as on
-//!   tokio, bytes (or a connection) that arrived are seen by the
-//!   runtime's poll before anything of the engine's can take them, and a
-//!   send does not leave the runtime idle before its bytes are sent;
-//! * a connect is made by a task of the runtime's, on its thread, as
-//!   tokio's is: with its socket non-blocking for that one call, then, in
-//!   progress, waiting for the socket to be writable in the runtime's
-//!   reactor and reading its outcome there. Nothing holds the clock: a
-//!   connect nobody answers (a listener whose queue is full drops the
-//!   SYN, which the kernel retries for minutes) leaves the clock free to
-//!   reach a timeout beside it, as on tokio, and one answered is seen by
-//!   the runtime's poll as it completes.
+//! * a receive, a send and a connect are made by a task of the runtime's,
+//!   on its thread, as tokio's are: tried at once without waiting
+//!   (`MSG_DONTWAIT`; a connect with its socket non-blocking for that one
+//!   call), and, while the socket has nothing for them (`EAGAIN`, a
+//!   connect in progress), waiting for it to be ready (readable, writable)
+//!   in the runtime's reactor and tried again. Nothing of the engine's
+//!   takes part and nothing holds the clock: an idle socket, a receive
+//!   whose bytes another reader of the socket took first, a connect nobody
+//!   answers (a listener whose queue is full drops the SYN, which the
+//!   kernel retries for minutes) leave the clock free to jump, as on
+//!   tokio, and bytes (or a connection) that arrived are taken within the
+//!   runtime's poll;
+//! * an accept waits for its listener to be readable in the runtime's
+//!   reactor, as a tokio listener does, and only then starts, holding the
+//!   clock until its completion (`accept` has no form that does not wait
+//!   on a blocking listener).
 //!
 //! Elsewhere (no tokio runtime, a multi-thread runtime, whose clock cannot
 //! be paused, or a clock running) operations start as usual. A ring
 //! driven by another runtime is treated as a driver thread is: the
-//! operation waits and holds the clock on the runtime it starts on.
+//! operation is made, or waits and holds the clock, on the runtime it
+//! starts on.
 //!
 //! The clock's state is read when the operation starts: an operation
-//! started before `pause()` is not held. A single accept is gated as a
-//! receive is. A receive stream made on such a runtime receives one
-//! buffer at a time, each receive gated as an owned read's (the receives
-//! on the engine's buffer ring, which its driver re-arms, would not be);
-//! one made before `pause()` keeps the ring. A multishot accept starts as
+//! started before `pause()` is not held. A receive stream made on such a
+//! runtime receives one buffer at a time, each receive made as an owned
+//! read's (the receives on the engine's buffer ring, which its driver
+//! re-arms, would not be); one made before `pause()` keeps the ring. A multishot accept starts as
 //! before.
 
 use std::io;
@@ -311,10 +311,14 @@ async fn gated(mut gate: Gated, fd: RawFd, ready: Ready) {
 }
 
 /// Whether `req` is made by a task of the runtime's on its own thread
-/// ([`performed`]), as a tokio socket's is: a connect. Other socket
-/// operations are submitted once their socket is ready ([`gated`]).
+/// ([`performed`]), as a tokio socket's is: a receive, a send, a connect.
+/// An accept (no call accepts without waiting on a blocking listener) is
+/// submitted once the listener is readable ([`gated`]).
 fn performed_here(req: &Request) -> bool {
-    req.op.kind() == OpKind::Connect
+    matches!(
+        req.op.kind(),
+        OpKind::Recv | OpKind::Send | OpKind::SendVectored | OpKind::Connect
+    )
 }
 
 /// Makes the request on this task's thread without waiting, as a tokio
