@@ -20,7 +20,7 @@
 //!   thread takes while no task of the runtime holds the set: the accept
 //!   is made and its task woken on that thread. On a ring the runtime
 //!   drives (the default engine on io_uring) this is what lost the race
-//!   of a reply against a timer in up to a third of the rounds
+//!   of a reply against a timer in up to 81 rounds of 200
 //!   (`tests/paused_clock_race.rs`): the client's connect, its request and
 //!   the timer all went ahead while the server's accept was on that
 //!   thread;
