@@ -143,9 +143,9 @@ fn paused_runtime() -> Option<Handle> {
 
 /// Whether the caller runs on a current-thread runtime whose clock is
 /// paused: a receive stream made there receives one buffer at a time, as
-/// an owned read does, so that each receive waits for its socket and holds
-/// the clock (a receive armed on the engine's buffer ring goes to the
-/// driver as it is).
+/// an owned read does, so that each receive is made on the runtime's
+/// thread (a receive armed on the engine's buffer ring goes to the driver
+/// as it is).
 pub(crate) fn clock_paused() -> bool {
     paused_runtime().is_some()
 }

@@ -285,8 +285,8 @@ pub struct RecvStream<'a> {
 type Receive<'a> = Pin<Box<dyn Future<Output = BufResult<usize, Vec<u8>>> + Send + 'a>>;
 
 /// Whether a stream made now receives one buffer at a time although the
-/// engine has a buffer ring: on tokio's paused clock, whose gate and hold
-/// only an owned receive goes through (see `aio::paused_clock`).
+/// engine has a buffer ring: on tokio's paused clock, where only an owned
+/// receive is made on the runtime's thread (see `aio::paused_clock`).
 fn one_at_a_time() -> bool {
     #[cfg(feature = "tokio")]
     return crate::aio::paused_clock::clock_paused();
