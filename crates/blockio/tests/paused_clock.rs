@@ -379,6 +379,20 @@ fn thread_pool_keeps_the_paused_clock_while_busy() {
 /// thread; the clock must not jump past it, as it does not for
 /// `tokio::fs`.
 async fn fifo_read(engine: &AsyncEngine) -> Served {
+    fifo_read_as(engine, FileRead::Alone).await
+}
+
+/// How [`fifo_read_as`] reads.
+#[derive(Clone, Copy)]
+enum FileRead {
+    /// `read_at`, started.
+    Alone,
+    /// A batch of one read (`AsyncFile::submit`), polled once.
+    Batch,
+}
+
+/// [`fifo_read`], the read made as `how` says.
+async fn fifo_read_as(engine: &AsyncEngine, how: FileRead) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fifo");
     let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
@@ -400,10 +414,28 @@ async fn fifo_read(engine: &AsyncEngine) -> Served {
     });
     let start = Instant::now();
     let read = timeout(TIMER, async {
-        let mut read = file.read_at(vec![0u8; REQUEST.len()], 0);
-        read.start();
-        started_tx.send(()).unwrap();
-        read.await
+        match how {
+            FileRead::Alone => {
+                let mut read = file.read_at(vec![0u8; REQUEST.len()], 0);
+                read.start();
+                started_tx.send(()).unwrap();
+                read.await
+            }
+            FileRead::Batch => {
+                let batch = file.submit(vec![blockio::aio::BatchOp::Read {
+                    offset: 0,
+                    buf: vec![0u8; REQUEST.len()],
+                }]);
+                let mut batch = std::pin::pin!(batch);
+                assert!(
+                    futures::poll!(batch.as_mut()).is_pending(),
+                    "the batch read a FIFO nobody wrote to"
+                );
+                started_tx.send(()).unwrap();
+                let (n, buf) = batch.await.pop().unwrap();
+                (n, buf.unwrap())
+            }
+        }
     })
     .await;
     Served::owned_read(read, start)
@@ -416,12 +448,51 @@ async fn driver_thread_file_read_keeps_the_paused_clock() {
     check_moved(fifo_read(&engine).await, Duration::ZERO);
 }
 
+/// A batch of file reads keeps the paused clock while it waits, on the
+/// ring the runtime drives, on a driver thread and on the thread pool.
+#[tokio::test(start_paused = true)]
+async fn file_batch_keeps_the_paused_clock() {
+    let engines = [
+        AsyncEngine::current().unwrap(),
+        driver_thread_engine(),
+        thread_pool_engine(),
+    ];
+    for engine in &engines {
+        check_moved(fifo_read_as(engine, FileRead::Batch).await, Duration::ZERO);
+    }
+}
+
 /// A file read on the thread pool (a worker in a blocking `read`) keeps
 /// the paused clock while it waits.
 #[tokio::test(start_paused = true)]
 async fn thread_pool_file_read_keeps_the_paused_clock() {
     let engine = thread_pool_engine();
     check_moved(fifo_read(&engine).await, Duration::ZERO);
+}
+
+/// A file read on the ring the runtime drives (the default engine on
+/// io_uring) keeps the paused clock while it waits: its completion comes
+/// from the kernel, not from a peer the runtime would see.
+#[tokio::test(start_paused = true)]
+async fn file_read_on_runtime_driven_ring_keeps_the_paused_clock() {
+    let engine = AsyncEngine::current().unwrap();
+    on_a_ring(&engine);
+    check_moved(fifo_read(&engine).await, Duration::ZERO);
+}
+
+/// A file read on a caller-driven ring, driven by a `drive_on_tokio` task
+/// of the test's own, keeps the paused clock while it waits.
+#[tokio::test(start_paused = true)]
+async fn file_read_on_caller_driven_ring_keeps_the_paused_clock() {
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Caller(CallerDriving::new()))
+        .backend(BackendChoice::IoUring)
+        .build()
+        .unwrap();
+    on_a_ring(&engine);
+    let driver = tokio::spawn(drive_on_tokio(engine.clone()));
+    check_moved(fifo_read(&engine).await, Duration::ZERO);
+    driver.abort();
 }
 
 /// On a runtime with the clock paused, in a thread of its own: a read of
@@ -515,6 +586,18 @@ fn driver_thread_idle_read_lets_the_paused_clock_jump() {
     assert_eq!(moved, Duration::from_secs(2 * 3600));
 }
 
+/// The ring the runtime drives (the default engine on io_uring): an idle
+/// read leaves the clock free to jump.
+#[test]
+fn idle_read_on_runtime_driven_ring_lets_the_paused_clock_jump() {
+    let moved = idle_then_busy(|| {
+        let engine = AsyncEngine::current().unwrap();
+        on_a_ring(&engine);
+        engine
+    });
+    assert_eq!(moved, Duration::from_secs(2 * 3600));
+}
+
 /// The thread pool: an idle read leaves the clock free to jump.
 #[test]
 fn thread_pool_idle_read_lets_the_paused_clock_jump() {
@@ -580,4 +663,211 @@ fn thread_pool_accept_keeps_the_paused_clock_while_busy() {
 enum Awaited {
     Read,
     Accept,
+}
+
+/// How a test of a paused runtime's liveness gets its engine, on that
+/// runtime.
+#[derive(Clone, Copy)]
+enum Engine {
+    /// The default engine, a ring the runtime drives (io_uring backend).
+    RuntimeDrivenRing,
+    /// A caller-driven ring, driven by a `drive_on_tokio` task.
+    CallerDrivenRing,
+    /// A driver thread of the engine's own.
+    DriverThread,
+    /// The thread-pool backend.
+    ThreadPool,
+}
+
+impl Engine {
+    fn build(self) -> AsyncEngine {
+        match self {
+            Engine::RuntimeDrivenRing => {
+                let engine = AsyncEngine::current().unwrap();
+                on_a_ring(&engine);
+                engine
+            }
+            Engine::CallerDrivenRing => {
+                let engine = AsyncEngine::builder()
+                    .driving(Driving::Caller(CallerDriving::new()))
+                    .backend(BackendChoice::IoUring)
+                    .build()
+                    .unwrap();
+                on_a_ring(&engine);
+                tokio::spawn(drive_on_tokio(engine.clone()));
+                engine
+            }
+            Engine::DriverThread => driver_thread_engine(),
+            Engine::ThreadPool => thread_pool_engine(),
+        }
+    }
+}
+
+/// Runs `body` with an engine `how` on a current-thread runtime of its own
+/// whose clock starts paused, on a thread of its own, and returns its
+/// result. Fails if the runtime has not finished within a minute of real
+/// time: the bodies end on a timer of the paused clock, which a clock held
+/// while an operation waits for the peer never reaches.
+fn on_paused_runtime<T, F>(how: Engine, body: fn(AsyncEngine) -> F) -> T
+where
+    T: Send + 'static,
+    F: Future<Output = T> + 'static,
+{
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let _ = tx.send(runtime.block_on(async move { body(how.build()).await }));
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the runtime's thread ended without its result"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the runtime never finished: an operation waiting for its peer held the clock")
+        }
+    }
+}
+
+/// A connect to a listener whose queue is full (its SYN goes unanswered,
+/// and the kernel retries it for minutes) under a 5 s timeout: the
+/// timeout must fire with the clock moved by exactly 5 s, as it does on
+/// tokio's sockets, not wait for the kernel to give up.
+async fn unanswered_connect(engine: AsyncEngine) -> Duration {
+    const LIMIT: Duration = Duration::from_secs(5);
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    listener.bind(&any.into()).unwrap();
+    // A backlog of 0 queues one connection; the next SYN is dropped.
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let _queued = std::net::TcpStream::connect(addr).unwrap();
+    let start = Instant::now();
+    let connect = timeout(LIMIT, blockio::net::TcpStream::connect_with(&engine, addr)).await;
+    assert!(
+        connect.is_err(),
+        "the connect to a full queue finished: {connect:?}"
+    );
+    start.elapsed()
+}
+
+/// Connects to a full queue on a ring the runtime drives: the timeout
+/// fires.
+#[test]
+fn unanswered_connect_on_runtime_driven_ring_lets_the_paused_clock_jump() {
+    let moved = on_paused_runtime(Engine::RuntimeDrivenRing, unanswered_connect);
+    assert_eq!(moved, Duration::from_secs(5));
+}
+
+/// Connects to a full queue on a caller-driven ring: the timeout fires.
+#[test]
+fn unanswered_connect_on_caller_driven_ring_lets_the_paused_clock_jump() {
+    let moved = on_paused_runtime(Engine::CallerDrivenRing, unanswered_connect);
+    assert_eq!(moved, Duration::from_secs(5));
+}
+
+/// Connects to a full queue on a driver thread: the timeout fires.
+#[test]
+fn driver_thread_unanswered_connect_lets_the_paused_clock_jump() {
+    let moved = on_paused_runtime(Engine::DriverThread, unanswered_connect);
+    assert_eq!(moved, Duration::from_secs(5));
+}
+
+/// Connects to a full queue on the thread pool: the timeout fires.
+#[test]
+fn thread_pool_unanswered_connect_lets_the_paused_clock_jump() {
+    let moved = on_paused_runtime(Engine::ThreadPool, unanswered_connect);
+    assert_eq!(moved, Duration::from_secs(5));
+}
+
+/// Two tasks read one stream, both waiting when the peer sends 4 bytes,
+/// once: one read gets them, the other finds the socket empty again and
+/// must wait with the clock free, so that an hour's sleep after that ends
+/// with the clock moved by the hour. Returns the reads' results and how
+/// far the clock moved.
+async fn two_readers_one_message(engine: AsyncEngine) -> (Vec<usize>, Duration) {
+    const HOUR: Duration = Duration::from_secs(3600);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let stream = blockio::net::TcpStream::connect_with(&engine, listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    let stream = Arc::new(stream);
+    let (got_tx, mut got_rx) = tokio::sync::mpsc::unbounded_channel();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stream, got_tx) = (stream.clone(), got_tx.clone());
+            tokio::spawn(async move {
+                let (n, _) = stream.read(vec![0u8; 64]).await;
+                let _ = got_tx.send(n.unwrap());
+            })
+        })
+        .collect();
+    // Both reads started and waiting (nothing has been sent).
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    peer.write_all(REQUEST).unwrap();
+    let first = got_rx.recv().await.unwrap();
+    let start = Instant::now();
+    tokio::time::sleep(HOUR).await;
+    let moved = start.elapsed();
+    let mut got = vec![first];
+    while let Ok(n) = got_rx.try_recv() {
+        got.push(n);
+    }
+    for reader in readers {
+        reader.abort();
+    }
+    drop(peer);
+    (got, moved)
+}
+
+/// Checks [`two_readers_one_message`]'s outcome: one read of the 4 bytes,
+/// the other still waiting, the clock moved by the hour.
+fn check_two_readers((got, moved): (Vec<usize>, Duration)) {
+    assert_eq!(got, vec![REQUEST.len()], "one read gets the bytes");
+    assert_eq!(moved, Duration::from_secs(3600));
+}
+
+/// Two readers of one message on a ring the runtime drives.
+#[test]
+fn two_readers_on_runtime_driven_ring_lets_the_paused_clock_jump() {
+    check_two_readers(on_paused_runtime(
+        Engine::RuntimeDrivenRing,
+        two_readers_one_message,
+    ));
+}
+
+/// Two readers of one message on a caller-driven ring.
+#[test]
+fn two_readers_on_caller_driven_ring_lets_the_paused_clock_jump() {
+    check_two_readers(on_paused_runtime(
+        Engine::CallerDrivenRing,
+        two_readers_one_message,
+    ));
+}
+
+/// Two readers of one message on a driver thread.
+#[test]
+fn driver_thread_two_readers_let_the_paused_clock_jump() {
+    check_two_readers(on_paused_runtime(
+        Engine::DriverThread,
+        two_readers_one_message,
+    ));
+}
+
+/// Two readers of one message on the thread pool.
+#[test]
+fn thread_pool_two_readers_let_the_paused_clock_jump() {
+    check_two_readers(on_paused_runtime(
+        Engine::ThreadPool,
+        two_readers_one_message,
+    ));
 }

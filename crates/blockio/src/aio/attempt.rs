@@ -45,7 +45,7 @@ fn connect_result(req: &Request) -> i32 {
 /// The result of a connect in progress: `EAGAIN` while its socket is not
 /// yet writable (asked of the kernel, not of the remembered readiness,
 /// which may predate the connect), else its [`connect_result`].
-fn connect_progress(req: &Request) -> i32 {
+pub(crate) fn connect_progress(req: &Request) -> i32 {
     let mut p = libc::pollfd {
         fd: req.op.fd,
         events: libc::POLLOUT,

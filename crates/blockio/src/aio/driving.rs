@@ -77,7 +77,11 @@ pub enum Driving {
     /// completion has woken its task: a timer beside an operation whose
     /// bytes have arrived does not fire first, and an idle socket leaves
     /// the clock free to jump, as on tokio. The same holds on the
-    /// thread-pool backend.
+    /// thread-pool backend and on a caller-driven ring (what `Auto` builds
+    /// on tokio), where a listener's accept (made by the engine's
+    /// readiness thread), a file operation and a socket completion the
+    /// kernel posts at the runtime thread's next system call also reach
+    /// their task outside that poll.
     Thread,
     /// The caller's event loop: no driver thread and no cross-thread
     /// wake-up. The loop watches [`AsyncEngine::poll_fd`](super::AsyncEngine::poll_fd)

@@ -75,7 +75,7 @@
 //! every completion with its flags; the engine's ring of provided receive
 //! buffers is registered on the driver's own thread at first use.
 
-mod attempt;
+pub(crate) mod attempt;
 mod buf;
 pub(crate) mod buf_ring;
 mod caller_ring;

@@ -45,8 +45,9 @@
 //!   multishot receive is cancelled with its stream. What either still
 //!   posts goes to the next read, in order.
 //! * **Everywhere.** Without a ring (the epoll backend, a kernel before
-//!   6.0) the stream does one receive at a time into a buffer of the
-//!   ring's size, with the same items and the same rules for bytes.
+//!   6.0), and on tokio's paused clock (see `aio::paused_clock`), the
+//!   stream does one receive at a time into a buffer of the ring's size,
+//!   with the same items and the same rules for bytes.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -283,6 +284,16 @@ pub struct RecvStream<'a> {
 
 type Receive<'a> = Pin<Box<dyn Future<Output = BufResult<usize, Vec<u8>>> + Send + 'a>>;
 
+/// Whether a stream made now receives one buffer at a time although the
+/// engine has a buffer ring: on tokio's paused clock, where only an owned
+/// receive is made on the runtime's thread (see `aio::paused_clock`).
+fn one_at_a_time() -> bool {
+    #[cfg(feature = "tokio")]
+    return crate::aio::paused_clock::clock_paused();
+    #[cfg(not(feature = "tokio"))]
+    false
+}
+
 enum How<'a> {
     Ring(RingReceive),
     /// One receive at a time, with its buffer size.
@@ -300,7 +311,7 @@ struct RingReceive {
 impl<'a> RecvStream<'a> {
     pub(crate) fn new(core: &'a StreamCore) -> RecvStream<'a> {
         let how = match core.sock.engine().recv_ring() {
-            Some(ring) => How::Ring(RingReceive {
+            Some(ring) if !one_at_a_time() => How::Ring(RingReceive {
                 multi: Arc::new(Multi {
                     state: Mutex::default(),
                     ring: ring.clone(),
@@ -310,7 +321,7 @@ impl<'a> RecvStream<'a> {
                 cancelling: false,
                 paused: false,
             }),
-            None => How::Single(None, core.sock.engine().recv_shape().size as usize),
+            _ => How::Single(None, core.sock.engine().recv_shape().size as usize),
         };
         RecvStream {
             core,
@@ -352,7 +363,10 @@ impl<'a> RecvStream<'a> {
     }
 
     /// Whether this stream receives into the engine's shared ring
-    /// (multishot receive) rather than one buffer per receive.
+    /// (multishot receive) rather than one buffer per receive. Not for a
+    /// stream made on a current-thread tokio runtime whose clock is
+    /// paused (`docs/library.md`, "tokio's paused clock"), whose receives
+    /// go one at a time so that each holds the clock.
     ///
     /// # Examples
     ///

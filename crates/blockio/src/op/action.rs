@@ -827,6 +827,43 @@ impl Action {
             }
         }
     }
+    /// Performs a receive or a send on a connected socket without waiting
+    /// (`MSG_DONTWAIT`), retrying on EINTR: the result as
+    /// [`call_raw`](Self::call_raw)'s, `-EAGAIN` where the socket has no
+    /// bytes (or no room) now. `None` for every other kind.
+    ///
+    /// # Safety
+    /// As [`Lower::call`].
+    pub(crate) unsafe fn call_nowait_raw(&self, fd: RawFd) -> Option<i32> {
+        let nowait = libc::MSG_DONTWAIT;
+        loop {
+            // SAFETY: as each kind's `Lower::call`, which these are with
+            // `MSG_DONTWAIT` added (the caller's promise, passed on).
+            let rc = unsafe {
+                match self {
+                    Action::Recv(a) => libc::recv(fd, a.buf.cast(), a.len.min(MAX_RW), nowait),
+                    Action::Send(a) => libc::send(
+                        fd,
+                        a.buf.cast(),
+                        a.len.min(MAX_RW),
+                        libc::MSG_NOSIGNAL | nowait,
+                    ),
+                    Action::SendVectored(a) => {
+                        libc::sendmsg(fd, a.msg, libc::MSG_NOSIGNAL | nowait)
+                    }
+                    _ => return None,
+                }
+            };
+            if rc >= 0 {
+                // At most MAX_RW bytes: fits in an i32.
+                return Some(rc as i32);
+            }
+            match last_errno() {
+                libc::EINTR => continue,
+                errno => return Some(-errno),
+            }
+        }
+    }
 }
 
 /// The buffers of a read or write.

@@ -414,6 +414,15 @@ impl<'a> Op<'a> {
         unsafe { self.action.call_raw(self.fd) }
     }
 
+    /// Performs a receive or a send without waiting (`MSG_DONTWAIT`) on
+    /// this thread: the result as [`run_blocking_raw`](Self::run_blocking_raw)'s,
+    /// `-EAGAIN` where the socket is not ready; `None` for other kinds.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn run_nowait_raw(&self) -> Option<i32> {
+        // SAFETY: as in `run_blocking_raw`.
+        unsafe { self.action.call_nowait_raw(self.fd) }
+    }
+
     /// Performs the operation with its blocking system call on the
     /// calling thread, and returns what [`Engine::submit`](crate::Engine::submit)
     /// would return for it: the same checks before the call (offset range,

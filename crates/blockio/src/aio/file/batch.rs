@@ -81,6 +81,8 @@ impl<B: Send + 'static> Future for BatchFuture<B> {
                     }
                 }
             }
+            #[cfg(feature = "tokio")]
+            crate::aio::paused_clock::hold_clock_for_files(&reqs);
             // One hand-over, so the driver submits the batch in one call.
             this.engine.driver().submit(reqs);
         }
