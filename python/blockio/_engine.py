@@ -63,6 +63,11 @@ FileLike = Union[int, HasFileno]
 #: One ``(file, buffer, offset)`` operation of a buffer batch.
 BufferOp = Tuple[FileLike, "Buffer", int]
 
+#: The largest file offset (``loff_t``) and the most one read returns
+#: (``MAX_RW_COUNT``): a read on the event loop's ring stays within them.
+_MAX_OFFSET = (1 << 63) - 1
+_MAX_IO = 0x7FFFF000
+
 
 class _Descriptor:
     """The descriptor under a :func:`blockio.open` file (its ``_file`` and
@@ -378,6 +383,10 @@ class Engine:
         # back with the results, so no table of batches is kept here; the
         # token ``start`` returns only serves to cancel the batch.
         self._core = _Core(queue_depth, backend)
+        #: On io_uring: a read on blockio's event loop goes on the loop's
+        #: own ring (:meth:`_aread_on_loop_ring`); the thread pool chosen
+        #: keeps every read on its threads.
+        self._uring = self._core.backend == "uring"
         #: The process that made the engine: in another (a forked child)
         #: its rings are the parent's, and unusable.
         self._pid = os.getpid()
@@ -832,7 +841,9 @@ class Engine:
         returns without suspending the task, except now and then (at least
         once in 256 calls the thread serves so, and once in every 4 MiB they
         copy), when it yields to the loop once first. Any other read goes
-        through the engine."""
+        through the engine; on blockio's event loop on io_uring, on the
+        loop's own ring instead (:meth:`_aread_on_loop_ring`), the engine
+        on io_uring too."""
         # aread_batch of one, inlined: this is the per-read hot path of
         # asyncio code, where every Python frame shows in the IOPS.
         try:
@@ -884,6 +895,10 @@ class Engine:
             key = _stream_key(fd)
             if key is not None:
                 return await self._aread_stream(file, key, offset, length)
+        if self._uring and type(offset) is int and type(length) is int:
+            on_ring = await self._aread_on_loop_ring(loop, file, fd, offset, length)
+            if on_ring is not None:
+                return on_ring
         if loop is not self._loop:
             self._attach(loop)
         fut = loop.create_future()
@@ -902,6 +917,39 @@ class Engine:
             return r
         out: bytes = _finish([r], [_name(file)], False)[0]
         return out
+
+    async def _aread_on_loop_ring(self, loop: asyncio.AbstractEventLoop, file: FileLike, fd: int, offset: int,
+                                  length: int) -> Optional[bytes]:
+        """The read of :meth:`aread` not served inline, on ``loop``'s own
+        ring when ``loop`` is blockio's event loop on io_uring (its
+        ``_ring_pread``): submitted from this thread and completed in the
+        loop's batch of completions, with no driver thread, no eventfd and
+        no thread hop. The kernel takes the file from the number when the
+        read is submitted, at once, and holds it until the read completes,
+        so a cancelled read that the file's close overtakes reads nothing
+        of a file that takes the number next (and moves nothing: its
+        bytes, in the ring's memory, are dropped). None where the read
+        goes through the engine instead: another loop, an offset or length
+        outside what one ``pread`` takes, an engine closed or a forked
+        child's, or a read the kernel failed (the engine reads again and
+        reports the error naming the file, as it always has: an
+        ``O_DIRECT`` descriptor's ``EINVAL``, a non-blocking one's
+        ``EAGAIN``, ``EIO``...). ``file`` is kept by this frame until the
+        read completes."""
+        ring_read = getattr(loop, "_ring_pread", None)
+        if ring_read is None or not 0 <= offset <= _MAX_OFFSET or not 0 < length <= _MAX_IO or not self._usable_here:
+            return None
+        try:
+            fut = ring_read(fd, offset, length)
+        except (OSError, MemoryError, RuntimeError):
+            return None
+        if fut is None:
+            return None
+        try:
+            data: bytes = await fut
+        except OSError:
+            return None
+        return data
 
     async def _aread_stream(self, file: FileLike, key: Tuple[int, int, int, bool], offset: int, length: int) -> bytes:
         """:meth:`aread` of a pipe, socket or terminal, where a read may

@@ -901,6 +901,18 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         for w in watches:
             w.drop()
 
+    # -- files: blockio's engine reads on this ring --------------------------
+
+    def _ring_pread(self, fd: int, offset: int, length: int) -> Any:
+        """A future for a read of at most ``length`` bytes of the file
+        ``fd`` at ``offset`` on this loop's ring (``Engine.aread``'s read
+        not served inline: see ``Engine._aread_on_loop_ring``); None once
+        the loop is closed."""
+        proactor = self._proactor
+        if proactor is None or proactor._ring is None:
+            return None
+        return proactor.pread(fd, offset, length)
+
     # -- add_reader / add_writer ---------------------------------------------
 
     def _ensure_fd_no_transport(self, fd: Any) -> None:

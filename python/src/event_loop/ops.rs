@@ -21,6 +21,9 @@ pub(crate) enum Kind {
     Accept,
     /// Wait for readiness (`POLL_ADD`, one-shot).
     Poll,
+    /// Read a file at an offset (`pread`) into memory the ring owns: one
+    /// read, short at the end of the file, as the engine's.
+    Pread,
 }
 
 /// A socket address as the kernel fills it in.
@@ -87,6 +90,8 @@ pub(crate) struct InFlight {
     pub rest: usize,
     /// The poll mask of a [`Kind::Poll`].
     pub mask: u32,
+    /// The file offset a [`Kind::Pread`] starts at.
+    pub offset: u64,
     /// A readiness poll is in flight in its place (after `EAGAIN`).
     pub waiting_ready: bool,
     /// Its cancellation was asked for.
@@ -105,6 +110,7 @@ impl InFlight {
             done: 0,
             rest: 0,
             mask: 0,
+            offset: 0,
             waiting_ready: false,
             cancelled: false,
         }
@@ -165,6 +171,10 @@ impl InFlight {
                 } else {
                     opcode::Read::new(fd, ptr, len).offset(u64::MAX).build()
                 }
+            }
+            Kind::Pread => {
+                let (ptr, len) = self.recv_target();
+                opcode::Read::new(fd, ptr, len).offset(self.offset).build()
             }
             Kind::Send => {
                 let (ptr, len) = self.send_source();

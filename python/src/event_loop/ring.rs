@@ -69,6 +69,8 @@ struct State {
 pub(crate) struct LoopRing {
     state: Mutex<Option<State>>,
     generation: u64,
+    /// File reads started (see [`LoopRing::file_reads`]).
+    file_reads: AtomicU64,
 }
 
 #[pymethods]
@@ -93,6 +95,7 @@ impl LoopRing {
                 scratch: Vec::new(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
+            file_reads: AtomicU64::new(0),
         })
     }
 
@@ -187,6 +190,34 @@ impl LoopRing {
         let token = self.submit(op)?;
         self.flush()?;
         Ok((Some(token), sent))
+    }
+
+    /// Reads at most `length` bytes of the file `fd` at `offset` into new
+    /// bytes (one `pread`, short at the end of the file), handed to the
+    /// kernel at once: the kernel takes the file from the descriptor's
+    /// number now and holds it until the completion, so the caller may
+    /// close the number, or cancel the read, at any time after this
+    /// returns and nothing reaches a file that takes the number next.
+    /// `MemoryError` when `length` bytes cannot be allocated.
+    fn pread(&self, fd: RawFd, offset: u64, length: usize) -> PyResult<u64> {
+        let mut room = Vec::new();
+        room.try_reserve_exact(length).map_err(|_| {
+            pyo3::exceptions::PyMemoryError::new_err(format!(
+                "cannot allocate {length} bytes for a read of descriptor {fd}"
+            ))
+        })?;
+        let mut op = InFlight::new(Kind::Pread, fd, false, Memory::Owned(room), length);
+        op.offset = offset;
+        let token = self.submit(op)?;
+        self.flush()?;
+        self.file_reads.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
+    }
+
+    /// How many file reads ([`LoopRing::pread`]) this ring has started.
+    #[getter]
+    fn file_reads(&self) -> u64 {
+        self.file_reads.load(Ordering::Relaxed)
     }
 
     /// Accepts a connection on the listening socket `fd`; the value is
@@ -454,13 +485,16 @@ impl State {
             // was transferred: a readiness is no byte count.
             return Ok(self.ops.remove(token).map(|op| (op, -libc::ECANCELED)));
         }
+        // A file read's `EAGAIN` (a descriptor in non-blocking mode) goes
+        // to the caller: a poll finds a regular file always ready, and the
+        // retry would fail again.
         let again = if op.cancelled {
             false
         } else if op.waiting_ready {
             // Any event (an error or hang-up too) lets the retry report it.
             op.waiting_ready = res < 0;
             res >= 0
-        } else if res == -libc::EAGAIN && op.kind != Kind::Poll {
+        } else if res == -libc::EAGAIN && !matches!(op.kind, Kind::Poll | Kind::Pread) {
             op.waiting_ready = true;
             true
         } else if op.kind == Kind::Send && res > 0 && op.done + (res as usize) < op.len {
@@ -541,10 +575,10 @@ fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResul
         return Ok(py.None());
     }
     let n = res as usize;
-    if let (Kind::Recv, Memory::Owned(v)) = (op.kind, &mut op.memory) {
+    if let (Kind::Recv | Kind::Pread, Memory::Owned(v)) = (op.kind, &mut op.memory) {
         let written = n.min(op.len);
         // SAFETY: `v` was lent to the kernel as `op.len` bytes of room
-        // (its capacity, at least) for this receive, whose result `res`
+        // (its capacity, at least) for this receive or file read, whose result `res`
         // >= 0 is the count of bytes the kernel wrote from its start (the
         // whole of it when `recv_rest` added more: the result then exceeds
         // `op.len`). So the first `written` bytes are initialised, and the
@@ -563,7 +597,7 @@ fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResul
             .into_any()
             .unbind()
         }
-        (Kind::Recv, memory @ Memory::Owned(_)) => {
+        (Kind::Recv | Kind::Pread, memory @ Memory::Owned(_)) => {
             PyBytes::new(py, memory.received()).into_any().unbind()
         }
         (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)

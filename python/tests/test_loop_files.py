@@ -1,0 +1,222 @@
+"""Files on blockio's event loop: on io_uring, a read of a ``blockio.open``
+file or of ``Engine.aread`` that the page cache cannot serve goes on the
+loop's own ring (``LoopRing.pread``: counted by its ``file_reads``), and
+none through the engine (its ``reads_started`` does not move); on the
+loop's epoll fallback, asyncio's loop and uvloop, reads go through the
+engine as before. Pages are dropped from the cache with
+``posix_fadvise(DONTNEED)`` after an ``fsync``, so that a read finds them
+uncached; the counts, not any timing, say where each read went."""
+
+import asyncio
+import errno
+import os
+import random
+
+import pytest
+import uvloop
+
+import blockio
+from blockio._engine import default_engine
+from blockio._loop import EpollEventLoop, UringEventLoop
+
+SIZE = 1 << 20
+PIECE = 4096
+
+
+@pytest.fixture
+def data_path(tmp_path):
+    """A 1 MiB file of random bytes, written out to the disk."""
+    data = random.Random(63).randbytes(SIZE)
+    p = tmp_path / "data.bin"
+    with open(p, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return p, data
+
+
+def drop_cache(path):
+    """Drops ``path``'s pages from the page cache (written out first)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def run_on(new_loop, coro):
+    loop = new_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+async def until_on_ring(before, turns=1000):
+    """Waits (turns of the loop, not time) until a read more than ``before``
+    was started on the running loop's ring."""
+    for _ in range(turns):
+        if ring_reads() > before:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"no read went on the loop's ring in {turns} turns")
+
+
+def ring_reads():
+    """The running loop's count of file reads on its ring (0 off it)."""
+    loop = asyncio.get_running_loop()
+    ring = getattr(getattr(loop, "_proactor", None), "_ring", None)
+    return ring.file_reads if ring is not None else 0
+
+
+async def random_reads(path, data, tasks=64, per_task=8):
+    """``tasks`` tasks each reading ``per_task`` random 4 KiB pieces, each
+    through its own unbuffered ``blockio.open`` file, the file's pages
+    dropped from the cache first; every piece checked. Returns the counts
+    of reads on the loop's ring and through the engine meanwhile."""
+    drop_cache(path)
+    engine = default_engine()
+    before = (ring_reads(), engine._core.reads_started)
+
+    async def reader(seed):
+        rnd = random.Random(seed)
+        async with blockio.open(path, "rb", buffering=0) as f:
+            for _ in range(per_task):
+                at = rnd.randrange(SIZE // PIECE) * PIECE
+                await f.seek(at)
+                got = await f.read(PIECE)
+                assert got == data[at:at + PIECE], f"wrong bytes at {at}"
+
+    await asyncio.gather(*(reader(i) for i in range(tasks)))
+    return ring_reads() - before[0], engine._core.reads_started - before[1]
+
+
+def test_uncached_reads_go_on_the_loops_ring_and_never_through_the_engine(data_path):
+    path, data = data_path
+    on_ring, through_engine = run_on(UringEventLoop, random_reads(path, data))
+    assert on_ring >= 1, "no read went on the loop's ring"
+    assert through_engine == 0, f"{through_engine} reads went through the engine"
+
+
+@pytest.mark.parametrize("new_loop", [EpollEventLoop, asyncio.new_event_loop, uvloop.new_event_loop],
+                         ids=["blockio-epoll", "asyncio", "uvloop"])
+def test_uncached_reads_go_through_the_engine_on_other_loops(data_path, new_loop):
+    path, data = data_path
+    on_ring, through_engine = run_on(new_loop, random_reads(path, data, tasks=8, per_task=4))
+    assert on_ring == 0
+    assert through_engine >= 1, "the engine counted no read: the count would prove nothing on the ring"
+
+
+def test_engine_aread_goes_on_the_loops_ring(data_path):
+    path, data = data_path
+
+    async def main():
+        engine = blockio.Engine()
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                drop_cache(path)
+                before = (ring_reads(), engine._core.reads_started)
+                got = await asyncio.gather(*(engine.aread(fd, offset=at, length=PIECE)
+                                             for at in range(0, SIZE, SIZE // 16)))
+                # (at the end: a short read, and past it nothing)
+                tail = await engine.aread(fd, offset=SIZE - 100, length=PIECE)
+                past = await engine.aread(fd, offset=SIZE + PIECE, length=PIECE)
+                counts = (ring_reads() - before[0], engine._core.reads_started - before[1])
+            finally:
+                os.close(fd)
+        finally:
+            engine.close()
+        return got, tail, past, counts
+
+    got, tail, past, (on_ring, through_engine) = run_on(UringEventLoop, main())
+    assert got == [data[at:at + PIECE] for at in range(0, SIZE, SIZE // 16)]
+    assert tail == data[-100:]
+    assert past == b""
+    assert on_ring >= 1
+    assert through_engine == 0
+
+
+def test_a_cancelled_read_on_the_ring_moves_nothing(data_path):
+    path, data = data_path
+
+    async def main():
+        async with blockio.open(path, "rb") as f:
+            await f.seek(PIECE)
+            drop_cache(path)
+            before = ring_reads()
+            task = asyncio.ensure_future(f.read(PIECE))
+            await until_on_ring(before)
+            started = ring_reads() - before
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            told = await f.tell()
+            after = await f.read(PIECE)
+        return started, told, after
+
+    started, told, after = run_on(UringEventLoop, main())
+    assert started == 1
+    assert told == PIECE
+    assert after == data[PIECE:2 * PIECE]
+
+
+def test_a_cancelled_read_lets_the_file_close_and_the_number_be_reused(data_path, tmp_path):
+    """The cancelled read's file is closed while the read may still be in
+    the kernel; a file opened next under the same number reads its own
+    bytes, and the read's completion reaches nothing."""
+    path, data = data_path
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x" * PIECE)
+
+    async def main():
+        f = await blockio.open(path, "rb", buffering=0)
+        drop_cache(path)
+        task = asyncio.ensure_future(f.read(PIECE))
+        await until_on_ring(ring_reads())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await f.close()
+        async with blockio.open(other, "rb") as g:
+            got = await g.read()
+            got += await g.read()  # (after the cancelled read's completion, if it came)
+        return got
+
+    assert run_on(UringEventLoop, main()) == b"x" * PIECE
+
+
+def test_loop_close_with_a_file_read_in_flight(data_path):
+    path, _data = data_path
+    loop = UringEventLoop()
+    try:
+        f = loop.run_until_complete(blockio.open(path, "rb", buffering=0))
+        drop_cache(path)
+        task = loop.create_task(f.read(PIECE))
+        loop.run_until_complete(until_on_ring(0))
+        started = loop._proactor._ring.file_reads
+    finally:
+        # (the ring cancels the read, if still in the kernel, and frees its
+        # memory only once the kernel has answered)
+        loop.close()
+    assert started == 1
+    assert loop._proactor is None
+    del task
+
+
+def test_a_read_the_ring_refuses_is_reported_by_the_engine_naming_the_file(tmp_path):
+    p = tmp_path / "w.bin"
+    p.write_bytes(b"abc")
+
+    async def main():
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            with pytest.raises(OSError) as e:
+                await default_engine().aread(fd, offset=0, length=PIECE)
+            return e.value.errno, ring_reads()
+        finally:
+            os.close(fd)
+
+    code, on_ring = run_on(UringEventLoop, main())
+    assert code == errno.EBADF
+    assert on_ring == 1  # (tried on the ring first, then reported by the engine)
