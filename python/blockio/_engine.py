@@ -951,6 +951,24 @@ class Engine:
             return None
         return data
 
+    async def _aread_at(self, file: FileLike, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``offset`` of a file that is not a
+        stream, with no try on this thread first (a file object's read of
+        the rest, which asks a byte past the end that the page cache never
+        serves): on blockio's event loop on io_uring on its ring
+        (:meth:`_aread_on_loop_ring`), else through the engine."""
+        if self._uring and type(offset) is int and type(length) is int:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                on_ring = await self._aread_on_loop_ring(loop, file, _fd(file), offset, length)
+                if on_ring is not None:
+                    return on_ring
+        got: bytes = (await self.aread_batch(file, offsets=[offset], length=length))[0]
+        return got
+
     async def _aread_stream(self, file: FileLike, key: Tuple[int, int, int, bool], offset: int, length: int) -> bytes:
         """:meth:`aread` of a pipe, socket or terminal, where a read may
         wait for ever. Bytes a cancelled read got come first. A wait that

@@ -1583,7 +1583,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 # (not `_pread`, whose cached try on this thread never
                 # serves a read asking for a byte past the end)
                 want = min(want, _MAX_IO)
-                more = (await self._engine.aread_batch(self._file, offsets=[at], length=want))[0]
+                more = await self._engine._aread_at(self._file, at, want)
             n = len(more) - len(lead)
             if more:
                 got.append(more)

@@ -52,14 +52,24 @@ def run_on(new_loop, coro):
         loop.close()
 
 
-async def until_on_ring(before, turns=1000):
-    """Waits (turns of the loop, not time) until a read more than ``before``
-    was started on the running loop's ring."""
-    for _ in range(turns):
+async def read_on_ring(f, path, at, size, attempts=100):
+    """A task reading ``size`` bytes of ``f`` (unbuffered, or with nothing
+    buffered) at ``at``, started once its read is on the running loop's
+    ring. The pages are dropped from the cache first; the page cache's own
+    read ahead (which the try on the loop's thread starts) may still bring
+    them back before the read is made, and the read is served there: it is
+    then made again. Waits for events (turns of the loop), not time."""
+    for _ in range(attempts):
+        await f.seek(at)
+        drop_cache(path)
+        before = ring_reads()
+        task = asyncio.ensure_future(f.read(size))
+        while ring_reads() == before and not task.done():
+            await asyncio.sleep(0)
         if ring_reads() > before:
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"no read went on the loop's ring in {turns} turns")
+            return task
+        await task
+    raise AssertionError(f"no read went on the loop's ring in {attempts} attempts")
 
 
 def ring_reads():
@@ -142,21 +152,15 @@ def test_a_cancelled_read_on_the_ring_moves_nothing(data_path):
 
     async def main():
         async with blockio.open(path, "rb") as f:
-            await f.seek(PIECE)
-            drop_cache(path)
-            before = ring_reads()
-            task = asyncio.ensure_future(f.read(PIECE))
-            await until_on_ring(before)
-            started = ring_reads() - before
+            task = await read_on_ring(f, path, PIECE, PIECE)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             told = await f.tell()
             after = await f.read(PIECE)
-        return started, told, after
+        return told, after
 
-    started, told, after = run_on(UringEventLoop, main())
-    assert started == 1
+    told, after = run_on(UringEventLoop, main())
     assert told == PIECE
     assert after == data[PIECE:2 * PIECE]
 
@@ -171,9 +175,7 @@ def test_a_cancelled_read_lets_the_file_close_and_the_number_be_reused(data_path
 
     async def main():
         f = await blockio.open(path, "rb", buffering=0)
-        drop_cache(path)
-        task = asyncio.ensure_future(f.read(PIECE))
-        await until_on_ring(ring_reads())
+        task = await read_on_ring(f, path, 0, PIECE)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -187,20 +189,17 @@ def test_a_cancelled_read_lets_the_file_close_and_the_number_be_reused(data_path
 
 
 def test_loop_close_with_a_file_read_in_flight(data_path):
-    path, _data = data_path
+    path, data = data_path
     loop = UringEventLoop()
     try:
         f = loop.run_until_complete(blockio.open(path, "rb", buffering=0))
-        drop_cache(path)
-        task = loop.create_task(f.read(PIECE))
-        loop.run_until_complete(until_on_ring(0))
-        started = loop._proactor._ring.file_reads
+        # (its read on the ring; the close cancels it if the kernel still
+        # has it, and frees its memory only once the kernel has answered)
+        task = loop.run_until_complete(read_on_ring(f, path, 0, PIECE))
     finally:
-        # (the ring cancels the read, if still in the kernel, and frees its
-        # memory only once the kernel has answered)
         loop.close()
-    assert started == 1
     assert loop._proactor is None
+    assert not task.done() or task.result() == data[:PIECE]
     del task
 
 
@@ -220,3 +219,21 @@ def test_a_read_the_ring_refuses_is_reported_by_the_engine_naming_the_file(tmp_p
     code, on_ring = run_on(UringEventLoop, main())
     assert code == errno.EBADF
     assert on_ring == 1  # (tried on the ring first, then reported by the engine)
+
+
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_reading_a_whole_uncached_file_goes_on_the_loops_ring(data_path, buffering):
+    path, data = data_path
+
+    async def main():
+        engine = default_engine()
+        drop_cache(path)
+        before = (ring_reads(), engine._core.reads_started)
+        async with blockio.open(path, "rb", buffering=buffering) as f:
+            got = await f.read()
+        return got, ring_reads() - before[0], engine._core.reads_started - before[1]
+
+    got, on_ring, through_engine = run_on(UringEventLoop, main())
+    assert got == data
+    assert on_ring >= 1
+    assert through_engine == 0
