@@ -200,6 +200,7 @@ def test_loop_close_with_a_file_read_in_flight(data_path):
         loop.close()
     assert loop._proactor is None
     assert not task.done() or task.result() == data[:PIECE]
+    run_on(UringEventLoop, f.close())  # (on another loop: the file outlives the first)
     del task
 
 
@@ -237,3 +238,28 @@ def test_reading_a_whole_uncached_file_goes_on_the_loops_ring(data_path, bufferi
     assert got == data
     assert on_ring >= 1
     assert through_engine == 0
+
+
+def test_a_forked_child_reads_on_its_own_loops_ring(data_path):
+    """After ``fork()`` the child's new loop has a ring of its own, and the
+    child's reads go there (the default engine is the child's own too)."""
+    path, data = data_path
+
+    async def child_main():
+        drop_cache(path)
+        before = (ring_reads(), default_engine()._core.reads_started)
+        async with blockio.open(path, "rb") as f:
+            got = await f.read()
+        return got == data, ring_reads() - before[0], default_engine()._core.reads_started - before[1]
+
+    run_on(UringEventLoop, random_reads(path, data, tasks=2, per_task=2))  # (the parent's engine and a ring used)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            same, on_ring, through_engine = run_on(UringEventLoop, child_main())
+            code = 0 if same and on_ring >= 1 and through_engine == 0 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
