@@ -1126,7 +1126,8 @@ class Engine:
         is copied into ``buf`` when it completes: a read there may wait
         indefinitely, and if its task is cancelled meanwhile, ``buf`` (a
         ``bytearray`` say) is not left exported, and so unresizable, until
-        data arrives."""
+        data arrives. On blockio's event loop on io_uring, a file's read
+        goes on the loop's own ring (:meth:`_areadinto_on_loop_ring`)."""
         if _is_stream(_fd(file)):
             # No view of `buf` is held across the await: a cancelled task's
             # traceback keeps its frame, and a view there would keep `buf`
@@ -1136,7 +1137,40 @@ class Engine:
             data = await self.aread(file, offset=offset, length=size)
             _copy_into(buf, data)
             return len(data)
+        if self._uring and type(offset) is int:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                on_ring = await self._areadinto_on_loop_ring(loop, file, buf, offset)
+                if on_ring is not None:
+                    return on_ring
         n: int = (await self.areadinto_batch([(file, buf, offset)]))[0]
+        return n
+
+    async def _areadinto_on_loop_ring(self, loop: asyncio.AbstractEventLoop, file: FileLike, buf: "Buffer",
+                                      offset: int) -> Optional[int]:
+        """:meth:`areadinto` on ``loop``'s own ring, as
+        :meth:`_aread_on_loop_ring` reads (and with the same cases left to
+        the engine); a buffer the ring refuses (read-only, not contiguous,
+        not a buffer) is left to the engine too, which raises its own
+        error. ``buf`` is held, unresizable, until the kernel has
+        answered, even if the task is cancelled first, as through the
+        engine."""
+        ring_read = getattr(loop, "_ring_pread_into", None)
+        if ring_read is None or not 0 <= offset <= _MAX_OFFSET or not self._usable_here:
+            return None
+        try:
+            fut = ring_read(_fd(file), offset, buf)
+        except (OSError, MemoryError, RuntimeError, ValueError, TypeError, BufferError):
+            return None
+        if fut is None:
+            return None
+        try:
+            n: int = await fut
+        except OSError:
+            return None
         return n
 
     @overload

@@ -22,7 +22,8 @@ calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
 at most 8 MiB, with nothing read ahead (``statx`` with
 ``AT_STATX_DONT_SYNC``, then one ``preadv2`` of a byte more than it says). Everything else waits its turn in the queue and goes through the
 engine; on blockio's event loop on io_uring, a read at the position
-(``Engine.aread``) goes on the loop's own ring instead. Now and then (at least once in 256 calls served without
+(``Engine.aread``, ``Engine.areadinto``) goes on the loop's own ring
+instead. Now and then (at least once in 256 calls served without
 suspending on the thread, and once in every 4 MiB they copy: ``turns`` in
 the core) a cached read waits its turn in the queue too and yields to the
 event loop once before reading on the calling thread, so that a task

@@ -913,6 +913,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             return None
         return proactor.pread(fd, offset, length)
 
+    def _ring_pread_into(self, fd: int, offset: int, buf: Any) -> Any:
+        """A future for a read of the file ``fd`` at ``offset`` into
+        ``buf`` on this loop's ring (``Engine.areadinto``'s: see
+        ``Engine._areadinto_on_loop_ring``); None once the loop is closed."""
+        proactor = self._proactor
+        if proactor is None or proactor._ring is None:
+            return None
+        return proactor.pread_into(fd, offset, buf)
+
     # -- add_reader / add_writer ---------------------------------------------
 
     def _ensure_fd_no_transport(self, fd: Any) -> None:

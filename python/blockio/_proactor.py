@@ -573,6 +573,12 @@ class RingProactor:
         the end of the file. Cancelling the future drops them."""
         return self._future(self._ring.pread(fd, offset, length), _PREAD)
 
+    def pread_into(self, fd: int, offset: int, buf: Any) -> futures.Future:
+        """Reads at most ``len(buf)`` bytes of the file ``fd`` at ``offset``
+        into ``buf`` (held until the kernel answers), as :meth:`pread`;
+        the result is the byte count."""
+        return self._future(self._ring.pread_into(fd, offset, buf), _PREAD)
+
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
         return self._future(self._ring.poll(fd, mask), _POLL)

@@ -263,3 +263,44 @@ def test_a_forked_child_reads_on_its_own_loops_ring(data_path):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_readinto_goes_on_the_loops_ring(data_path, buffering):
+    path, data = data_path
+
+    async def main():
+        engine = default_engine()
+        buf = bytearray(3 * PIECE)
+        async with blockio.open(path, "rb", buffering=buffering) as f:
+            await f.seek(5)
+            drop_cache(path)
+            before = (ring_reads(), engine._core.reads_started)
+            n = await f.readinto(buf)
+            told = await f.tell()
+            # (past the end: a short read, then nothing)
+            await f.seek(SIZE - 10)
+            tail = bytearray(PIECE)
+            m = await f.readinto(tail)
+            o = await f.readinto(tail)
+        return n, bytes(buf), told, m, bytes(tail[:m]), o, ring_reads() - before[0], \
+            engine._core.reads_started - before[1]
+
+    n, got, told, m, tail, o, on_ring, through_engine = run_on(UringEventLoop, main())
+    assert (n, told) == (3 * PIECE, 5 + 3 * PIECE)
+    assert got == data[5:5 + 3 * PIECE]
+    assert (m, tail, o) == (10, data[-10:], 0)
+    assert on_ring >= 1
+    assert through_engine == 0
+
+
+def test_readinto_a_buffer_the_ring_refuses_is_refused_as_before(data_path):
+    path, _data = data_path
+
+    async def main():
+        async with blockio.open(path, "rb", buffering=0) as f:
+            with pytest.raises(TypeError):
+                await f.readinto(b"read-only")
+            return await f.tell()
+
+    assert run_on(UringEventLoop, main()) == 0

@@ -21,8 +21,9 @@ pub(crate) enum Kind {
     Accept,
     /// Wait for readiness (`POLL_ADD`, one-shot).
     Poll,
-    /// Read a file at an offset (`pread`) into memory the ring owns: one
-    /// read, short at the end of the file, as the engine's.
+    /// Read a file at an offset (`pread`) into memory the ring owns (the
+    /// value: new bytes) or the caller's buffer (the value: the count):
+    /// one read, short at the end of the file, as the engine's.
     Pread,
 }
 

@@ -214,7 +214,28 @@ impl LoopRing {
         Ok(token)
     }
 
-    /// How many file reads ([`LoopRing::pread`]) this ring has started.
+    /// Reads at most the length of `buf` (a writable, contiguous buffer,
+    /// held and so unresizable until the completion, even after a cancel)
+    /// of the file `fd` at `offset` into it, as [`LoopRing::pread`] (handed
+    /// to the kernel at once); the value is the byte count.
+    fn pread_into(&self, fd: RawFd, offset: u64, buf: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let b = PyBuffer::<u8>::get(buf)?;
+        if b.readonly() || !b.is_c_contiguous() {
+            return Err(PyValueError::new_err(
+                "pread_into needs a writable, contiguous buffer",
+            ));
+        }
+        let n = b.len_bytes();
+        let mut op = InFlight::new(Kind::Pread, fd, false, Memory::Lent(b), n);
+        op.offset = offset;
+        let token = self.submit(op)?;
+        self.flush()?;
+        self.file_reads.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
+    }
+
+    /// How many file reads ([`LoopRing::pread`], [`LoopRing::pread_into`])
+    /// this ring has started.
     #[getter]
     fn file_reads(&self) -> u64 {
         self.file_reads.load(Ordering::Relaxed)
