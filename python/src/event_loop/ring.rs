@@ -198,7 +198,12 @@ impl LoopRing {
     /// number now and holds it until the completion, so the caller may
     /// close the number, or cancel the read, at any time after this
     /// returns and nothing reaches a file that takes the number next.
-    /// `MemoryError` when `length` bytes cannot be allocated.
+    /// (Where the kernel takes not all of the queue at once, as a ring
+    /// whose completions overflow refuses it with `EBUSY`, the read waits
+    /// for the loop's next wait, or for a cancel, which hands the queue
+    /// over first; a close of the number before either is the one case in
+    /// which it could reach another file.) `MemoryError` when `length`
+    /// bytes cannot be allocated.
     fn pread(&self, fd: RawFd, offset: u64, length: usize) -> PyResult<u64> {
         let mut room = Vec::new();
         room.try_reserve_exact(length).map_err(|_| {
