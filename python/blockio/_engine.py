@@ -174,6 +174,36 @@ def _is_stream(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
+def _ring_serves(fd: int) -> bool:
+    """Whether a read of ``fd`` may go on blockio's event loop's ring,
+    looked at when the call is made (``F_GETFL`` and ``fstat``): a regular
+    file or block device opened for reading, neither ``O_DIRECT`` (whose
+    reads need aligned memory, as the engine's are) nor non-blocking
+    (``EAGAIN``). Anything else (a FIFO, pipe, socket or character device,
+    whichever way it was opened; a bad descriptor) goes through the
+    engine, which takes its own duplicate of the descriptor at once and
+    reports what is wrong naming the file: a read the ring failed is never
+    made again by the number, which its caller may have closed (and
+    another file taken) meanwhile."""
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError, TypeError, OverflowError):
+        return False
+    if flags & (os.O_DIRECT | os.O_NONBLOCK | os.O_PATH) or flags & os.O_ACCMODE == os.O_WRONLY:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISBLK(mode)
+
+
+def _ring_failed(e: OSError, fd: int, offset: int, length: int, name: Union[str, bytes, None]) -> OSError:
+    """The error of a read that failed on blockio's event loop's ring,
+    worded as the engine words its own (the operation, its offset and
+    length, the caller's descriptor, and the file's name if it has one)."""
+    code = e.errno or 0
+    text = f"read of {length} bytes at offset {offset} on fd {fd} failed: {os.strerror(code)}"
+    return OSError(code, text, name) if name is not None else OSError(code, text)
+
+
 def _stream_key(fd: int, opened: bool = False) -> Optional[Tuple[int, int, int, bool]]:
     """For a pipe, socket or character device: ``(fd, device, inode,
     readable)``, what names the stream under that number (a number closed
@@ -929,26 +959,29 @@ class Engine:
         so a cancelled read that the file's close overtakes reads nothing
         of a file that takes the number next (and moves nothing: its
         bytes, in the ring's memory, are dropped). None where the read
-        goes through the engine instead: another loop, an offset or length
-        outside what one ``pread`` takes, an engine closed or a forked
-        child's, or a read the kernel failed (the engine reads again and
-        reports the error naming the file, as it always has: an
-        ``O_DIRECT`` descriptor's ``EINVAL``, a non-blocking one's
-        ``EAGAIN``, ``EIO``...). ``file`` is kept by this frame until the
-        read completes."""
+        goes through the engine instead, decided before the read is
+        submitted: another loop, an offset outside what one ``pread``
+        takes, a length of 0 or above what one ``pread`` takes, an engine closed or a
+        forked child's, a descriptor the ring does not serve
+        (:func:`_ring_serves`: ``O_DIRECT``, non-blocking, not a regular
+        file...). A read the kernel fails raises its error, worded as the
+        engine's (:func:`_ring_failed`); it is never made again by the
+        number, which may name another file by then. ``file`` is kept by
+        this frame until the read completes."""
         ring_read = getattr(loop, "_ring_pread", None)
-        if ring_read is None or not 0 <= offset <= _MAX_OFFSET or not 0 < length <= _MAX_IO or not self._usable_here:
+        if (ring_read is None or not 0 <= offset <= _MAX_OFFSET or not 0 < length <= _MAX_IO
+                or not self._usable_here or not _ring_serves(fd)):
             return None
         try:
             fut = ring_read(fd, offset, length)
         except (OSError, MemoryError, RuntimeError):
-            return None
+            return None  # (not submitted: the engine reads it now, before any wait)
         if fut is None:
             return None
         try:
             data: bytes = await fut
-        except OSError:
-            return None
+        except OSError as e:
+            raise _ring_failed(e, fd, offset, length, _name(file)) from None
         return data
 
     async def _aread_at(self, file: FileLike, offset: int, length: int) -> bytes:
@@ -1159,18 +1192,21 @@ class Engine:
         answered, even if the task is cancelled first, as through the
         engine."""
         ring_read = getattr(loop, "_ring_pread_into", None)
-        if ring_read is None or not 0 <= offset <= _MAX_OFFSET or not self._usable_here:
+        fd = _fd(file)
+        if ring_read is None or not 0 <= offset <= _MAX_OFFSET or not self._usable_here or not _ring_serves(fd):
             return None
         try:
-            fut = ring_read(_fd(file), offset, buf)
+            with memoryview(buf) as m:
+                size = m.nbytes
+            fut = ring_read(fd, offset, buf)
         except (OSError, MemoryError, RuntimeError, ValueError, TypeError, BufferError):
-            return None
+            return None  # (not submitted: the engine reads it now, before any wait)
         if fut is None:
             return None
         try:
             n: int = await fut
-        except OSError:
-            return None
+        except OSError as e:
+            raise _ring_failed(e, fd, offset, size, _name(file)) from None
         return n
 
     @overload

@@ -39,6 +39,7 @@ def drop_cache(path):
     """Drops ``path``'s pages from the page cache (written out first)."""
     fd = os.open(path, os.O_RDONLY)
     try:
+        os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
@@ -167,25 +168,58 @@ def test_a_cancelled_read_on_the_ring_moves_nothing(data_path):
 
 def test_a_cancelled_read_lets_the_file_close_and_the_number_be_reused(data_path, tmp_path):
     """The cancelled read's file is closed while the read may still be in
-    the kernel; a file opened next under the same number reads its own
-    bytes, and the read's completion reaches nothing."""
+    the kernel; a file opened next under the same number, its pages not
+    in the cache either, reads its own bytes on the ring, and the read's
+    completion reaches nothing."""
     path, data = data_path
     other = tmp_path / "other.bin"
-    other.write_bytes(b"x" * PIECE)
+    theirs = random.Random(64).randbytes(PIECE)
+    other.write_bytes(theirs)
 
     async def main():
         f = await blockio.open(path, "rb", buffering=0)
+        number = f.fileno()
         task = await read_on_ring(f, path, 0, PIECE)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         await f.close()
-        async with blockio.open(other, "rb") as g:
-            got = await g.read()
+        async with blockio.open(other, "rb", buffering=0) as g:
+            assert g.fileno() == number, "the number was not reused: the test proves nothing"
+            got = await (await read_on_ring(g, other, 0, PIECE))
             got += await g.read()  # (after the cancelled read's completion, if it came)
         return got
 
-    assert run_on(UringEventLoop, main()) == b"x" * PIECE
+    assert run_on(UringEventLoop, main()) == theirs
+
+
+def test_a_read_on_the_ring_reads_its_file_though_the_number_is_closed_and_reused(data_path, tmp_path):
+    """``Engine.aread`` of a descriptor whose number is closed, and taken
+    by another file, while the read is on the ring: the read's bytes are
+    its own file's, never the other's."""
+    path, data = data_path
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x" * PIECE)
+
+    async def main():
+        engine = default_engine()
+        fd = os.open(path, os.O_RDONLY)
+        drop_cache(path)
+        before = ring_reads()
+        task = asyncio.ensure_future(engine.aread(fd, offset=PIECE, length=PIECE))
+        while ring_reads() == before and not task.done():
+            await asyncio.sleep(0)
+        os.close(fd)
+        fd2 = os.open(other, os.O_RDONLY)
+        try:
+            assert fd2 == fd, "the number was not reused: the test proves nothing"
+            return await task, ring_reads() - before
+        finally:
+            os.close(fd2)
+
+    got, on_ring = run_on(UringEventLoop, main())
+    assert got == data[PIECE:2 * PIECE]
+    assert on_ring == 1
 
 
 def test_loop_close_with_a_file_read_in_flight(data_path):
@@ -211,22 +245,79 @@ def test_loop_close_with_a_file_read_in_flight(data_path):
     del task
 
 
-def test_a_read_the_ring_refuses_is_reported_by_the_engine_naming_the_file(tmp_path):
-    p = tmp_path / "w.bin"
-    p.write_bytes(b"abc")
+@pytest.mark.parametrize("flags", [os.O_WRONLY, os.O_RDONLY | os.O_DIRECT, os.O_RDONLY | os.O_NONBLOCK],
+                         ids=["write-only", "O_DIRECT", "non-blocking"])
+def test_a_read_the_ring_cannot_serve_goes_through_the_engine_before_any_wait(data_path, tmp_path, flags):
+    """A descriptor the ring does not serve is sent to the engine when the
+    call is made, which holds its own duplicate: the number closed (and
+    taken by another file) while the read waits changes nothing. A
+    write-only descriptor's ``EBADF`` names the file, offset and length."""
+    path, data = data_path
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x" * SIZE)
 
     async def main():
-        fd = os.open(p, os.O_WRONLY)
+        engine = default_engine()
+        fd = os.open(path, flags)
+        drop_cache(path)
+        before = (ring_reads(), engine._core.reads_started)
+        task = asyncio.ensure_future(engine.aread(fd, offset=0, length=PIECE))
+        await asyncio.sleep(0)
+        os.close(fd)
+        fd2 = os.open(other, os.O_RDONLY)
         try:
-            with pytest.raises(OSError) as e:
-                await default_engine().aread(fd, offset=0, length=PIECE)
-            return e.value.errno, ring_reads()
+            assert fd2 == fd, "the number was not reused: the test proves nothing"
+            try:
+                got = await task
+            except OSError as e:
+                got = e
         finally:
-            os.close(fd)
+            os.close(fd2)
+        return fd, got, ring_reads() - before[0], engine._core.reads_started - before[1]
 
-    code, on_ring = run_on(UringEventLoop, main())
-    assert code == errno.EBADF
-    assert on_ring == 1  # (tried on the ring first, then reported by the engine)
+    fd, got, on_ring, through_engine = run_on(UringEventLoop, main())
+    assert on_ring == 0
+    if flags == os.O_WRONLY:
+        assert isinstance(got, OSError) and got.errno == errno.EBADF
+        assert str(got) == f"[Errno 9] read of {PIECE} bytes at offset 0 on fd {fd} failed: Bad file descriptor"
+    else:
+        assert got == data[:PIECE]
+        assert through_engine == 1
+
+
+@pytest.mark.parametrize("into", [False, True], ids=["aread", "areadinto"])
+def test_a_read_the_ring_fails_raises_its_error_naming_the_file(data_path, into):
+    """A read the kernel fails on the ring raises that error, worded as
+    the engine's (the file, offset and length), and is not made again
+    through the engine by the number, which may name another file by
+    then. The failure is the loop's: its ring's read is replaced by one
+    whose future fails with ``EIO``."""
+    path, data = data_path
+
+    def failing(*args):
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_exception(OSError(errno.EIO, os.strerror(errno.EIO)))
+        return fut
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop._ring_pread = loop._ring_pread_into = failing
+        engine = default_engine()
+        before = engine._core.reads_started
+        async with blockio.open(path, "rb", buffering=0) as f:
+            drop_cache(path)
+            with pytest.raises(OSError) as e:
+                if into:
+                    await engine.areadinto(f, bytearray(PIECE), PIECE)
+                else:
+                    await engine.aread(f, offset=PIECE, length=PIECE)
+            return f.fileno(), e.value, engine._core.reads_started - before
+
+    fd, e, through_engine = run_on(UringEventLoop, main())
+    assert e.errno == errno.EIO
+    assert e.filename == str(path)
+    assert e.strerror == f"read of {PIECE} bytes at offset {PIECE} on fd {fd} failed: {os.strerror(errno.EIO)}"
+    assert through_engine == 0
 
 
 @pytest.mark.parametrize("buffering", [-1, 0])
