@@ -11,6 +11,9 @@ import asyncio
 import errno
 import os
 import random
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import uvloop
@@ -318,6 +321,57 @@ def test_a_read_the_ring_fails_raises_its_error_naming_the_file(data_path, into)
     assert e.filename == str(path)
     assert e.strerror == f"read of {PIECE} bytes at offset {PIECE} on fd {fd} failed: {os.strerror(errno.EIO)}"
     assert through_engine == 0
+
+
+def test_a_large_read_on_the_ring_holds_its_length_once(tmp_path):
+    """The kernel reads into the ``bytes`` object the read returns: a read
+    of 64 MiB on the ring raises the process's peak memory (its
+    ``VmHWM``, in a fresh interpreter) by about 64 MiB, not the 128
+    MiB of a buffer of the ring's and then a copy of it (the peak reset
+    first through ``/proc/self/clear_refs``)."""
+    size = 64 << 20
+    p = tmp_path / "big.bin"
+    with open(p, "wb") as f:
+        f.write(b"\x5a" * size)
+        f.flush()
+        os.fsync(f.fileno())
+    drop_cache(p)
+    program = textwrap.dedent(f"""
+        import asyncio, os
+        from blockio._engine import default_engine
+        from blockio._loop import UringEventLoop
+
+        def peak(reset=False):
+            # The peak of the process's resident memory in KiB (VmHWM),
+            # reset to what it holds now first if `reset`.
+            if reset:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")
+            with open("/proc/self/status") as f:
+                return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+
+        async def main():
+            engine = default_engine()
+            fd = os.open({str(p)!r}, os.O_RDONLY)
+            ring = asyncio.get_running_loop()._proactor._ring
+            await engine.aread(fd, offset=0, length=4096)  # (the engine's own set-up, before the count)
+            before = (peak(reset=True), ring.file_reads)
+            got = await engine.aread(fd, offset=4096, length={size} - 4096)
+            after = (peak(), ring.file_reads)
+            assert got == b"\\x5a" * ({size} - 4096)
+            print(after[0] - before[0], after[1] - before[1])
+
+        loop = UringEventLoop()
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    grown_kib, on_ring = map(int, out.stdout.split())
+    assert on_ring == 1
+    assert grown_kib < (size * 3 // 2) >> 10, f"the read raised the peak by {grown_kib} KiB for {size >> 10} KiB"
 
 
 @pytest.mark.parametrize("buffering", [-1, 0])

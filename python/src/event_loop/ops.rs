@@ -7,6 +7,8 @@ use std::os::fd::RawFd;
 
 use io_uring::{opcode, squeue, types::Fd};
 use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 /// What an operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,8 +23,8 @@ pub(crate) enum Kind {
     Accept,
     /// Wait for readiness (`POLL_ADD`, one-shot).
     Poll,
-    /// Read a file at an offset (`pread`) into memory the ring owns (the
-    /// value: new bytes) or the caller's buffer (the value: the count):
+    /// Read a file at an offset (`pread`) into a new `bytes` object (the
+    /// value) or the caller's buffer (the value: the count):
     /// one read, short at the end of the file, as the engine's.
     Pread,
 }
@@ -46,6 +48,11 @@ pub(crate) enum Memory {
     Owned(Vec<u8>),
     /// The caller's buffer, held until the completion.
     Lent(PyBuffer<u8>),
+    /// A new `bytes` object the kernel fills (a file read whose result is
+    /// new bytes: made by `fresh::unfilled`, not set), and the address of
+    /// its contents. Held until the completion, even after a cancel, and
+    /// then cut to what the kernel wrote: the bytes are never copied.
+    Bytes(Py<PyBytes>, usize),
     /// A socket address (an accept).
     Addr(Box<AddrSlot>),
 }
@@ -132,6 +139,7 @@ impl InFlight {
         match &mut self.memory {
             Memory::Owned(v) => (v.as_mut_ptr(), room),
             Memory::Lent(b) => (b.buf_ptr().cast::<u8>(), room),
+            Memory::Bytes(_, at) => (*at as *mut u8, room),
             _ => (std::ptr::null_mut(), 0),
         }
     }

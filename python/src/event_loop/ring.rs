@@ -202,16 +202,18 @@ impl LoopRing {
     /// whose completions overflow refuses it with `EBUSY`, the read waits
     /// for the loop's next wait, or for a cancel, which hands the queue
     /// over first; a close of the number before either is the one case in
-    /// which it could reach another file.) `MemoryError` when `length`
-    /// bytes cannot be allocated.
-    fn pread(&self, fd: RawFd, offset: u64, length: usize) -> PyResult<u64> {
-        let mut room = Vec::new();
-        room.try_reserve_exact(length).map_err(|_| {
-            pyo3::exceptions::PyMemoryError::new_err(format!(
-                "cannot allocate {length} bytes for a read of descriptor {fd}"
-            ))
-        })?;
-        let mut op = InFlight::new(Kind::Pread, fd, false, Memory::Owned(room), length);
+    /// which it could reach another file.) The kernel reads into the
+    /// `bytes` object that is the value (cut to what it read at the
+    /// completion), so the read holds `length` bytes, not twice that.
+    /// `MemoryError` when `length` bytes cannot be allocated.
+    fn pread(&self, py: Python<'_>, fd: RawFd, offset: u64, length: usize) -> PyResult<u64> {
+        let obj = crate::fresh::unfilled(py, length)?;
+        // SAFETY: `obj` is a bytes object (`unfilled`'s); PyBytes_AsString
+        // returns the address of its contents, `length` bytes, which stay
+        // where they are while `obj` lives: the operation holds it until
+        // the completion, and only `finish` resizes it, after that.
+        let at = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
+        let mut op = InFlight::new(Kind::Pread, fd, false, Memory::Bytes(obj, at), length);
         op.offset = offset;
         let token = self.submit(op)?;
         self.flush()?;
@@ -601,11 +603,11 @@ fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResul
         return Ok(py.None());
     }
     let n = res as usize;
-    if let (Kind::Recv | Kind::Pread, Memory::Owned(v)) = (op.kind, &mut op.memory) {
+    if let (Kind::Recv, Memory::Owned(v)) = (op.kind, &mut op.memory) {
         let written = n.min(op.len);
         // SAFETY: `v` was lent to the kernel as `op.len` bytes of room
-        // (its capacity, at least) for this receive or file read, whose result `res`
-        // >= 0 is the count of bytes the kernel wrote from its start (the
+        // (its capacity, at least) for this receive, whose result `res` >= 0
+        // is the count of bytes the kernel wrote from its start (the
         // whole of it when `recv_rest` added more: the result then exceeds
         // `op.len`). So the first `written` bytes are initialised, and the
         // kernel is done with the buffer: this is its completion.
@@ -623,9 +625,12 @@ fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResul
             .into_any()
             .unbind()
         }
-        (Kind::Recv | Kind::Pread, memory @ Memory::Owned(_)) => {
+        (Kind::Recv, memory @ Memory::Owned(_)) => {
             PyBytes::new(py, memory.received()).into_any().unbind()
         }
+        // The kernel wrote the first `res` bytes of the object, and is done
+        // with it: this is its completion.
+        (Kind::Pread, Memory::Bytes(obj, _)) => crate::fresh::shrunk(py, obj, n.min(op.len))?,
         (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)
             .into_pyobject(py)?
             .into_any()
