@@ -957,8 +957,8 @@ class Engine:
         no thread hop. The kernel takes the file from the number when the
         read is submitted, at once, and holds it until the read completes,
         so a cancelled read that the file's close overtakes reads nothing
-        of a file that takes the number next (and moves nothing: its
-        bytes, in the ring's memory, are dropped). None where the read
+        of a file that takes the number next (and moves nothing: the
+        ``bytes`` object the kernel reads into is dropped). None where the read
         goes through the engine instead, decided before the read is
         submitted: another loop, an offset outside what one ``pread``
         takes, a length of 0 or above what one ``pread`` takes, an engine closed or a

@@ -288,6 +288,39 @@ def test_a_read_the_ring_cannot_serve_goes_through_the_engine_before_any_wait(da
         assert through_engine == 1
 
 
+@pytest.mark.parametrize("kind", ["fifo", "char-device"])
+def test_a_fifo_or_device_opened_by_path_is_never_read_on_the_ring(tmp_path, kind):
+    """A FIFO or character device opened with ``os.open`` (whose flags
+    look like a regular file's) is told apart by ``fstat`` and read as on
+    every loop, never by the ring's ``pread``."""
+
+    async def main():
+        engine = default_engine()
+        if kind == "fifo":
+            path = tmp_path / "fifo"
+            os.mkfifo(path)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            wfd = os.open(path, os.O_WRONLY)
+            os.write(wfd, b"m" * 100)
+        else:
+            fd, wfd = os.open("/dev/zero", os.O_RDONLY), None
+        try:
+            before = (ring_reads(), engine._core.reads_started)
+            got = await engine.aread(fd, offset=0, length=PIECE)
+            return got, ring_reads() - before[0], engine._core.reads_started - before[1]
+        finally:
+            os.close(fd)
+            if wfd is not None:
+                os.close(wfd)
+
+    got, on_ring, through_engine = run_on(UringEventLoop, main())
+    assert got == (b"m" * 100 if kind == "fifo" else bytes(PIECE))
+    assert on_ring == 0
+    if kind == "fifo":  # (/dev/zero's read is served on the loop's thread, where the page cache's are)
+        assert through_engine == 1
+
+
 @pytest.mark.parametrize("into", [False, True], ids=["aread", "areadinto"])
 def test_a_read_the_ring_fails_raises_its_error_naming_the_file(data_path, into):
     """A read the kernel fails on the ring raises that error, worded as
