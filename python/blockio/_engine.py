@@ -925,6 +925,13 @@ class Engine:
             key = _stream_key(fd)
             if key is not None:
                 return await self._aread_stream(file, key, offset, length)
+        return await self._aread_off_thread(loop, file, fd, offset, length)
+
+    async def _aread_off_thread(self, loop: asyncio.AbstractEventLoop, file: FileLike, fd: int, offset: Any,
+                                length: Any) -> bytes:
+        """The read of :meth:`aread` not served on this thread: on
+        ``loop``'s own ring where it takes it (:meth:`_aread_on_loop_ring`),
+        else through the engine, which reports the arguments it refuses."""
         if self._uring and type(offset) is int and type(length) is int:
             on_ring = await self._aread_on_loop_ring(loop, file, fd, offset, length)
             if on_ring is not None:

@@ -39,8 +39,7 @@ def run(loop_name, main):
     if loop_name == "uvloop":
         return uvloop.run(main())
     if loop_name in loops.FACTORIES and loop_name != "asyncio":
-        with asyncio.Runner(loop_factory=loops.FACTORIES[loop_name]) as runner:
-            return runner.run(main())
+        return loops.run_on(loop_name, main())
     return asyncio.run(main())
 
 

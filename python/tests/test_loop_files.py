@@ -226,24 +226,42 @@ def test_a_read_on_the_ring_reads_its_file_though_the_number_is_closed_and_reuse
 
 
 def test_loop_close_with_a_file_read_in_flight(data_path):
+    """The loop is closed while a file's read is on its ring, its task
+    waiting: the loop is stopped in the turn that submits the read (its
+    ring's read wrapped to stop it), so no wait for completions comes
+    between the submission and the close (a read the page cache served
+    ends its turn too, and is made again). The close leaves the task
+    pending (the ring frees the read's memory once the kernel has
+    answered), and the file, which outlives the loop, is closed on
+    another, its close saying that its read was cut short, as on every
+    loop."""
     path, data = data_path
     loop = UringEventLoop()
+    submit = loop._ring_pread
+
+    def submit_and_stop(*args):
+        fut = submit(*args)
+        loop.stop()
+        return fut
+
     try:
         f = loop.run_until_complete(blockio.open(path, "rb", buffering=0))
-        # (its read on the ring; the close cancels it if the kernel still
-        # has it, and frees its memory only once the kernel has answered)
-        task = loop.run_until_complete(read_on_ring(f, path, 0, PIECE))
+        loop._ring_pread = submit_and_stop
+        for _ in range(100):
+            drop_cache(path)
+            task = loop.create_task(f.read(PIECE))
+            task.add_done_callback(lambda _: loop.stop())
+            loop.run_forever()
+            if not task.done():
+                break
+            assert task.result() == data[:PIECE]
+            loop.run_until_complete(f.seek(0))
     finally:
         loop.close()
+    assert not task.done(), "each of 100 reads was served by the page cache, or the close completed one"
     assert loop._proactor is None
-    assert not task.done() or task.result() == data[:PIECE]
-    # The file outlives the loop, and is closed on another: as on every
-    # loop, its close says so when its read was cut short by the loop's close.
-    if task.done():
+    with pytest.raises(RuntimeError, match="its event loop was closed while it was in progress"):
         run_on(UringEventLoop, f.close())
-    else:
-        with pytest.raises(RuntimeError, match="its event loop was closed while it was in progress"):
-            run_on(UringEventLoop, f.close())
     assert f.closed
     del task
 
