@@ -63,6 +63,11 @@ FileLike = Union[int, HasFileno]
 #: One ``(file, buffer, offset)`` operation of a buffer batch.
 BufferOp = Tuple[FileLike, "Buffer", int]
 
+#: The largest file offset (``loff_t``) and the most one read returns
+#: (``MAX_RW_COUNT``): a read on the event loop's ring stays within them.
+_MAX_OFFSET = (1 << 63) - 1
+_MAX_IO = 0x7FFFF000
+
 
 class _Descriptor:
     """The descriptor under a :func:`blockio.open` file (its ``_file`` and
@@ -167,6 +172,36 @@ def _is_stream(fd: int) -> bool:
     except (OSError, ValueError, TypeError, OverflowError):
         return False  # (the read reports what is wrong with the descriptor)
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+def _ring_serves(fd: int) -> bool:
+    """Whether a read of ``fd`` may go on blockio's event loop's ring,
+    looked at when the call is made (``F_GETFL`` and ``fstat``): a regular
+    file or block device opened for reading, neither ``O_DIRECT`` (whose
+    reads need aligned memory, as the engine's are) nor non-blocking
+    (``EAGAIN``). Anything else (a FIFO, pipe, socket or character device,
+    whichever way it was opened; a bad descriptor) goes through the
+    engine, which takes its own duplicate of the descriptor at once and
+    reports what is wrong naming the file: a read the ring failed is never
+    made again by the number, which its caller may have closed (and
+    another file taken) meanwhile."""
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError, TypeError, OverflowError):
+        return False
+    if flags & (os.O_DIRECT | os.O_NONBLOCK | os.O_PATH) or flags & os.O_ACCMODE == os.O_WRONLY:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISBLK(mode)
+
+
+def _ring_failed(e: OSError, fd: int, offset: int, length: int, name: Union[str, bytes, None]) -> OSError:
+    """The error of a read that failed on blockio's event loop's ring,
+    worded as the engine words its own (the operation, its offset and
+    length, the caller's descriptor, and the file's name if it has one)."""
+    code = e.errno or 0
+    text = f"read of {length} bytes at offset {offset} on fd {fd} failed: {os.strerror(code)}"
+    return OSError(code, text, name) if name is not None else OSError(code, text)
 
 
 def _stream_key(fd: int, opened: bool = False) -> Optional[Tuple[int, int, int, bool]]:
@@ -378,6 +413,10 @@ class Engine:
         # back with the results, so no table of batches is kept here; the
         # token ``start`` returns only serves to cancel the batch.
         self._core = _Core(queue_depth, backend)
+        #: On io_uring: a read on blockio's event loop goes on the loop's
+        #: own ring (:meth:`_aread_on_loop_ring`); the thread pool chosen
+        #: keeps every read on its threads.
+        self._uring = self._core.backend == "uring"
         #: The process that made the engine: in another (a forked child)
         #: its rings are the parent's, and unusable.
         self._pid = os.getpid()
@@ -833,7 +872,9 @@ class Engine:
         1 ms has passed since the thread's last turn of the loop, the clock
         read once in 256 calls the thread serves so and once in every 4 MiB
         they copy: ``turns`` in the core), when it yields to the loop once
-        first. Any other read goes through the engine."""
+        first. Any other read goes through the engine; on blockio's event
+        loop on io_uring, on the loop's own ring instead
+        (:meth:`_aread_on_loop_ring`), the engine on io_uring too."""
         # aread_batch of one, inlined: this is the per-read hot path of
         # asyncio code, where every Python frame shows in the IOPS.
         try:
@@ -885,6 +926,17 @@ class Engine:
             key = _stream_key(fd)
             if key is not None:
                 return await self._aread_stream(file, key, offset, length)
+        return await self._aread_off_thread(loop, file, fd, offset, length)
+
+    async def _aread_off_thread(self, loop: asyncio.AbstractEventLoop, file: FileLike, fd: int, offset: Any,
+                                length: Any) -> bytes:
+        """The read of :meth:`aread` not served on this thread: on
+        ``loop``'s own ring where it takes it (:meth:`_aread_on_loop_ring`),
+        else through the engine, which reports the arguments it refuses."""
+        if self._uring and type(offset) is int and type(length) is int:
+            on_ring = await self._aread_on_loop_ring(loop, file, fd, offset, length)
+            if on_ring is not None:
+                return on_ring
         if loop is not self._loop:
             self._attach(loop)
         fut = loop.create_future()
@@ -903,6 +955,60 @@ class Engine:
             return r
         out: bytes = _finish([r], [_name(file)], False)[0]
         return out
+
+    async def _aread_on_loop_ring(self, loop: asyncio.AbstractEventLoop, file: FileLike, fd: int, offset: int,
+                                  length: int) -> Optional[bytes]:
+        """The read of :meth:`aread` not served inline, on ``loop``'s own
+        ring when ``loop`` is blockio's event loop on io_uring (its
+        ``_ring_pread``): submitted from this thread and completed in the
+        loop's batch of completions, with no driver thread, no eventfd and
+        no thread hop. The kernel takes the file from the number when the
+        read is submitted, at once, and holds it until the read completes,
+        so a cancelled read that the file's close overtakes reads nothing
+        of a file that takes the number next (and moves nothing: the
+        ``bytes`` object the kernel reads into is dropped). None where the read
+        goes through the engine instead, decided before the read is
+        submitted: another loop, an offset outside what one ``pread``
+        takes, a length of 0 or above what one ``pread`` takes, an engine closed or a
+        forked child's, a descriptor the ring does not serve
+        (:func:`_ring_serves`: ``O_DIRECT``, non-blocking, not a regular
+        file...). A read the kernel fails raises its error, worded as the
+        engine's (:func:`_ring_failed`); it is never made again by the
+        number, which may name another file by then. ``file`` is kept by
+        this frame until the read completes."""
+        ring_read = getattr(loop, "_ring_pread", None)
+        if (ring_read is None or not 0 <= offset <= _MAX_OFFSET or not 0 < length <= _MAX_IO
+                or not self._usable_here or not _ring_serves(fd)):
+            return None
+        try:
+            fut = ring_read(fd, offset, length)
+        except (OSError, MemoryError, RuntimeError):
+            return None  # (not submitted: the engine reads it now, before any wait)
+        if fut is None:
+            return None
+        try:
+            data: bytes = await fut
+        except OSError as e:
+            raise _ring_failed(e, fd, offset, length, _name(file)) from None
+        return data
+
+    async def _aread_at(self, file: FileLike, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``offset`` of a file that is not a
+        stream, with no try on this thread first (a file object's read of
+        the rest, which asks a byte past the end that the page cache never
+        serves): on blockio's event loop on io_uring on its ring
+        (:meth:`_aread_on_loop_ring`), else through the engine."""
+        if self._uring and type(offset) is int and type(length) is int:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                on_ring = await self._aread_on_loop_ring(loop, file, _fd(file), offset, length)
+                if on_ring is not None:
+                    return on_ring
+        got: bytes = (await self.aread_batch(file, offsets=[offset], length=length))[0]
+        return got
 
     async def _aread_stream(self, file: FileLike, key: Tuple[int, int, int, bool], offset: int, length: int) -> bytes:
         """:meth:`aread` of a pipe, socket or terminal, where a read may
@@ -1061,7 +1167,8 @@ class Engine:
         is copied into ``buf`` when it completes: a read there may wait
         indefinitely, and if its task is cancelled meanwhile, ``buf`` (a
         ``bytearray`` say) is not left exported, and so unresizable, until
-        data arrives."""
+        data arrives. On blockio's event loop on io_uring, a file's read
+        goes on the loop's own ring (:meth:`_areadinto_on_loop_ring`)."""
         if _is_stream(_fd(file)):
             # No view of `buf` is held across the await: a cancelled task's
             # traceback keeps its frame, and a view there would keep `buf`
@@ -1071,7 +1178,43 @@ class Engine:
             data = await self.aread(file, offset=offset, length=size)
             _copy_into(buf, data)
             return len(data)
+        if self._uring and type(offset) is int:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                on_ring = await self._areadinto_on_loop_ring(loop, file, buf, offset)
+                if on_ring is not None:
+                    return on_ring
         n: int = (await self.areadinto_batch([(file, buf, offset)]))[0]
+        return n
+
+    async def _areadinto_on_loop_ring(self, loop: asyncio.AbstractEventLoop, file: FileLike, buf: "Buffer",
+                                      offset: int) -> Optional[int]:
+        """:meth:`areadinto` on ``loop``'s own ring, as
+        :meth:`_aread_on_loop_ring` reads (and with the same cases left to
+        the engine); a buffer the ring refuses (read-only, not contiguous,
+        not a buffer) is left to the engine too, which raises its own
+        error. ``buf`` is held, unresizable, until the kernel has
+        answered, even if the task is cancelled first, as through the
+        engine."""
+        ring_read = getattr(loop, "_ring_pread_into", None)
+        fd = _fd(file)
+        if ring_read is None or not 0 <= offset <= _MAX_OFFSET or not self._usable_here or not _ring_serves(fd):
+            return None
+        try:
+            with memoryview(buf) as m:
+                size = m.nbytes
+            fut = ring_read(fd, offset, buf)
+        except (OSError, MemoryError, RuntimeError, ValueError, TypeError, BufferError):
+            return None  # (not submitted: the engine reads it now, before any wait)
+        if fut is None:
+            return None
+        try:
+            n: int = await fut
+        except OSError as e:
+            raise _ring_failed(e, fd, offset, size, _name(file)) from None
         return n
 
     @overload

@@ -21,7 +21,9 @@ calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
 + ``read``; and a ``read()`` of the rest of a regular file, all cached and
 at most 8 MiB, with nothing read ahead (``statx`` with
 ``AT_STATX_DONT_SYNC``, then one ``preadv2`` of a byte more than it says). Everything else waits its turn in the queue and goes through the
-engine. Now and then (once 1 ms has passed since the thread's last
+engine; on blockio's event loop on io_uring, a read at the position
+(``Engine.aread``, ``Engine.areadinto``) goes on the loop's own ring
+instead. Now and then (once 1 ms has passed since the thread's last
 turn, looked at once in 256 calls served without suspending on it and
 once in every 4 MiB they copy: ``turns`` in the core) a cached read
 waits its turn in the queue too and yields to the event loop once before
@@ -1583,7 +1585,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 # (not `_pread`, whose cached try on this thread never
                 # serves a read asking for a byte past the end)
                 want = min(want, _MAX_IO)
-                more = (await self._engine.aread_batch(self._file, offsets=[at], length=want))[0]
+                more = await self._engine._aread_at(self._file, at, want)
             n = len(more) - len(lead)
             if more:
                 got.append(more)

@@ -920,6 +920,27 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         for w in watches:
             w.drop()
 
+    # -- files: blockio's engine reads on this ring --------------------------
+
+    def _ring_pread(self, fd: int, offset: int, length: int) -> Any:
+        """A future for a read of at most ``length`` bytes of the file
+        ``fd`` at ``offset`` on this loop's ring (``Engine.aread``'s read
+        not served inline: see ``Engine._aread_on_loop_ring``); None once
+        the loop is closed."""
+        proactor = self._proactor
+        if proactor is None or proactor._ring is None:
+            return None
+        return proactor.pread(fd, offset, length)
+
+    def _ring_pread_into(self, fd: int, offset: int, buf: Any) -> Any:
+        """A future for a read of the file ``fd`` at ``offset`` into
+        ``buf`` on this loop's ring (``Engine.areadinto``'s: see
+        ``Engine._areadinto_on_loop_ring``); None once the loop is closed."""
+        proactor = self._proactor
+        if proactor is None or proactor._ring is None:
+            return None
+        return proactor.pread_into(fd, offset, buf)
+
     # -- add_reader / add_writer ---------------------------------------------
 
     def _ensure_fd_no_transport(self, fd: Any) -> None:

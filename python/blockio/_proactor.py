@@ -22,7 +22,9 @@ buffer, all that a receive waiting on an idle connection holds; the rest
 of a larger message is taken at once when that fills), ``recv_into`` (and
 ``read`` on pipes),
 ``send`` (and ``write``: what the descriptor takes at once is written at
-once, the rest on the ring), ``accept``, and one-shot polls. Driven by
+once, the rest on the ring), ``accept``, one-shot polls, and ``pread``
+of a file (``Engine.aread``'s read that the page cache cannot serve,
+the ``blockio.open`` file's included). Driven by
 readiness (a ring poll, then the non-blocking system call, as asyncio's
 selector loop does): ``connect``, ``recvfrom``/``recvfrom_into``,
 ``sendto`` and ``sendfile`` (``os.sendfile``, no Python-level copy). Each
@@ -65,7 +67,7 @@ POLLOUT = select.POLLOUT
 _TCP_CLOSE = 7
 
 # Operation kinds, as kept beside each token.
-_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE = range(8)
+_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE, _PREAD = range(9)
 
 
 class OpFuture(futures.Future):
@@ -575,6 +577,19 @@ class RingProactor:
         _ref, conns = self._kept_conns.pop(fd, (None, []))
         for conn_fd, _addr in conns:
             reset(socket.socket(fileno=conn_fd))
+
+    def pread(self, fd: int, offset: int, length: int) -> futures.Future:
+        """Reads at most ``length`` bytes of the file ``fd`` at ``offset``
+        (one ``pread``, handed to the kernel at once, which then holds the
+        file: see ``LoopRing.pread``); the result is the bytes, short at
+        the end of the file. Cancelling the future drops them."""
+        return self._future(self._ring.pread(fd, offset, length), _PREAD)
+
+    def pread_into(self, fd: int, offset: int, buf: Any) -> futures.Future:
+        """Reads at most ``len(buf)`` bytes of the file ``fd`` at ``offset``
+        into ``buf`` (held until the kernel answers), as :meth:`pread`;
+        the result is the byte count."""
+        return self._future(self._ring.pread_into(fd, offset, buf), _PREAD)
 
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import blockio
+import loops as loop_kinds
 
 
 def run(coro, loop_factory=None):
@@ -23,18 +24,7 @@ def run(coro, loop_factory=None):
         loop.close()
 
 
-def loops():
-    out = [None]
-    try:
-        import uvloop
-
-        out.append(uvloop.new_event_loop)
-    except ImportError:  # pragma: no cover - uvloop is installed by scripts/python
-        pytest.fail("uvloop is needed (scripts/python installs it)")
-    return out
-
-
-@pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
+@pytest.mark.parametrize("loop_factory", [None, *list(loop_kinds.FACTORIES.values())[1:]], ids=loop_kinds.NAMES)
 @pytest.mark.parametrize("backend", ["auto", "threads"])
 def test_many_tasks_read_the_right_bytes(data_file, loop_factory, backend):
     path, data = data_file
@@ -197,7 +187,7 @@ def open_direct(path):
         pytest.fail(f"O_DIRECT is needed on the test file system: {e}")
 
 
-@pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
+@pytest.mark.parametrize("loop_factory", [None, *list(loop_kinds.FACTORIES.values())[1:]], ids=loop_kinds.NAMES)
 def test_direct_descriptors_many_tasks_and_cancellations(data_file, loop_factory):
     """O_DIRECT descriptors go to the ring the event loop drives itself:
     results checked against the file, reads cancelled in flight with their

@@ -21,6 +21,7 @@ import trio
 import uvloop
 
 import blockio
+import loops
 from blockio._blockio import TURN_BUDGET, FileCall, set_turn_count
 
 DATA = bytes(range(256)) * 64  # 16 KiB
@@ -37,10 +38,12 @@ def path(tmp_path):
 def run(loop_name, main):
     if loop_name == "uvloop":
         return uvloop.run(main())
+    if loop_name in loops.FACTORIES and loop_name != "asyncio":
+        return loops.run_on(loop_name, main())
     return asyncio.run(main())
 
 
-LOOPS = pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+LOOPS = pytest.mark.parametrize("loop_name", loops.NAMES)
 
 
 def first_step(call):

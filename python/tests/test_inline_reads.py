@@ -10,6 +10,7 @@ import os
 import pytest
 
 import blockio
+import loops as loop_kinds
 from blockio._blockio import TURN_BUDGET, TURN_UNIT, set_turn_count
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
@@ -19,13 +20,7 @@ BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 pytestmark = pytest.mark.usefixtures("turns_by_count")
 
 
-def loops():
-    import uvloop
-
-    return [asyncio.new_event_loop, uvloop.new_event_loop]
-
-
-LOOPS = pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
+LOOPS = pytest.mark.parametrize("loop_factory", list(loop_kinds.FACTORIES.values()), ids=loop_kinds.NAMES)
 
 
 def run(coro, loop_factory):
@@ -442,7 +437,6 @@ def test_calls_on_one_file_object_from_many_tasks_keep_their_order_on_cached_dat
         assert off == at and c == data[off:off + len(c)]
         at += len(c)
     assert at == len(data)
-
 
 
 def evict(path):

@@ -20,18 +20,13 @@ import weakref
 import pytest
 
 import blockio
+import loops as loop_kinds
 from waits import await_until, blocked_in, waits_for_bytes
 
 WATCHDOG = 120  # seconds: far beyond any run that works
 
 
-def loops():
-    import uvloop
-
-    return [asyncio.new_event_loop, uvloop.new_event_loop]
-
-
-LOOPS = pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
+LOOPS = pytest.mark.parametrize("loop_factory", list(loop_kinds.FACTORIES.values()), ids=loop_kinds.NAMES)
 
 
 def run_child(code, cwd, env=None):

@@ -14,14 +14,12 @@ import asyncio
 import os
 
 import pytest
-import uvloop
 
 import blockio
+import loops as loop_kinds
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
-LOOPS = pytest.mark.parametrize(
-    "new_loop", [pytest.param(asyncio.new_event_loop, id="asyncio"), pytest.param(uvloop.new_event_loop, id="uvloop")]
-)
+LOOPS = pytest.mark.parametrize("new_loop", [pytest.param(f, id=n) for n, f in loop_kinds.FACTORIES.items()])
 TRIALS = 10
 
 

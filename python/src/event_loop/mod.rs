@@ -28,6 +28,11 @@
 //!   once is written at once (non-blocking), the rest on the ring,
 //!   resubmitted after each short write, so that one completion means the
 //!   whole buffer went out;
+//! * `pread` of a file at an offset into new bytes or a caller's buffer
+//!   (`Engine.aread`'s read that the page cache cannot serve and
+//!   `Engine.areadinto`'s, and so a `blockio.open` file's, on this loop:
+//!   no driver thread, eventfd or thread hop), handed to the kernel at
+//!   once so that the kernel holds the file from then on;
 //! * `accept` with the peer's address read from the kernel's answer;
 //! * one-shot `POLL_ADD` (the loop's `add_reader`/`add_writer`, pidfds of
 //!   subprocesses, and the operations asyncio drives by readiness);

@@ -7,6 +7,8 @@ use std::os::fd::RawFd;
 
 use io_uring::{opcode, squeue, types::Fd};
 use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 /// What an operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +23,10 @@ pub(crate) enum Kind {
     Accept,
     /// Wait for readiness (`POLL_ADD`, one-shot).
     Poll,
+    /// Read a file at an offset (`pread`) into a new `bytes` object (the
+    /// value) or the caller's buffer (the value: the count):
+    /// one read, short at the end of the file, as the engine's.
+    Pread,
 }
 
 /// A socket address as the kernel fills it in.
@@ -42,6 +48,11 @@ pub(crate) enum Memory {
     Owned(Vec<u8>),
     /// The caller's buffer, held until the completion.
     Lent(PyBuffer<u8>),
+    /// A new `bytes` object the kernel fills (a file read whose result is
+    /// new bytes: made by `fresh::unfilled`, not set), and the address of
+    /// its contents. Held until the completion, even after a cancel, and
+    /// then cut to what the kernel wrote: the bytes are never copied.
+    Bytes(Py<PyBytes>, usize),
     /// A socket address (an accept).
     Addr(Box<AddrSlot>),
 }
@@ -87,6 +98,8 @@ pub(crate) struct InFlight {
     pub rest: usize,
     /// The poll mask of a [`Kind::Poll`].
     pub mask: u32,
+    /// The file offset a [`Kind::Pread`] starts at.
+    pub offset: u64,
     /// A readiness poll is in flight in its place (after `EAGAIN`).
     pub waiting_ready: bool,
     /// Its cancellation was asked for.
@@ -110,6 +123,7 @@ impl InFlight {
             done: 0,
             rest: 0,
             mask: 0,
+            offset: 0,
             waiting_ready: false,
             cancelled: false,
             peer_sent: false,
@@ -131,6 +145,7 @@ impl InFlight {
         match &mut self.memory {
             Memory::Owned(v) => (v.as_mut_ptr(), room),
             Memory::Lent(b) => (b.buf_ptr().cast::<u8>(), room),
+            Memory::Bytes(_, at) => (*at as *mut u8, room),
             _ => (std::ptr::null_mut(), 0),
         }
     }
@@ -171,6 +186,10 @@ impl InFlight {
                 } else {
                     opcode::Read::new(fd, ptr, len).offset(u64::MAX).build()
                 }
+            }
+            Kind::Pread => {
+                let (ptr, len) = self.recv_target();
+                opcode::Read::new(fd, ptr, len).offset(self.offset).build()
             }
             Kind::Send => {
                 let (ptr, len) = self.send_source();

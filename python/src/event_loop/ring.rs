@@ -74,6 +74,8 @@ struct State {
 pub(crate) struct LoopRing {
     state: Mutex<Option<State>>,
     generation: u64,
+    /// File reads started (see [`LoopRing::file_reads`]).
+    file_reads: AtomicU64,
 }
 
 #[pymethods]
@@ -99,6 +101,7 @@ impl LoopRing {
                 peer_receives: Vec::new(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
+            file_reads: AtomicU64::new(0),
         })
     }
 
@@ -191,6 +194,62 @@ impl LoopRing {
         let token = self.submit(op)?;
         self.flush()?;
         Ok((Some(token), sent))
+    }
+
+    /// Reads at most `length` bytes of the file `fd` at `offset` into new
+    /// bytes (one `pread`, short at the end of the file), handed to the
+    /// kernel at once: the kernel takes the file from the descriptor's
+    /// number now and holds it until the completion, so the caller may
+    /// close the number, or cancel the read, at any time after this
+    /// returns and nothing reaches a file that takes the number next.
+    /// (Where the kernel takes not all of the queue at once, as a ring
+    /// whose completions overflow refuses it with `EBUSY`, the read waits
+    /// for the loop's next wait, or for a cancel, which hands the queue
+    /// over first; a close of the number before either is the one case in
+    /// which it could reach another file.) The kernel reads into the
+    /// `bytes` object that is the value (cut to what it read at the
+    /// completion), so the read holds `length` bytes, not twice that.
+    /// `MemoryError` when `length` bytes cannot be allocated.
+    fn pread(&self, py: Python<'_>, fd: RawFd, offset: u64, length: usize) -> PyResult<u64> {
+        let obj = crate::fresh::unfilled(py, length)?;
+        // SAFETY: `obj` is a bytes object (`unfilled`'s); PyBytes_AsString
+        // returns the address of its contents, `length` bytes, which stay
+        // where they are while `obj` lives: the operation holds it until
+        // the completion, and only `finish` resizes it, after that.
+        let at = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
+        let mut op = InFlight::new(Kind::Pread, fd, false, Memory::Bytes(obj, at), length);
+        op.offset = offset;
+        let token = self.submit(op)?;
+        self.flush()?;
+        self.file_reads.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
+    }
+
+    /// Reads at most the length of `buf` (a writable, contiguous buffer,
+    /// held and so unresizable until the completion, even after a cancel)
+    /// of the file `fd` at `offset` into it, as [`LoopRing::pread`] (handed
+    /// to the kernel at once); the value is the byte count.
+    fn pread_into(&self, fd: RawFd, offset: u64, buf: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let b = PyBuffer::<u8>::get(buf)?;
+        if b.readonly() || !b.is_c_contiguous() {
+            return Err(PyValueError::new_err(
+                "pread_into needs a writable, contiguous buffer",
+            ));
+        }
+        let n = b.len_bytes();
+        let mut op = InFlight::new(Kind::Pread, fd, false, Memory::Lent(b), n);
+        op.offset = offset;
+        let token = self.submit(op)?;
+        self.flush()?;
+        self.file_reads.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
+    }
+
+    /// How many file reads ([`LoopRing::pread`], [`LoopRing::pread_into`])
+    /// this ring has started.
+    #[getter]
+    fn file_reads(&self) -> u64 {
+        self.file_reads.load(Ordering::Relaxed)
     }
 
     /// Accepts a connection on the listening socket `fd`; the value is
@@ -553,13 +612,16 @@ impl State {
             // was transferred: a readiness is no byte count.
             return Ok(self.ops.remove(token).map(|op| (op, -libc::ECANCELED)));
         }
+        // A file read's `EAGAIN` (a descriptor in non-blocking mode) goes
+        // to the caller: a poll finds a regular file always ready, and the
+        // retry would fail again.
         let again = if op.cancelled {
             false
         } else if op.waiting_ready {
             // Any event (an error or hang-up too) lets the retry report it.
             op.waiting_ready = res < 0;
             res >= 0
-        } else if res == -libc::EAGAIN && op.kind != Kind::Poll {
+        } else if res == -libc::EAGAIN && !matches!(op.kind, Kind::Poll | Kind::Pread) {
             op.waiting_ready = true;
             true
         } else if op.kind == Kind::Send && res > 0 && op.done + (res as usize) < op.len {
@@ -691,8 +753,8 @@ fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResul
     if let (Kind::Recv, Memory::Owned(v)) = (op.kind, &mut op.memory) {
         let written = n.min(op.len);
         // SAFETY: `v` was lent to the kernel as `op.len` bytes of room
-        // (its capacity, at least) for this receive, whose result `res`
-        // >= 0 is the count of bytes the kernel wrote from its start (the
+        // (its capacity, at least) for this receive, whose result `res` >= 0
+        // is the count of bytes the kernel wrote from its start (the
         // whole of it when `recv_rest` added more: the result then exceeds
         // `op.len`). So the first `written` bytes are initialised, and the
         // kernel is done with the buffer: this is its completion.
@@ -713,6 +775,9 @@ fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResul
         (Kind::Recv, memory @ Memory::Owned(_)) => {
             PyBytes::new(py, memory.received()).into_any().unbind()
         }
+        // The kernel wrote the first `res` bytes of the object, and is done
+        // with it: this is its completion.
+        (Kind::Pread, Memory::Bytes(obj, _)) => crate::fresh::shrunk(py, obj, n.min(op.len))?,
         (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)
             .into_pyobject(py)?
             .into_any()

@@ -1,0 +1,509 @@
+"""Files on blockio's event loop: on io_uring, a read of a ``blockio.open``
+file or of ``Engine.aread`` that the page cache cannot serve goes on the
+loop's own ring (``LoopRing.pread``: counted by its ``file_reads``), and
+none through the engine (its ``reads_started`` does not move); on the
+loop's epoll fallback, asyncio's loop and uvloop, reads go through the
+engine as before. Pages are dropped from the cache with
+``posix_fadvise(DONTNEED)`` after an ``fsync``, so that a read finds them
+uncached; the counts, not any timing, say where each read went."""
+
+import asyncio
+import errno
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import uvloop
+
+import blockio
+from blockio._engine import default_engine
+from blockio._loop import EpollEventLoop, UringEventLoop
+
+SIZE = 1 << 20
+PIECE = 4096
+
+
+@pytest.fixture
+def data_path(tmp_path):
+    """A 1 MiB file of random bytes, written out to the disk."""
+    data = random.Random(63).randbytes(SIZE)
+    p = tmp_path / "data.bin"
+    with open(p, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return p, data
+
+
+def drop_cache(path):
+    """Drops ``path``'s pages from the page cache (written out first)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def run_on(new_loop, coro):
+    loop = new_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+async def read_on_ring(f, path, at, size, attempts=100):
+    """A task reading ``size`` bytes of ``f`` (unbuffered, or with nothing
+    buffered) at ``at``, started once its read is on the running loop's
+    ring. The pages are dropped from the cache first; the page cache's own
+    read ahead (which the try on the loop's thread starts) may still bring
+    them back before the read is made, and the read is served there: it is
+    then made again. Waits for events (turns of the loop), not time."""
+    for _ in range(attempts):
+        await f.seek(at)
+        drop_cache(path)
+        before = ring_reads()
+        task = asyncio.ensure_future(f.read(size))
+        while ring_reads() == before and not task.done():
+            await asyncio.sleep(0)
+        if ring_reads() > before:
+            return task
+        await task
+    raise AssertionError(f"no read went on the loop's ring in {attempts} attempts")
+
+
+def ring_reads():
+    """The running loop's count of file reads on its ring (0 off it)."""
+    loop = asyncio.get_running_loop()
+    ring = getattr(getattr(loop, "_proactor", None), "_ring", None)
+    return ring.file_reads if ring is not None else 0
+
+
+async def random_reads(path, data, tasks=64, per_task=8):
+    """``tasks`` tasks each reading ``per_task`` random 4 KiB pieces, each
+    through its own unbuffered ``blockio.open`` file, the file's pages
+    dropped from the cache first; every piece checked. Returns the counts
+    of reads on the loop's ring and through the engine meanwhile."""
+    drop_cache(path)
+    engine = default_engine()
+    before = (ring_reads(), engine._core.reads_started)
+
+    async def reader(seed):
+        rnd = random.Random(seed)
+        async with blockio.open(path, "rb", buffering=0) as f:
+            for _ in range(per_task):
+                at = rnd.randrange(SIZE // PIECE) * PIECE
+                await f.seek(at)
+                got = await f.read(PIECE)
+                assert got == data[at:at + PIECE], f"wrong bytes at {at}"
+
+    await asyncio.gather(*(reader(i) for i in range(tasks)))
+    return ring_reads() - before[0], engine._core.reads_started - before[1]
+
+
+def test_uncached_reads_go_on_the_loops_ring_and_never_through_the_engine(data_path):
+    path, data = data_path
+    on_ring, through_engine = run_on(UringEventLoop, random_reads(path, data))
+    assert on_ring >= 1, "no read went on the loop's ring"
+    assert through_engine == 0, f"{through_engine} reads went through the engine"
+
+
+@pytest.mark.parametrize("new_loop", [EpollEventLoop, asyncio.new_event_loop, uvloop.new_event_loop],
+                         ids=["blockio-epoll", "asyncio", "uvloop"])
+def test_uncached_reads_go_through_the_engine_on_other_loops(data_path, new_loop):
+    path, data = data_path
+    on_ring, through_engine = run_on(new_loop, random_reads(path, data, tasks=8, per_task=4))
+    assert on_ring == 0
+    assert through_engine >= 1, "the engine counted no read: the count would prove nothing on the ring"
+
+
+def test_engine_aread_goes_on_the_loops_ring(data_path):
+    path, data = data_path
+
+    async def main():
+        engine = blockio.Engine()
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                drop_cache(path)
+                before = (ring_reads(), engine._core.reads_started)
+                got = await asyncio.gather(*(engine.aread(fd, offset=at, length=PIECE)
+                                             for at in range(0, SIZE, SIZE // 16)))
+                # (at the end: a short read, and past it nothing)
+                tail = await engine.aread(fd, offset=SIZE - 100, length=PIECE)
+                past = await engine.aread(fd, offset=SIZE + PIECE, length=PIECE)
+                counts = (ring_reads() - before[0], engine._core.reads_started - before[1])
+            finally:
+                os.close(fd)
+        finally:
+            engine.close()
+        return got, tail, past, counts
+
+    got, tail, past, (on_ring, through_engine) = run_on(UringEventLoop, main())
+    assert got == [data[at:at + PIECE] for at in range(0, SIZE, SIZE // 16)]
+    assert tail == data[-100:]
+    assert past == b""
+    assert on_ring >= 1
+    assert through_engine == 0
+
+
+def test_a_cancelled_read_on_the_ring_moves_nothing(data_path):
+    path, data = data_path
+
+    async def main():
+        async with blockio.open(path, "rb") as f:
+            task = await read_on_ring(f, path, PIECE, PIECE)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            told = await f.tell()
+            after = await f.read(PIECE)
+        return told, after
+
+    told, after = run_on(UringEventLoop, main())
+    assert told == PIECE
+    assert after == data[PIECE:2 * PIECE]
+
+
+def test_a_cancelled_read_lets_the_file_close_and_the_number_be_reused(data_path, tmp_path):
+    """The cancelled read's file is closed while the read may still be in
+    the kernel; a file opened next under the same number, its pages not
+    in the cache either, reads its own bytes on the ring, and the read's
+    completion reaches nothing."""
+    path, data = data_path
+    other = tmp_path / "other.bin"
+    theirs = random.Random(64).randbytes(PIECE)
+    other.write_bytes(theirs)
+
+    async def main():
+        f = await blockio.open(path, "rb", buffering=0)
+        number = f.fileno()
+        task = await read_on_ring(f, path, 0, PIECE)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await f.close()
+        async with blockio.open(other, "rb", buffering=0) as g:
+            assert g.fileno() == number, "the number was not reused: the test proves nothing"
+            got = await (await read_on_ring(g, other, 0, PIECE))
+            got += await g.read()  # (after the cancelled read's completion, if it came)
+        return got
+
+    assert run_on(UringEventLoop, main()) == theirs
+
+
+def test_a_read_on_the_ring_reads_its_file_though_the_number_is_closed_and_reused(data_path, tmp_path):
+    """``Engine.aread`` of a descriptor whose number is closed, and taken
+    by another file, while the read is on the ring: the read's bytes are
+    its own file's, never the other's."""
+    path, data = data_path
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x" * PIECE)
+
+    async def main():
+        engine = default_engine()
+        fd = os.open(path, os.O_RDONLY)
+        drop_cache(path)
+        before = ring_reads()
+        task = asyncio.ensure_future(engine.aread(fd, offset=PIECE, length=PIECE))
+        while ring_reads() == before and not task.done():
+            await asyncio.sleep(0)
+        os.close(fd)
+        fd2 = os.open(other, os.O_RDONLY)
+        try:
+            assert fd2 == fd, "the number was not reused: the test proves nothing"
+            return await task, ring_reads() - before
+        finally:
+            os.close(fd2)
+
+    got, on_ring = run_on(UringEventLoop, main())
+    assert got == data[PIECE:2 * PIECE]
+    assert on_ring == 1
+
+
+def test_loop_close_with_a_file_read_in_flight(data_path):
+    """The loop is closed while a file's read is on its ring, its task
+    waiting: the loop is stopped in the turn that submits the read (its
+    ring's read wrapped to stop it), so no wait for completions comes
+    between the submission and the close (a read the page cache served
+    ends its turn too, and is made again). The close leaves the task
+    pending (the ring frees the read's memory once the kernel has
+    answered), and the file, which outlives the loop, is closed on
+    another, its close saying that its read was cut short, as on every
+    loop."""
+    path, data = data_path
+    loop = UringEventLoop()
+    submit = loop._ring_pread
+
+    def submit_and_stop(*args):
+        fut = submit(*args)
+        loop.stop()
+        return fut
+
+    try:
+        f = loop.run_until_complete(blockio.open(path, "rb", buffering=0))
+        loop._ring_pread = submit_and_stop
+        for _ in range(100):
+            drop_cache(path)
+            task = loop.create_task(f.read(PIECE))
+            task.add_done_callback(lambda _: loop.stop())
+            loop.run_forever()
+            if not task.done():
+                break
+            assert task.result() == data[:PIECE]
+            loop.run_until_complete(f.seek(0))
+    finally:
+        loop.close()
+    assert not task.done(), "each of 100 reads was served by the page cache, or the close completed one"
+    assert loop._proactor is None
+    with pytest.raises(RuntimeError, match="its event loop was closed while it was in progress"):
+        run_on(UringEventLoop, f.close())
+    assert f.closed
+    del task
+
+
+@pytest.mark.parametrize("flags", [os.O_WRONLY, os.O_RDONLY | os.O_DIRECT, os.O_RDONLY | os.O_NONBLOCK],
+                         ids=["write-only", "O_DIRECT", "non-blocking"])
+def test_a_read_the_ring_cannot_serve_goes_through_the_engine_before_any_wait(data_path, tmp_path, flags):
+    """A descriptor the ring does not serve is sent to the engine when the
+    call is made, which holds its own duplicate: the number closed (and
+    taken by another file) while the read waits changes nothing. A
+    write-only descriptor's ``EBADF`` names the file, offset and length."""
+    path, data = data_path
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x" * SIZE)
+
+    async def main():
+        engine = default_engine()
+        fd = os.open(path, flags)
+        drop_cache(path)
+        before = (ring_reads(), engine._core.reads_started)
+        task = asyncio.ensure_future(engine.aread(fd, offset=0, length=PIECE))
+        await asyncio.sleep(0)
+        os.close(fd)
+        fd2 = os.open(other, os.O_RDONLY)
+        try:
+            assert fd2 == fd, "the number was not reused: the test proves nothing"
+            try:
+                got = await task
+            except OSError as e:
+                got = e
+        finally:
+            os.close(fd2)
+        return fd, got, ring_reads() - before[0], engine._core.reads_started - before[1]
+
+    fd, got, on_ring, through_engine = run_on(UringEventLoop, main())
+    assert on_ring == 0
+    if flags == os.O_WRONLY:
+        assert isinstance(got, OSError) and got.errno == errno.EBADF
+        assert str(got) == f"[Errno 9] read of {PIECE} bytes at offset 0 on fd {fd} failed: Bad file descriptor"
+    else:
+        assert got == data[:PIECE]
+        assert through_engine == 1
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char-device"])
+def test_a_fifo_or_device_opened_by_path_is_never_read_on_the_ring(tmp_path, kind):
+    """A FIFO or character device opened with ``os.open`` (whose flags
+    look like a regular file's) is told apart by ``fstat`` and read as on
+    every loop, never by the ring's ``pread``."""
+
+    async def main():
+        engine = default_engine()
+        if kind == "fifo":
+            path = tmp_path / "fifo"
+            os.mkfifo(path)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            wfd = os.open(path, os.O_WRONLY)
+            os.write(wfd, b"m" * 100)
+        else:
+            fd, wfd = os.open("/dev/zero", os.O_RDONLY), None
+        try:
+            before = (ring_reads(), engine._core.reads_started)
+            got = await engine.aread(fd, offset=0, length=PIECE)
+            return got, ring_reads() - before[0], engine._core.reads_started - before[1]
+        finally:
+            os.close(fd)
+            if wfd is not None:
+                os.close(wfd)
+
+    got, on_ring, through_engine = run_on(UringEventLoop, main())
+    assert got == (b"m" * 100 if kind == "fifo" else bytes(PIECE))
+    assert on_ring == 0
+    if kind == "fifo":  # (/dev/zero's read is served on the loop's thread, where the page cache's are)
+        assert through_engine == 1
+
+
+@pytest.mark.parametrize("into", [False, True], ids=["aread", "areadinto"])
+def test_a_read_the_ring_fails_raises_its_error_naming_the_file(data_path, into):
+    """A read the kernel fails on the ring raises that error, worded as
+    the engine's (the file, offset and length), and is not made again
+    through the engine by the number, which may name another file by
+    then. The failure is the loop's: its ring's read is replaced by one
+    whose future fails with ``EIO``."""
+    path, data = data_path
+
+    def failing(*args):
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_exception(OSError(errno.EIO, os.strerror(errno.EIO)))
+        return fut
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop._ring_pread = loop._ring_pread_into = failing
+        engine = default_engine()
+        before = engine._core.reads_started
+        async with blockio.open(path, "rb", buffering=0) as f:
+            drop_cache(path)
+            with pytest.raises(OSError) as e:
+                if into:
+                    await engine.areadinto(f, bytearray(PIECE), PIECE)
+                else:
+                    await engine.aread(f, offset=PIECE, length=PIECE)
+            return f.fileno(), e.value, engine._core.reads_started - before
+
+    fd, e, through_engine = run_on(UringEventLoop, main())
+    assert e.errno == errno.EIO
+    assert e.filename == str(path)
+    assert e.strerror == f"read of {PIECE} bytes at offset {PIECE} on fd {fd} failed: {os.strerror(errno.EIO)}"
+    assert through_engine == 0
+
+
+def test_a_large_read_on_the_ring_holds_its_length_once(tmp_path):
+    """The kernel reads into the ``bytes`` object the read returns: a read
+    of 64 MiB on the ring raises the process's peak memory (its
+    ``VmHWM``, in a fresh interpreter) by about 64 MiB, not the 128
+    MiB of a buffer of the ring's and then a copy of it (the peak reset
+    first through ``/proc/self/clear_refs``)."""
+    size = 64 << 20
+    p = tmp_path / "big.bin"
+    with open(p, "wb") as f:
+        f.write(b"\x5a" * size)
+        f.flush()
+        os.fsync(f.fileno())
+    drop_cache(p)
+    program = textwrap.dedent(f"""
+        import asyncio, os
+        from blockio._engine import default_engine
+        from blockio._loop import UringEventLoop
+
+        def peak(reset=False):
+            # The peak of the process's resident memory in KiB (VmHWM),
+            # reset to what it holds now first if `reset`.
+            if reset:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")
+            with open("/proc/self/status") as f:
+                return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+
+        async def main():
+            engine = default_engine()
+            fd = os.open({str(p)!r}, os.O_RDONLY)
+            ring = asyncio.get_running_loop()._proactor._ring
+            await engine.aread(fd, offset=0, length=4096)  # (the engine's own set-up, before the count)
+            before = (peak(reset=True), ring.file_reads)
+            got = await engine.aread(fd, offset=4096, length={size} - 4096)
+            after = (peak(), ring.file_reads)
+            assert got == b"\\x5a" * ({size} - 4096)
+            print(after[0] - before[0], after[1] - before[1])
+
+        loop = UringEventLoop()
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    grown_kib, on_ring = map(int, out.stdout.split())
+    assert on_ring == 1
+    assert grown_kib < (size * 3 // 2) >> 10, f"the read raised the peak by {grown_kib} KiB for {size >> 10} KiB"
+
+
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_reading_a_whole_uncached_file_goes_on_the_loops_ring(data_path, buffering):
+    path, data = data_path
+
+    async def main():
+        engine = default_engine()
+        drop_cache(path)
+        before = (ring_reads(), engine._core.reads_started)
+        async with blockio.open(path, "rb", buffering=buffering) as f:
+            got = await f.read()
+        return got, ring_reads() - before[0], engine._core.reads_started - before[1]
+
+    got, on_ring, through_engine = run_on(UringEventLoop, main())
+    assert got == data
+    assert on_ring >= 1
+    assert through_engine == 0
+
+
+def test_a_forked_child_reads_on_its_own_loops_ring(data_path):
+    """After ``fork()`` the child's new loop has a ring of its own, and the
+    child's reads go there (the default engine is the child's own too)."""
+    path, data = data_path
+
+    async def child_main():
+        drop_cache(path)
+        before = (ring_reads(), default_engine()._core.reads_started)
+        async with blockio.open(path, "rb") as f:
+            got = await f.read()
+        return got == data, ring_reads() - before[0], default_engine()._core.reads_started - before[1]
+
+    run_on(UringEventLoop, random_reads(path, data, tasks=2, per_task=2))  # (the parent's engine and a ring used)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            same, on_ring, through_engine = run_on(UringEventLoop, child_main())
+            code = 0 if same and on_ring >= 1 and through_engine == 0 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_readinto_goes_on_the_loops_ring(data_path, buffering):
+    path, data = data_path
+
+    async def main():
+        engine = default_engine()
+        buf = bytearray(3 * PIECE)
+        async with blockio.open(path, "rb", buffering=buffering) as f:
+            await f.seek(5)
+            drop_cache(path)
+            before = (ring_reads(), engine._core.reads_started)
+            n = await f.readinto(buf)
+            told = await f.tell()
+            # (past the end: a short read, then nothing)
+            await f.seek(SIZE - 10)
+            tail = bytearray(PIECE)
+            m = await f.readinto(tail)
+            o = await f.readinto(tail)
+        return n, bytes(buf), told, m, bytes(tail[:m]), o, ring_reads() - before[0], \
+            engine._core.reads_started - before[1]
+
+    n, got, told, m, tail, o, on_ring, through_engine = run_on(UringEventLoop, main())
+    assert (n, told) == (3 * PIECE, 5 + 3 * PIECE)
+    assert got == data[5:5 + 3 * PIECE]
+    assert (m, tail, o) == (10, data[-10:], 0)
+    assert on_ring >= 1
+    assert through_engine == 0
+
+
+def test_readinto_a_buffer_the_ring_refuses_is_refused_as_before(data_path):
+    path, _data = data_path
+
+    async def main():
+        async with blockio.open(path, "rb", buffering=0) as f:
+            with pytest.raises(TypeError):
+                await f.readinto(b"read-only")
+            return await f.tell()
+
+    assert run_on(UringEventLoop, main()) == 0
