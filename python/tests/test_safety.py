@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 
 import blockio
 
-from test_asyncio import loops, run
+import loops as loop_kinds
+from test_asyncio import run
 from waits import await_until, watched
 
 
-@pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
+@pytest.mark.parametrize("loop_factory", [None, loop_kinds.FACTORIES["uvloop"]], ids=["asyncio", "uvloop"])
 @pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_a_cancelled_write_never_lands_in_another_file(tmp_path, loop_factory, backend):
     """The reported case: the queue is full of reads waiting on pipes, a
