@@ -87,6 +87,9 @@ class _Descriptor:
         #: The writes of the file over this descriptor, queued in the core
         #: (a seekable file's, set by the file): see `Engine._awrite_kept`.
         self.writes: Optional[WriteQueue] = None
+        #: Whether those writes may be made on the loop's thread (a
+        #: buffered file's: see `Engine._awrite_kept`).
+        self.inline_writes = False
 
     def _share(self) -> None:
         if self.on_share is not None:
@@ -1124,24 +1127,48 @@ class Engine:
         ``follows``: whether the offset follows from the writes placed in
         the file's write queue before it (see `WriteQueue.start`). Under
         trio, :meth:`awrite` (the file's write runs in a shielded
-        cancel scope there), and ``placed`` is not run."""
+        cancel scope there), and ``placed`` is not run. A buffered file's
+        write (``inline_writes`` of its descriptor), with none of the
+        file's writes unfinished, is made on the loop's thread when the
+        kernel takes it at once (``WriteQueue.write_now``), and returns
+        without yielding: a flush of a few KiB costs about the built-in's
+        write, not a submission and a wake-up of the loop. An unbuffered
+        file's writes keep going through the engine: each yields once
+        before it returns, so that the calls made behind it run in their
+        turn, as the tests of the write queue's order expect."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return await self.awrite(file, data, offset)
+        writes = None
+        inline = False
+        if type(file) is _Descriptor:
+            writes, num, inline = file.writes, file.num, file.inline_writes
+        if writes is not None:
+            flat = _flat(data)
+        if writes is not None and inline:
+            # With none of the file's writes unfinished, made on this
+            # thread when the kernel takes it at once: no submission, no
+            # wake-up.
+            try:
+                now: Optional[int] = writes.write_now(self._core, num, flat, offset)
+            except OverflowError:
+                raise _out_of_range(None, [offset], "ops") from None
+            if now is not None:
+                if placed is not None:
+                    placed()
+                if cancelled is not None:
+                    raise _KeptCancel(now, cancelled)
+                return now
         if loop is not self._loop:
             self._attach(loop)
         fut = loop.create_future()
-        writes = None
-        if type(file) is _Descriptor:
-            writes, num = file.writes, file.num
         try:
             if writes is not None:
                 # Queued in the core behind the file's writes not finished:
                 # the core submits it once they complete, whatever becomes
                 # of this task or its loop. (The core holds the buffer; the
                 # waiter keeps the file, which its call found open.)
-                flat = _flat(data)
                 token: int = writes.start(self._core, (fut, file), num, flat, offset, follows)
             else:
                 token = self._core.submit_write((fut, [(file, data, offset)]), [(_fd(file), _flat(data), offset)])

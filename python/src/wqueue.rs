@@ -79,6 +79,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::fsjobs::{FsCall, JobFuture, Out, PoolHandle};
+use crate::inline_write::InlineWrites;
 use crate::lent::Lent;
 use crate::*;
 
@@ -95,6 +96,9 @@ struct Writes {
     /// thread that raises it from 0 runs [`Writes::advance`] until no
     /// request came meanwhile; the others return at once.
     pokes: AtomicUsize,
+    /// How the file's writes are made on the calling thread, when the
+    /// chain is empty ([`WriteQueue::write_now`]).
+    inline: InlineWrites,
 }
 
 /// The writes (and truncations) of one file not finished yet.
@@ -131,6 +135,10 @@ struct Chain {
     /// `truncate()` at the position placed behind reports (or cuts at)
     /// the planned one less this.
     lost: u64,
+    /// The writes submitted to the engine so far (each part of a write
+    /// the kernel cut short counted once), for the tests that tell the
+    /// writes made inline from these ([`WriteQueue::write_counts`]).
+    submitted: u64,
     /// The last [`Mark`] of the end answered (its token and value), for
     /// the marks placed relative to it and for a call that took the queue
     /// over from the one that placed it, whose loop was closed.
@@ -460,6 +468,7 @@ impl Chain {
                 match res {
                     Ok(n) if n > 0 && run.done + n < run.total => {
                         run.done += n;
+                        self.submitted += 1;
                         run.resubmit(buf.into_inner());
                         continue;
                     }
@@ -520,7 +529,10 @@ impl Chain {
     fn begin(&mut self, next: Entry) -> Vec<Waker> {
         let mut woken = Vec::new();
         match next {
-            Entry::Write(placed) => self.running = Some(Running::start(placed)),
+            Entry::Write(placed) => {
+                self.submitted += 1;
+                self.running = Some(Running::start(placed));
+            }
             Entry::Mark(mut mark) => match mark.end.take() {
                 Some((call, pool)) => match pool.submit(call) {
                     Ok(job) => self.sizing = Some(Sizing { job, mark }),
@@ -999,8 +1011,60 @@ impl WriteQueue {
             writes: Arc::new(Writes {
                 chain: Mutex::new(Chain::default()),
                 pokes: AtomicUsize::new(0),
+                inline: InlineWrites::default(),
             }),
         }
+    }
+
+    /// Writes `data` at `offset` of `fd` (its end in append mode) on the
+    /// calling thread, when no entry of the queue is unfinished, none
+    /// failed that its call has not taken, and the kernel can take the
+    /// bytes without waiting on a device or a server
+    /// ([`crate::inline_write`]): the bytes written, all or, when a limit
+    /// (`EFBIG`, `ENOSPC`) stopped the rest, a part; the caller writes the
+    /// rest as any write, which meets the limit. `None` when nothing was
+    /// written: the caller places the write ([`WriteQueue::start`]). The
+    /// chain's lock is held for the write, so that no entry placed from
+    /// another thread meanwhile goes ahead of it.
+    fn write_now(
+        &self,
+        core: &Bound<'_, Core>,
+        fd: RawFd,
+        data: &Bound<'_, PyAny>,
+        offset: i64,
+    ) -> PyResult<Option<usize>> {
+        let Ok(offset) = u64::try_from(offset) else {
+            return Ok(None);
+        };
+        if core.borrow().check().is_err() {
+            return Ok(None); // (the placed write reports it)
+        }
+        let buf = readable(data)?;
+        if buf.len_bytes() == 0 {
+            return Ok(None);
+        }
+        let c = self.writes.lock();
+        let clear =
+            c.broken.is_none() && c.shift == 0 && c.failed.is_empty() && c.withdrawn.is_empty();
+        if !c.is_idle() || !clear {
+            return Ok(None);
+        }
+        // SAFETY: `buf` is a C-contiguous buffer (`readable`) of
+        // `len_bytes` bytes from `buf_ptr`, exported for as long as `buf`
+        // lives, which outlives the slice; the GIL is held, so no Python
+        // code changes its bytes meanwhile.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(buf.buf_ptr().cast::<u8>(), buf.len_bytes()) };
+        Ok(self.writes.inline.write(fd, bytes, offset))
+    }
+
+    /// The writes made so far: inline ([`WriteQueue::write_now`]),
+    /// submitted to the engine ([`Chain::submitted`]), and the inline ones
+    /// that waited in the kernel, each of which sends the file's next
+    /// `inline_write::AFTER_WAIT` writes to the engine.
+    fn write_counts(&self) -> (u64, u64, u64) {
+        let (made, waited) = self.writes.inline.counts();
+        (made, self.writes.lock().submitted, waited)
     }
 
     /// Places a write of `data` at `offset` of `fd` (ignored in append
