@@ -39,7 +39,7 @@ TURN_UNIT: int
 #: of the event loop between two.
 INLINE_PIECE: int
 #: The writes of a file sent to the engine after one of its writes made
-#: on the loop's thread waited in the kernel (``WriteQueue.write_now``).
+#: on the loop's thread took longer than 2 ms (``WriteQueue.write_now``).
 INLINE_WRITE_AFTER_WAIT: int
 #: The longest ``read(n)`` served inline (in pieces); longer ones go to
 #: the engine.

@@ -18,12 +18,13 @@
 //! wait on a server), never. A plain write still waits where the kernel
 //! throttles writers whose dirty pages the disk lags behind (or on a
 //! lock another writer of the file holds), as the built-in file's does:
-//! a write that waited so sends the file's next [`AFTER_WAIT`] writes to
-//! the engine.
+//! a write that took longer than [`SLOW`] sends the file's next
+//! [`AFTER_WAIT`] writes to the engine.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 use rustix::io::{Errno, ReadWriteFlags};
 
@@ -33,9 +34,13 @@ use rustix::io::{Errno, ReadWriteFlags};
 /// of the event loop (see `inline_read::INLINE_PIECE`).
 pub(crate) const INLINE_WRITE_MAX: usize = crate::turns::TURN_BYTES;
 
-/// A plain write made inline that waited in the kernel (the calling
-/// thread slept: a voluntary context switch, which being preempted is
-/// not) sends the next this many writes of its file to the engine.
+/// A plain write made inline that took longer than this (it waited in
+/// the kernel, or the thread was preempted meanwhile, which a clock read
+/// without a system call cannot tell apart) sends the next
+/// [`AFTER_WAIT`] writes of its file to the engine.
+pub(crate) const SLOW: Duration = Duration::from_millis(2);
+
+/// See [`SLOW`].
 pub(crate) const AFTER_WAIT: u32 = 64;
 
 /// How a file's writes are made inline, found at its first write.
@@ -70,15 +75,15 @@ const EXT_MAGIC: i64 = 0xEF53;
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// The inline writes of one file object (one write queue): how they are
-/// made, and how many writes are still sent to the engine after one
-/// that waited.
+/// made, and how many writes are still sent to the engine after a
+/// slow one.
 #[derive(Default)]
 pub(crate) struct InlineWrites {
     way: AtomicU8,
     skip: AtomicU32,
     /// The writes made inline so far.
     made: AtomicU64,
-    /// Those of them that waited in the kernel ([`AFTER_WAIT`]).
+    /// Those of them that took longer than [`SLOW`].
     waited: AtomicU64,
 }
 
@@ -124,9 +129,9 @@ impl InlineWrites {
                 if !edges_cached(file, off, buf.len(), append)? {
                     return None;
                 }
-                let before = voluntary_switches();
+                let began = Instant::now();
                 let n = pwrite(file, buf, off, ReadWriteFlags::empty()).ok();
-                if n.is_some() && voluntary_switches() != before {
+                if n.is_some() && began.elapsed() > SLOW {
                     self.skip.store(AFTER_WAIT, Ordering::Relaxed);
                     self.waited.fetch_add(1, Ordering::Relaxed);
                 }
@@ -136,8 +141,8 @@ impl InlineWrites {
         }
     }
 
-    /// The writes made inline so far, and those of them that waited in
-    /// the kernel: for the tests that tell them from the engine's.
+    /// The writes made inline so far, and those of them that took longer
+    /// than [`SLOW`]: for the tests that tell them from the engine's.
     pub(crate) fn counts(&self) -> (u64, u64) {
         (
             self.made.load(Ordering::Relaxed),
@@ -187,10 +192,14 @@ fn find_way(file: BorrowedFd<'_>) -> Way {
 /// file, are in the page cache: the kernel reads such a page before it
 /// writes into it. `None` if the file's size could not be had.
 fn edges_cached(file: BorrowedFd<'_>, off: u64, len: usize, append: bool) -> Option<bool> {
-    let size = u64::try_from(rustix::fs::fstat(file).ok()?.st_size).ok()?;
     let page = rustix::param::page_size() as u64;
+    let len = u64::try_from(len).ok()?;
+    if !append && off % page == 0 && off.checked_add(len)? % page == 0 {
+        return Some(true); // (whole pages: none is read)
+    }
+    let size = u64::try_from(rustix::fs::fstat(file).ok()?.st_size).ok()?;
     let start = if append { size } else { off };
-    let end = start.checked_add(u64::try_from(len).ok()?)?;
+    let end = start.checked_add(len)?;
     let first = start - start % page;
     let last = end - end % page;
     // (the first page holds bytes of the file before the write's own; the
@@ -256,19 +265,5 @@ fn pwrite(
     match rustix::io::pwritev2(file, &[IoSlice::new(buf)], off, flags)? {
         0 => Err(rustix::io::Errno::NOSPC),
         n => Ok(n),
-    }
-}
-
-/// The calling thread's voluntary context switches so far (`getrusage`
-/// of `RUSAGE_THREAD`: rustix has no `getrusage`), or 0 if it fails.
-fn voluntary_switches() -> libc::c_long {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes one `struct rusage` into `usage`, a zeroed
-    // one alive for the call; read only if it succeeded (else 0).
-    unsafe {
-        if libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) != 0 {
-            return 0;
-        }
-        usage.assume_init().ru_nvcsw
     }
 }

@@ -1023,7 +1023,9 @@ impl WriteQueue {
     /// ([`crate::inline_write`]): the bytes written, all or, when a limit
     /// (`EFBIG`, `ENOSPC`) stopped the rest, a part; the caller writes the
     /// rest as any write, which meets the limit. `None` when nothing was
-    /// written: the caller places the write ([`WriteQueue::start`]). The
+    /// written: the caller places the write ([`WriteQueue::start`]); so
+    /// also when the thread's turn of the event loop is due
+    /// ([`crate::turns`]), which the placed write's await takes. The
     /// chain's lock is held for the write, so that no entry placed from
     /// another thread meanwhile goes ahead of it.
     fn write_now(
@@ -1038,6 +1040,11 @@ impl WriteQueue {
         };
         if core.borrow().check().is_err() {
             return Ok(None); // (the placed write reports it)
+        }
+        // (a call that returns without suspending: its turn of the event
+        // loop, when due, is taken by the placed write's await)
+        if crate::turns::due() {
+            return Ok(None);
         }
         let buf = readable(data)?;
         if buf.len_bytes() == 0 {
@@ -1055,12 +1062,16 @@ impl WriteQueue {
         // code changes its bytes meanwhile.
         let bytes =
             unsafe { std::slice::from_raw_parts(buf.buf_ptr().cast::<u8>(), buf.len_bytes()) };
-        Ok(self.writes.inline.write(fd, bytes, offset))
+        let written = self.writes.inline.write(fd, bytes, offset);
+        if let Some(n) = written {
+            crate::turns::served(n);
+        }
+        Ok(written)
     }
 
     /// The writes made so far: inline ([`WriteQueue::write_now`]),
     /// submitted to the engine ([`Chain::submitted`]), and the inline ones
-    /// that waited in the kernel, each of which sends the file's next
+    /// that took longer than `inline_write::SLOW`, each of which sends the file's next
     /// `inline_write::AFTER_WAIT` writes to the engine.
     fn write_counts(&self) -> (u64, u64, u64) {
         let (made, waited) = self.writes.inline.counts();
