@@ -5,17 +5,17 @@
 //! written, and the write goes to the engine. Through the engine a 4 KiB
 //! write (a buffered file's flush) costs a submission, a completion on
 //! another thread and a wake-up of the event loop, tens of µs; made
-//! inline, about what the built-in file's `write` costs
-//! (`docs/benchmarks.md`, "Small writes made inline").
+//! inline, a few µs (`docs/benchmarks.md`, "Small writes made inline").
 //!
 //! How a file's writes are made inline is found at its first write
-//! ([`Way`]): on a file system that takes buffered writes with
-//! `RWF_NOWAIT` (XFS, btrfs), with that flag, the kernel refusing
-//! (`EAGAIN`) what would wait; on ext2/3/4 and tmpfs, which refuse the
-//! flag for buffered writes, with a plain `pwritev2` once the pages the
-//! write only partly covers are found in the page cache (a write into a
-//! page not cached reads it first); on any other (NFS, FUSE: a write may
-//! wait on a server), never. A plain write still waits where the kernel
+//! ([`Way`]): on ext2/3/4 and tmpfs, which refuse `RWF_NOWAIT` for
+//! buffered writes, with a plain `pwritev2` once the pages the write only
+//! partly covers are found in the page cache (a write into a page not
+//! cached reads it first); on any other file system with `RWF_NOWAIT`,
+//! the kernel refusing (`EAGAIN`) what would wait (XFS and btrfs take the
+//! flag for buffered writes), and never once the file system refused the
+//! flag itself (`EOPNOTSUPP`), as one whose writes may wait on a server
+//! does; never on a file that is not a regular one. A plain write still waits where the kernel
 //! throttles writers whose dirty pages the disk lags behind (or on a
 //! lock another writer of the file holds), as the built-in file's does:
 //! a write that took longer than [`SLOW`] sends the file's next
