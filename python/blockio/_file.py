@@ -546,8 +546,8 @@ class AsyncFile(FileState, LineReader[bytes]):
         self._calls.settle_writes = settle_writes
         self._serve(self._calls.free, engine._core, desc.num, buffer_size, write_buffer_size)
         # A buffered file's writes (its flushes) may be made on the loop's
-        # thread (see `Engine._awrite_kept`).
-        desc.inline_writes = desc.writes is not None and self._bufsize > 0
+        # thread if its engine was asked for it (see `Engine._write_now`).
+        desc.inline_writes = engine._inline_writes and desc.writes is not None and self._bufsize > 0
         self._calls.turn_due = turn_due
         self._update_inline()
 

@@ -1,24 +1,28 @@
 //! Writes made inline: a file object's write to a regular file with no
-//! entry of its write queue unfinished ([`crate::wqueue`]) is made on the
-//! calling thread, holding the GIL, with one `pwritev2`, when the kernel
-//! can take it without waiting on a device or a server; else nothing is
-//! written, and the write goes to the engine. Through the engine a 4 KiB
-//! write (a buffered file's flush) costs a submission, a completion on
-//! another thread and a wake-up of the event loop, tens of µs; made
-//! inline, a few µs (`docs/benchmarks.md`, "Small writes made inline").
+//! entry of its write queue unfinished ([`crate::wqueue`]) made on the
+//! calling thread, with one `pwritev2` and the GIL let go, when the
+//! engine was asked for it (`Engine(inline_writes=True)`); else the write
+//! goes to the engine. Through the engine a 4 KiB write (a buffered
+//! file's flush) costs a submission, a completion on another thread and
+//! a wake-up of the event loop, tens of µs; made inline, a few µs
+//! (`docs/benchmarks.md`, "Small writes made inline").
+//!
+//! The cost is the built-in file's: the event loop's thread waits for
+//! as long as the kernel holds the write, where it throttles writers
+//! whose dirty pages the disk lags behind, where another writer of the
+//! file holds its inode's lock, and for as long as the file system is
+//! frozen (`fsfreeze`, a snapshot). So it is off by default: by default
+//! the loop's thread never waits on a file system.
 //!
 //! How a file's writes are made inline is found at its first write
-//! ([`Way`]): on ext2/3/4 and tmpfs, which refuse `RWF_NOWAIT` for
-//! buffered writes, with a plain `pwritev2` once the pages the write only
-//! partly covers are found in the page cache (a write into a page not
-//! cached reads it first); on any other file system with `RWF_NOWAIT`,
-//! the kernel refusing (`EAGAIN`) what would wait (XFS and btrfs take the
-//! flag for buffered writes), and never once the file system refused the
-//! flag itself (`EOPNOTSUPP`), as one whose writes may wait on a server
-//! does; never on a file that is not a regular one. A plain write still waits where the kernel
-//! throttles writers whose dirty pages the disk lags behind (or on a
-//! lock another writer of the file holds), as the built-in file's does:
-//! a write that took longer than [`SLOW`] sends the file's next
+//! ([`Way`]): on ext2/3/4 and tmpfs with a plain `pwritev2`, once the
+//! pages the write only partly covers are found in the page cache (a
+//! write into a page not cached reads it first); never on any other file
+//! system, nor on a file that is not a regular one. (`RWF_NOWAIT`, which
+//! would refuse a write that waits, is no way: ext4 and tmpfs refuse the
+//! flag for buffered writes, overlayfs too, and XFS answers every
+//! buffered write with it `EAGAIN`, as the write would update the file's
+//! times.) A write that took longer than [`SLOW`] sends the file's next
 //! [`AFTER_WAIT`] writes to the engine.
 
 use std::io::{IoSlice, IoSliceMut};
@@ -26,7 +30,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use rustix::io::{Errno, ReadWriteFlags};
+use rustix::io::ReadWriteFlags;
 
 /// The longest write made inline: a flush of a buffer the size of the
 /// built-in's default, or larger ones a program asked for, up to the
@@ -49,21 +53,17 @@ pub(crate) const AFTER_WAIT: u32 = 64;
 enum Way {
     /// Not found yet.
     Unknown = 0,
-    /// `pwritev2(RWF_NOWAIT)`.
-    NoWait = 1,
     /// A plain `pwritev2`, the pages partly covered being cached.
-    Plain = 2,
-    /// Never: not a regular file, or a file system that may wait on a
-    /// server, or one that refused `RWF_NOWAIT`.
-    Never = 3,
+    Plain = 1,
+    /// Never: not a regular file, or not on ext2/3/4 or tmpfs.
+    Never = 2,
 }
 
 impl Way {
     fn from_u8(v: u8) -> Way {
         match v {
-            1 => Way::NoWait,
-            2 => Way::Plain,
-            3 => Way::Never,
+            1 => Way::Plain,
+            2 => Way::Never,
             _ => Way::Unknown,
         }
     }
@@ -89,8 +89,8 @@ pub(crate) struct InlineWrites {
 
 impl InlineWrites {
     /// Writes `buf` at `off` of `fd` (at its end if `fd` is in append
-    /// mode) on the calling thread if the kernel can take it without
-    /// waiting (see the module's documentation): the bytes written, all
+    /// mode) on the calling thread if it can be (see the module's
+    /// documentation), `fd` held open by the caller: the bytes written, all
     /// of them or a part (the rest stopped by a limit, `EFBIG` or
     /// `ENOSPC`, which the engine then meets and reports); `None` if
     /// nothing was written. An error is never reported from here: the
@@ -113,17 +113,11 @@ impl InlineWrites {
             self.skip.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        // SAFETY: the descriptor stays open for the call: it is the file
-        // object's, whose call (holding the GIL) this is.
+        // SAFETY: the descriptor stays open for the call: the caller
+        // borrowed it from the file object that owns it, whose close waits
+        // until it is given back (`Core::borrow_fd`).
         let file = unsafe { BorrowedFd::borrow_raw(fd) };
         match self.way(file) {
-            Way::NoWait => match pwrite(file, buf, off, ReadWriteFlags::NOWAIT) {
-                Err(Errno::OPNOTSUPP | Errno::INVAL) => {
-                    self.way.store(Way::Never as u8, Ordering::Relaxed);
-                    None
-                }
-                other => self.made(other.ok()),
-            },
             Way::Plain => {
                 let append = flags & libc::O_APPEND != 0;
                 if !edges_cached(file, off, buf.len(), append)? {
@@ -182,8 +176,7 @@ fn find_way(file: BorrowedFd<'_>) -> Way {
     #[allow(clippy::unnecessary_cast)]
     match rustix::fs::fstatfs(file) {
         Ok(fs) if matches!(fs.f_type as i64, EXT_MAGIC | TMPFS_MAGIC) => Way::Plain,
-        Ok(_) => Way::NoWait,
-        Err(_) => Way::Never,
+        _ => Way::Never,
     }
 }
 
@@ -215,34 +208,27 @@ fn edges_cached(file: BorrowedFd<'_>, off: u64, len: usize, append: bool) -> Opt
 /// writing), else a one-byte `preadv2(RWF_NOWAIT)`, which a descriptor
 /// not open for reading refuses (the page then counts as not cached).
 fn page_cached(file: BorrowedFd<'_>, at: u64, page: u64) -> bool {
-    #[repr(C)]
-    struct Range {
-        off: u64,
-        len: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct Stat {
-        nr_cache: u64,
-        nr_dirty: u64,
-        nr_writeback: u64,
-        nr_evicted: u64,
-        nr_recently_evicted: u64,
-    }
-    /// `cachestat`'s number (the same on every architecture; neither
-    /// rustix nor libc has the call for x86-64).
-    const SYS_CACHESTAT: libc::c_long = 451;
-    let range = Range { off: at, len: page };
-    let mut stat = Stat::default();
+    use linux_raw_sys::general::{__NR_cachestat, cachestat, cachestat_range};
+    let range = cachestat_range { off: at, len: page };
+    let mut stat = cachestat {
+        nr_cache: 0,
+        nr_dirty: 0,
+        nr_writeback: 0,
+        nr_evicted: 0,
+        nr_recently_evicted: 0,
+    };
+    // (rustix has no `cachestat`: the raw call, its number and structures
+    // linux-raw-sys's)
     // SAFETY: cachestat reads one `cachestat_range` from `range` and
-    // writes one `struct cachestat` into `stat`, both `repr(C)` as the
-    // kernel's (`<linux/mman.h>`) and alive for the call; flags 0.
+    // writes one `struct cachestat` into `stat`, both the kernel's
+    // layout (linux-raw-sys's bindings of `<linux/mman.h>`) and alive
+    // for the call; flags 0.
     let r = unsafe {
         libc::syscall(
-            SYS_CACHESTAT,
+            libc::c_long::from(__NR_cachestat),
             file.as_raw_fd(),
-            &range as *const Range,
-            &mut stat as *mut Stat,
+            &range as *const cachestat_range,
+            &mut stat as *mut cachestat,
             0u32,
         )
     };

@@ -139,6 +139,9 @@ struct Chain {
     /// the kernel cut short counted once), for the tests that tell the
     /// writes made inline from these ([`WriteQueue::write_counts`]).
     submitted: u64,
+    /// A write made inline is in progress ([`WriteQueue::write_now`]),
+    /// the GIL let go: the entries placed meanwhile wait behind it.
+    inline: bool,
     /// The last [`Mark`] of the end answered (its token and value), for
     /// the marks placed relative to it and for a call that took the queue
     /// over from the one that placed it, whose loop was closed.
@@ -513,6 +516,9 @@ impl Chain {
                     woken.extend(self.answer_end(sizing.mark, res));
                 }
             }
+            if self.inline {
+                return woken; // (the write made inline kicks the chain)
+            }
             let Some(next) = self.queued.pop_front() else {
                 woken.append(&mut self.idle);
                 return woken;
@@ -721,6 +727,7 @@ impl Chain {
     /// Whether no entry is in progress nor queued.
     fn is_idle(&self) -> bool {
         self.running.is_none()
+            && !self.inline
             && self.cutting.is_none()
             && self.sizing.is_none()
             && self.queued.is_empty()
@@ -989,6 +996,20 @@ impl WriteQueue {
         self.writes.kick();
     }
 
+    /// Marks a write made inline in progress if no entry of the queue is
+    /// unfinished and none failed that its call has not taken: whether
+    /// it did.
+    fn begin_inline(&self) -> bool {
+        let mut c = self.writes.lock();
+        let clear =
+            c.broken.is_none() && c.shift == 0 && c.failed.is_empty() && c.withdrawn.is_empty();
+        if !c.is_idle() || !clear {
+            return false;
+        }
+        c.inline = true;
+        true
+    }
+
     /// Starts, for `waiter`, a batch failed with `why` (the descriptor
     /// could not be held), the failure kept as a placed entry's; its token.
     fn refused_at_start(&self, core: &Core, waiter: PyObject, why: io::Error) -> u64 {
@@ -1017,17 +1038,18 @@ impl WriteQueue {
     }
 
     /// Writes `data` at `offset` of `fd` (its end in append mode) on the
-    /// calling thread, when no entry of the queue is unfinished, none
-    /// failed that its call has not taken, and the kernel can take the
-    /// bytes without waiting on a device or a server
-    /// ([`crate::inline_write`]): the bytes written, all or, when a limit
-    /// (`EFBIG`, `ENOSPC`) stopped the rest, a part; the caller writes the
-    /// rest as any write, which meets the limit. `None` when nothing was
-    /// written: the caller places the write ([`WriteQueue::start`]); so
-    /// also when the thread's turn of the event loop is due
-    /// ([`crate::turns`]), which the placed write's await takes. The
-    /// chain's lock is held for the write, so that no entry placed from
-    /// another thread meanwhile goes ahead of it.
+    /// calling thread, the GIL let go, when no entry of the queue is
+    /// unfinished, none failed that its call has not taken, a file object
+    /// of `core` owns `fd`, and the file is one whose writes are made
+    /// inline ([`crate::inline_write`]): the bytes written, all or, when a
+    /// limit (`EFBIG`, `ENOSPC`) stopped the rest, a part; the caller
+    /// writes the rest as any write, which meets the limit. `None` when
+    /// nothing was written: the caller places the write
+    /// ([`WriteQueue::start`]); so also when the thread's turn of the
+    /// event loop is due ([`crate::turns`]), which the placed write's
+    /// await takes. The entries placed from another thread during the
+    /// write wait behind it ([`Chain::inline`]); the file's close waits
+    /// for the descriptor to be given back ([`Core::borrow_fd`]).
     fn write_now(
         &self,
         core: &Bound<'_, Core>,
@@ -1047,22 +1069,30 @@ impl WriteQueue {
             return Ok(None);
         }
         let buf = readable(data)?;
-        if buf.len_bytes() == 0 {
+        if buf.len_bytes() == 0 || !self.begin_inline() {
             return Ok(None);
         }
-        let c = self.writes.lock();
-        let clear =
-            c.broken.is_none() && c.shift == 0 && c.failed.is_empty() && c.withdrawn.is_empty();
-        if !c.is_idle() || !clear {
-            return Ok(None);
-        }
-        // SAFETY: `buf` is a C-contiguous buffer (`readable`) of
-        // `len_bytes` bytes from `buf_ptr`, exported for as long as `buf`
-        // lives, which outlives the slice; the GIL is held, so no Python
-        // code changes its bytes meanwhile.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(buf.buf_ptr().cast::<u8>(), buf.len_bytes()) };
-        let written = self.writes.inline.write(fd, bytes, offset);
+        let written = if core.borrow().borrow_fd(fd) {
+            // SAFETY: `buf` is a C-contiguous buffer (`readable`) of
+            // `len_bytes` bytes from `buf_ptr`, exported for as long as
+            // `buf` lives, which outlives the slice: while exported the
+            // object can be neither resized nor freed. With the GIL let
+            // go another thread may change its bytes meanwhile, as it may
+            // those of a write submitted to the engine (or the built-in
+            // `os.write`'s): the slice is only handed to the kernel,
+            // which copies what it finds.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(buf.buf_ptr().cast::<u8>(), buf.len_bytes()) };
+            let inline = &self.writes.inline;
+            let n = data.py().allow_threads(|| inline.write(fd, bytes, offset));
+            let core = core.borrow();
+            core.start_closes(core.owned.release(&[fd]));
+            n
+        } else {
+            None
+        };
+        self.writes.lock().inline = false;
+        self.writes.kick();
         if let Some(n) = written {
             // (its call counted one already: the bytes it copied)
             crate::turns::count_copied(n);

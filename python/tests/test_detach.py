@@ -66,8 +66,8 @@ def test_detach_during_a_flush_is_refused_and_the_bytes_land_in_their_file(tmp_p
 
     async def main():
         # (O_DSYNC: the flush goes to the engine, and is in progress
-        # meanwhile, where a buffered file's write to a regular file the
-        # kernel takes at once is made on the loop's thread)
+        # meanwhile, also with the engine's `inline_writes` on, where a
+        # buffered file's write may be made on the loop's thread)
         f = await blockio.open(p, "w+b", engine=engine, opener=_dsync)
         await f.write(b"x" * 10)  # buffered
         flushing = asyncio.ensure_future(f.flush())

@@ -4,19 +4,64 @@ unfinished and the kernel takes them at once: counted as made inline, not
 submitted to the engine, with the built-in file's positions, reads and
 bytes under mixes of writes, seeks, truncations and reads, in every binary
 and text mode; anything else (a file that is not a regular one, an
-unbuffered file) goes through the engine. Both backends."""
+unbuffered file) goes through the engine. Both backends. Only with the
+engine's ``inline_writes`` on (off by default: then no write is made
+there)."""
 
 import asyncio
 import io
 import os
 import random
+import shutil
+import subprocess
+import sys
+import tempfile
 
 import pytest
 
 import blockio
-from blockio._blockio import INLINE_WRITE_AFTER_WAIT, TURN_BUDGET
+from blockio._blockio import INLINE_WRITE_AFTER_WAIT, TURN_BUDGET, TURN_UNIT
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
+
+#: The file systems on which writes are made on the loop's thread
+#: (``inline_write::find_way``).
+INLINE_FS = ("ext2", "ext3", "ext4", "tmpfs")
+
+
+def fs_type(path):
+    """The type of the file system ``path`` is on (``/proc/self/mounts``'s
+    longest mount point holding it)."""
+    path = os.path.realpath(path)
+    best, kind = "", "?"
+    with open("/proc/self/mounts") as m:
+        for line in m:
+            mnt, fs = line.split()[1:3]
+            mnt = mnt.replace("\\040", " ")
+            inside = path == mnt or path.startswith(mnt.rstrip("/") + "/")
+            if inside and len(mnt) >= len(best):
+                best, kind = mnt, fs
+    return kind
+
+
+@pytest.fixture
+def tmp_path(tmp_path):
+    """A directory on a file system whose writes are made on the loop's
+    thread: pytest's, or else one under /dev/shm (tmpfs), as where
+    pytest's is on another (XFS, overlayfs) every write goes to the
+    engine and the counts asserted here would say nothing; a failure
+    naming both file systems if neither is one."""
+    if fs_type(tmp_path) in INLINE_FS:
+        yield tmp_path
+        return
+    if fs_type("/dev/shm") != "tmpfs":
+        pytest.fail(f"{tmp_path} is on {fs_type(tmp_path)} and /dev/shm on {fs_type('/dev/shm')}: "
+                    f"writes are made on the loop's thread only on {', '.join(INLINE_FS)}")
+    d = tempfile.mkdtemp(dir="/dev/shm", prefix="blockio-inline-")
+    try:
+        yield type(tmp_path)(d)
+    finally:
+        shutil.rmtree(d)
 
 
 def counts(f):
@@ -55,7 +100,7 @@ def test_a_buffered_files_flushes_are_made_inline(tmp_path, backend, size):
             await f.flush()
             return counts(f)
 
-    with blockio.Engine(backend=backend) as e:
+    with blockio.Engine(backend=backend, inline_writes=True) as e:
         made, engine, waited = asyncio.run(main())
     assert p.read_bytes() == data * n
     # (the 4 KiB buffer's flushes; a write longer than the buffer is
@@ -78,7 +123,7 @@ def test_writes_to_a_device_and_unbuffered_writes_go_to_the_engine(tmp_path, bac
             raw = counts(f)
         return dev, raw
 
-    with blockio.Engine(backend=backend) as e:
+    with blockio.Engine(backend=backend, inline_writes=True) as e:
         dev, raw = asyncio.run(main())
     assert dev[0] == 0 and dev[1] == 10
     assert raw[0] == 0 and raw[1] == 10
@@ -163,7 +208,7 @@ def test_mixes_of_calls_match_the_builtin(tmp_path, backend, mode, seed):
     mine.write_bytes(start)
     theirs.write_bytes(start)
     want = _builtin(theirs, mode, steps)
-    with blockio.Engine(backend=backend) as e:
+    with blockio.Engine(backend=backend, inline_writes=True) as e:
         got, (made, engine, waited) = asyncio.run(_blockio(mine, mode, steps, e))
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
@@ -176,35 +221,93 @@ def test_mixes_of_calls_match_the_builtin(tmp_path, backend, mode, seed):
 
 @BACKENDS
 def test_a_loop_of_inline_writes_lets_the_other_tasks_run(tmp_path, backend):
-    # 2,000 writes of 4 KiB, each made inline without suspending: the
-    # thread's count of such calls gives the loop a turn at least once in
-    # TURN_BUDGET of them, in which the other task runs.
-    n = 2000
+    # 300 writes of 64 KiB (each written through, made inline without
+    # suspending): each counts toward the loop's turn its call and the
+    # bytes it copied, 1 + 64 KiB / TURN_UNIT units; the turn, due once in
+    # TURN_BUDGET units, is taken by the write that finds it due, and the
+    # other task runs. Counting the calls alone would let 255 writes in a
+    # row go by without a turn.
+    n, size = 300, 64 << 10
+    units = 1 + size // TURN_UNIT
+    assert units > 1
 
     async def main():
-        ticks = 0
+        ran = False
         done = False
 
         async def other():
-            nonlocal ticks
+            nonlocal ran
             while not done:
                 await asyncio.sleep(0)
-                ticks += 1
+                ran = True
 
         t = asyncio.ensure_future(other())
         await asyncio.sleep(0)
+        # (the longest run of writes in a row in whose course the other
+        # task did not run, and the writes in whose course it ran)
+        longest = row = let_run = 0
         async with blockio.open(tmp_path / "out", "wb", engine=e) as f:
-            start = ticks
             for _ in range(n):
-                await f.write(b"z" * 4096)
-            during = ticks - start
-            made = counts(f)[0]
+                ran = False
+                await f.write(b"z" * size)
+                row = 0 if ran else row + 1
+                longest = max(longest, row)
+                let_run += ran
+            c = counts(f)
         done = True
         await t
-        return during, made
+        return longest, let_run, c
+
+    with blockio.Engine(backend=backend, inline_writes=True) as e:
+        longest, let_run, (made, engine, waited) = asyncio.run(main())
+    assert made > 0
+    # (a turn due once the count reaches TURN_BUDGET - 1 units, each write
+    # counting `units`: at most that many writes in a row go by, the one
+    # that finds it due taking it; a slow write, sending the next ones to
+    # the engine, only makes the runs shorter)
+    most = -(-(TURN_BUDGET - 1) // units)
+    assert longest <= most < TURN_BUDGET // 2, (longest, let_run, made, engine, waited)
+    assert let_run >= 1
+    assert (tmp_path / "out").stat().st_size == n * size
+
+
+@BACKENDS
+def test_writes_are_made_through_the_engine_unless_asked(tmp_path, backend):
+    async def main():
+        async with blockio.open(tmp_path / "out", "wb", engine=e) as f:
+            for _ in range(50):
+                await f.write(b"x" * 5000)
+            await f.flush()
+            return counts(f)
 
     with blockio.Engine(backend=backend) as e:
-        during, made = asyncio.run(main())
-    assert made > 0
-    assert during >= made // TURN_BUDGET, (during, made)
-    assert (tmp_path / "out").stat().st_size == n * 4096
+        made, engine, waited = asyncio.run(main())
+    assert made == 0 and engine == 50
+    assert (tmp_path / "out").read_bytes() == b"x" * 250_000
+
+
+_DEFAULT = """
+import asyncio, sys, blockio
+async def main():
+    async with blockio.open(sys.argv[1], "wb") as f:
+        for _ in range(20):
+            await f.write(b"x" * 5000)
+        return f._file.writes.write_counts()[0]
+print(asyncio.run(main()))
+"""
+
+
+@pytest.mark.parametrize("value, made", [("1", True), ("0", False), ("", False)])
+def test_the_default_engine_makes_writes_inline_when_the_environment_asks(tmp_path, value, made):
+    env = dict(os.environ, BLOCKIO_INLINE_WRITES=value)
+    out = subprocess.run([sys.executable, "-c", _DEFAULT, str(tmp_path / "out")], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert (int(out) > 0) == made, out
+
+
+def test_a_bad_value_of_the_variable_is_refused_naming_it(tmp_path):
+    env = dict(os.environ, BLOCKIO_INLINE_WRITES="yes")
+    r = subprocess.run([sys.executable, "-c", _DEFAULT, str(tmp_path / "out")], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "BLOCKIO_INLINE_WRITES='yes'" in r.stderr, r.stderr
