@@ -21,7 +21,7 @@ else:
     from typing_extensions import Buffer
 
 __all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "after_fork", "arm_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
-           "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
+           "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "INLINE_WRITE_AFTER_WAIT", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_stream_inline", "stream_in_pieces", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
 
@@ -42,6 +42,9 @@ TURN_TIME_NS: int
 #: ``TURN_UNIT``): a longer one is served in pieces of this size, with a
 #: turn of the event loop between two when one is due.
 INLINE_PIECE: int
+#: The writes of a file sent to the engine after one of its writes made
+#: on the loop's thread took longer than 2 ms (``WriteQueue.write_now``).
+INLINE_WRITE_AFTER_WAIT: int
 #: The longest ``read(n)`` served inline (in pieces); longer ones go to
 #: the engine.
 INLINE_MAX: int
@@ -314,6 +317,8 @@ class WriteQueue:
     runs again."""
 
     def __init__(self) -> None: ...
+    def write_now(self, core: Core, fd: int, data: Buffer, offset: int) -> Optional[int]: ...
+    def write_counts(self) -> Tuple[int, int, int]: ...
     def start(self, core: Core, waiter: _Waiter, fd: int, data: Buffer, offset: int, follows: bool = True) -> int: ...
     def truncate(self, core: Core, waiter: _Waiter, fd: int, length: int, follows: bool = False,
                  of: Optional[int] = None) -> int: ...

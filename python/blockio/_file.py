@@ -548,6 +548,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         self._calls.settle = settle
         self._calls.settle_writes = settle_writes
         self._serve(self._calls.free, engine._core, desc.num, buffer_size, write_buffer_size)
+        # A buffered file's writes (its flushes) may be made on the loop's
+        # thread if its engine was asked for it (see `Engine._write_now`).
+        desc.inline_writes = engine._inline_writes and desc.writes is not None and self._bufsize > 0
         self._calls.turn_due = turn_due
         self._update_inline()
 
@@ -1967,7 +1970,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         awaits before the first chunk is submitted (the position is known:
         only append mode looks the end up, and it writes at the end with
         no offset), and each chunk's await (``Engine._awrite_kept``) takes
-        every cancellation in until its bytes have landed."""
+        every cancellation in until its bytes have landed (a buffered
+        file's may be made on the loop's thread: see
+        ``Engine._awrite_kept``)."""
         size = len(view)
         if self._append:
             pos = end = 0

@@ -69,6 +69,7 @@ pub(crate) mod gil;
 mod inflight;
 mod inline;
 mod inline_read;
+mod inline_write;
 pub(crate) mod lent;
 mod owned;
 mod pending;
@@ -109,6 +110,7 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TURN_UNIT", turns::TURN_UNIT)?;
     m.add("INLINE_PIECE", inline_read::INLINE_PIECE)?;
     m.add("INLINE_MAX", inline_read::INLINE_MAX)?;
+    m.add("INLINE_WRITE_AFTER_WAIT", inline_write::AFTER_WAIT)?;
     m.add("INLINE_OFFSET", inline::INLINE_OFFSET)?;
     m.add("FALLOC_FL_KEEP_SIZE", libc::FALLOC_FL_KEEP_SIZE)?;
     m.add("FALLOC_FL_PUNCH_HOLE", libc::FALLOC_FL_PUNCH_HOLE)?;

@@ -141,6 +141,13 @@ impl Core {
         (hold_file(aio, fd, flags), false)
     }
 
+    /// Counts a call borrowing `fd` if a file object of this engine owns
+    /// it (whether it does): the file's close then waits until the call
+    /// gives it back with [`Owned::release`].
+    pub(crate) fn borrow_fd(&self, fd: RawFd) -> bool {
+        fd >= 0 && self.owned.borrow(fd)
+    }
+
     /// A descriptor for a file-system job on `fd`: the number itself if a
     /// file object owns it (borrowed, as in
     /// [`hold_for_batch`](Self::hold_for_batch)), else a duplicate; and

@@ -79,6 +79,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::fsjobs::{FsCall, JobFuture, Out, PoolHandle};
+use crate::inline_write::InlineWrites;
 use crate::lent::Lent;
 use crate::*;
 
@@ -95,6 +96,9 @@ struct Writes {
     /// thread that raises it from 0 runs [`Writes::advance`] until no
     /// request came meanwhile; the others return at once.
     pokes: AtomicUsize,
+    /// How the file's writes are made on the calling thread, when the
+    /// chain is empty ([`WriteQueue::write_now`]).
+    inline: InlineWrites,
 }
 
 /// The writes (and truncations) of one file not finished yet.
@@ -131,6 +135,13 @@ struct Chain {
     /// `truncate()` at the position placed behind reports (or cuts at)
     /// the planned one less this.
     lost: u64,
+    /// The writes submitted to the engine so far (each part of a write
+    /// the kernel cut short counted once), for the tests that tell the
+    /// writes made inline from these ([`WriteQueue::write_counts`]).
+    submitted: u64,
+    /// A write made inline is in progress ([`WriteQueue::write_now`]),
+    /// the GIL let go: the entries placed meanwhile wait behind it.
+    inline: bool,
     /// The last [`Mark`] of the end answered (its token and value), for
     /// the marks placed relative to it and for a call that took the queue
     /// over from the one that placed it, whose loop was closed.
@@ -460,6 +471,7 @@ impl Chain {
                 match res {
                     Ok(n) if n > 0 && run.done + n < run.total => {
                         run.done += n;
+                        self.submitted += 1;
                         run.resubmit(buf.into_inner());
                         continue;
                     }
@@ -504,6 +516,9 @@ impl Chain {
                     woken.extend(self.answer_end(sizing.mark, res));
                 }
             }
+            if self.inline {
+                return woken; // (the write made inline kicks the chain)
+            }
             let Some(next) = self.queued.pop_front() else {
                 woken.append(&mut self.idle);
                 return woken;
@@ -520,7 +535,10 @@ impl Chain {
     fn begin(&mut self, next: Entry) -> Vec<Waker> {
         let mut woken = Vec::new();
         match next {
-            Entry::Write(placed) => self.running = Some(Running::start(placed)),
+            Entry::Write(placed) => {
+                self.submitted += 1;
+                self.running = Some(Running::start(placed));
+            }
             Entry::Mark(mut mark) => match mark.end.take() {
                 Some((call, pool)) => match pool.submit(call) {
                     Ok(job) => self.sizing = Some(Sizing { job, mark }),
@@ -709,6 +727,7 @@ impl Chain {
     /// Whether no entry is in progress nor queued.
     fn is_idle(&self) -> bool {
         self.running.is_none()
+            && !self.inline
             && self.cutting.is_none()
             && self.sizing.is_none()
             && self.queued.is_empty()
@@ -977,6 +996,20 @@ impl WriteQueue {
         self.writes.kick();
     }
 
+    /// Marks a write made inline in progress if no entry of the queue is
+    /// unfinished and none failed that its call has not taken: whether
+    /// it did.
+    fn begin_inline(&self) -> bool {
+        let mut c = self.writes.lock();
+        let clear =
+            c.broken.is_none() && c.shift == 0 && c.failed.is_empty() && c.withdrawn.is_empty();
+        if !c.is_idle() || !clear {
+            return false;
+        }
+        c.inline = true;
+        true
+    }
+
     /// Starts, for `waiter`, a batch failed with `why` (the descriptor
     /// could not be held), the failure kept as a placed entry's; its token.
     fn refused_at_start(&self, core: &Core, waiter: PyObject, why: io::Error) -> u64 {
@@ -999,8 +1032,81 @@ impl WriteQueue {
             writes: Arc::new(Writes {
                 chain: Mutex::new(Chain::default()),
                 pokes: AtomicUsize::new(0),
+                inline: InlineWrites::default(),
             }),
         }
+    }
+
+    /// Writes `data` at `offset` of `fd` (its end in append mode) on the
+    /// calling thread, the GIL let go, when no entry of the queue is
+    /// unfinished, none failed that its call has not taken, a file object
+    /// of `core` owns `fd`, and the file is one whose writes are made
+    /// inline ([`crate::inline_write`]): the bytes written, all or, when a
+    /// limit (`EFBIG`, `ENOSPC`) stopped the rest, a part; the caller
+    /// writes the rest as any write, which meets the limit. `None` when
+    /// nothing was written: the caller places the write
+    /// ([`WriteQueue::start`]); so also when the thread's turn of the
+    /// event loop is due ([`crate::turns`]), which the placed write's
+    /// await takes. The entries placed from another thread during the
+    /// write wait behind it ([`Chain::inline`]); the file's close waits
+    /// for the descriptor to be given back ([`Core::borrow_fd`]).
+    fn write_now(
+        &self,
+        core: &Bound<'_, Core>,
+        fd: RawFd,
+        data: &Bound<'_, PyAny>,
+        offset: i64,
+    ) -> PyResult<Option<usize>> {
+        let Ok(offset) = u64::try_from(offset) else {
+            return Ok(None);
+        };
+        if core.borrow().check().is_err() {
+            return Ok(None); // (the placed write reports it)
+        }
+        // (a call that returns without suspending: its turn of the event
+        // loop, when due, is taken by the placed write's await)
+        if crate::turns::due() {
+            return Ok(None);
+        }
+        let buf = readable(data)?;
+        if buf.len_bytes() == 0 || !self.begin_inline() {
+            return Ok(None);
+        }
+        let written = if core.borrow().borrow_fd(fd) {
+            // SAFETY: `buf` is a C-contiguous buffer (`readable`) of
+            // `len_bytes` bytes from `buf_ptr`, exported for as long as
+            // `buf` lives, which outlives the slice: while exported the
+            // object can be neither resized nor freed. With the GIL let
+            // go another thread may change its bytes meanwhile, as it may
+            // those of a write submitted to the engine (or the built-in
+            // `os.write`'s): the slice is only handed to the kernel,
+            // which copies what it finds.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(buf.buf_ptr().cast::<u8>(), buf.len_bytes()) };
+            let inline = &self.writes.inline;
+            let n = data.py().allow_threads(|| inline.write(fd, bytes, offset));
+            let core = core.borrow();
+            core.start_closes(core.owned.release(&[fd]));
+            n
+        } else {
+            None
+        };
+        self.writes.lock().inline = false;
+        self.writes.kick();
+        if let Some(n) = written {
+            // (its call counted one already: the bytes it copied)
+            crate::turns::count_copied(n);
+        }
+        Ok(written)
+    }
+
+    /// The writes made so far: inline ([`WriteQueue::write_now`]),
+    /// submitted to the engine ([`Chain::submitted`]), and the inline ones
+    /// that took longer than `inline_write::SLOW`, each of which sends the file's next
+    /// `inline_write::AFTER_WAIT` writes to the engine.
+    fn write_counts(&self) -> (u64, u64, u64) {
+        let (made, waited) = self.writes.inline.counts();
+        (made, self.writes.lock().submitted, waited)
     }
 
     /// Places a write of `data` at `offset` of `fd` (ignored in append

@@ -56,12 +56,19 @@ def test_detach_during_a_read_is_refused_and_the_read_keeps_its_file(tmp_path, e
     assert set(data) == ({"A"} if mode == "r" else {ord("A")})
 
 
+def _dsync(path, flags):
+    return os.open(path, flags | os.O_DSYNC, 0o666)
+
+
 def test_detach_during_a_flush_is_refused_and_the_bytes_land_in_their_file(tmp_path, engine):
     p, other = tmp_path / "f", tmp_path / "other"
     other.write_bytes(b"B" * 100)
 
     async def main():
-        f = await blockio.open(p, "w+b", engine=engine)
+        # (O_DSYNC: the flush goes to the engine, and is in progress
+        # meanwhile, also with the engine's `inline_writes` on, where a
+        # buffered file's write may be made on the loop's thread)
+        f = await blockio.open(p, "w+b", engine=engine, opener=_dsync)
         await f.write(b"x" * 10)  # buffered
         flushing = asyncio.ensure_future(f.flush())
         await asyncio.sleep(0)  # the flush has started (its buffer taken)

@@ -270,7 +270,11 @@ def test_close_says_so_when_a_write_abandoned_by_a_closed_loop_may_not_have_land
     were written."""
     p = tmp_path / "f"
     first = asyncio.new_event_loop()
-    f = first.run_until_complete(blockio.open(p, "w+b", buffering=0 if call == "write" else -1))
+    # (O_DSYNC: a buffered file's flush goes to the engine, also with
+    # BLOCKIO_INLINE_WRITES=1, where one may be made on the loop's thread
+    # and never yield)
+    f = first.run_until_complete(blockio.open(p, "w+b", buffering=0 if call == "write" else -1,
+                                              opener=lambda path, flags: os.open(path, flags | os.O_DSYNC, 0o666)))
     if call == "write":
         task = first.create_task(f.write(b"accepted\n"))
     else:
