@@ -198,6 +198,24 @@ def _ring_serves(fd: int) -> bool:
     return stat.S_ISREG(mode) or stat.S_ISBLK(mode)
 
 
+async def _on_the_ring(submit: Callable[[], Any], file: FileLike, fd: int, offset: int, length: int) -> Any:
+    """One read submitted to blockio's event loop's ring by ``submit`` and
+    waited for: its result; None where submitting refused it (not
+    submitted: the engine reads it then, before any wait, so never by a
+    number that may name another file by then); a failure the kernel
+    reports raises, worded as the engine's (:func:`_ring_failed`)."""
+    try:
+        fut = submit()
+    except (OSError, MemoryError, RuntimeError, ValueError, TypeError, BufferError):
+        return None
+    if fut is None:
+        return None
+    try:
+        return await fut
+    except OSError as e:
+        raise _ring_failed(e, fd, offset, length, _name(file)) from None
+
+
 def _ring_failed(e: OSError, fd: int, offset: int, length: int, name: Union[str, bytes, None]) -> OSError:
     """The error of a read that failed on blockio's event loop's ring,
     worded as the engine words its own (the operation, its offset and
@@ -998,16 +1016,7 @@ class Engine:
         if (ring_read is None or not 0 <= offset <= _MAX_OFFSET or not 0 < length <= _MAX_IO
                 or not self._usable_here or not _ring_serves(fd)):
             return None
-        try:
-            fut = ring_read(fd, offset, length)
-        except (OSError, MemoryError, RuntimeError):
-            return None  # (not submitted: the engine reads it now, before any wait)
-        if fut is None:
-            return None
-        try:
-            data: bytes = await fut
-        except OSError as e:
-            raise _ring_failed(e, fd, offset, length, _name(file)) from None
+        data: Optional[bytes] = await _on_the_ring(lambda: ring_read(fd, offset, length), file, fd, offset, length)
         return data
 
     async def _aread_at(self, file: FileLike, offset: int, length: int) -> bytes:
@@ -1224,15 +1233,9 @@ class Engine:
         try:
             with memoryview(buf) as m:
                 size = m.nbytes
-            fut = ring_read(fd, offset, buf)
-        except (OSError, MemoryError, RuntimeError, ValueError, TypeError, BufferError):
-            return None  # (not submitted: the engine reads it now, before any wait)
-        if fut is None:
-            return None
-        try:
-            n: int = await fut
-        except OSError as e:
-            raise _ring_failed(e, fd, offset, size, _name(file)) from None
+        except (TypeError, ValueError, BufferError):
+            return None  # (not a buffer the ring takes: the engine raises its own error)
+        n: Optional[int] = await _on_the_ring(lambda: ring_read(fd, offset, buf), file, fd, offset, size)
         return n
 
     @overload
