@@ -21,6 +21,7 @@ import uvloop
 import blockio
 from blockio._engine import default_engine
 from blockio._loop import EpollEventLoop, UringEventLoop
+from test_inline_reads import evict
 
 SIZE = 1 << 20
 PIECE = 4096
@@ -38,14 +39,8 @@ def data_path(tmp_path):
     return p, data
 
 
-def drop_cache(path):
-    """Drops ``path``'s pages from the page cache (written out first)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+# Drops a file's pages from the page cache (written out first).
+drop_cache = evict
 
 
 def run_on(new_loop, coro):
