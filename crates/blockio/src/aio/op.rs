@@ -480,6 +480,12 @@ impl<B: Send> Settles for OpTarget<B> {
     }
 }
 
+/// The shared state of an operation whose future resolved, held by
+/// nothing else and emptied (no buffer, waker or hold on the descriptor):
+/// kept by a stream for its next operation of the same kind (see
+/// [`OpFuture::take_spent`]). Never cloned.
+pub(crate) struct SpentTarget<B>(OnceLock<Arc<OpTarget<B>>>);
+
 /// An async operation. Submitted on its first poll (or by
 /// [`OpFuture::start`]); resolves to its result and its buffer.
 ///
@@ -551,6 +557,89 @@ impl<B: Send + 'static> OpFuture<B> {
             #[cfg(feature = "tokio")]
             gate: None,
         }
+    }
+
+    /// An operation as [`new`](Self::new) makes it, in the shared state
+    /// of `spent`, an operation of the same kind whose future resolved
+    /// (see [`take_spent`](Self::take_spent)), instead of a new
+    /// allocation: a stream receiving one message after another reuses
+    /// one state. With `spent` `None`, [`new`](Self::new).
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    #[inline]
+    pub(crate) unsafe fn new_reusing(
+        spent: Option<SpentTarget<B>>,
+        admission: Admission,
+        op: Op<'static>,
+        buf: B,
+        iovecs: Vec<libc::iovec>,
+        keep: Arc<dyn Keep>,
+    ) -> OpFuture<B> {
+        let state = OpState {
+            result: None,
+            waker: None,
+            buf: Some(buf),
+            _iovecs: iovecs,
+            keep: Some(keep),
+            new_fd: matches!(op.action, crate::op::action::Action::Accept(_)),
+        };
+        // Always unique: a spent target is made only from a unique one,
+        // and never cloned; checked all the same, and not reused if not.
+        let mut spent = spent.map(|SpentTarget(shared)| shared);
+        let (local, shared) = if let Some(target) = spent
+            .as_mut()
+            .and_then(OnceLock::get_mut)
+            .and_then(Arc::get_mut)
+        {
+            // Reset as `target` would have made it: the operation's state,
+            // waiting, not detached, no hold.
+            *target.inner.get_mut().unwrap_or_else(|e| e.into_inner()) = state;
+            *target.hold.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+            *target.detached.get_mut() = false;
+            *target.claim.get_mut() = WAITING;
+            // The cell as it was, already set: setting a new one costs
+            // a pass through its `Once`.
+            (OpState::moved(), spent.unwrap_or_default())
+        } else {
+            (state, OnceLock::new())
+        };
+        // Built in one place, as `new` builds it (the future is large:
+        // built and then changed, it was copied once more).
+        OpFuture {
+            admission,
+            local: Mutex::new(local),
+            shared,
+            site: None,
+            op: Some(op),
+            refused: None,
+            #[cfg(feature = "tokio")]
+            gate: None,
+        }
+    }
+
+    /// The state this future shared with the driver, for the next
+    /// operation of the same kind to reuse
+    /// ([`new_reusing`](Self::new_reusing)): `Some` only once the future
+    /// has resolved (its result and buffer taken) and nothing else holds
+    /// that state, neither strongly nor weakly (no request or completion
+    /// in the driver, no cancel naming it, no withdrawal or read-side
+    /// handle). The kernel then has no part in it: it holds neither the
+    /// buffer, gone with the result, nor the descriptor, and a new
+    /// operation started in it is a new request, in a new slot of the
+    /// ring. The future is left without shared state; dropped, it does
+    /// nothing more.
+    pub(crate) fn take_spent(&mut self) -> Option<SpentTarget<B>> {
+        let shared = self.shared.get_mut()?;
+        let target = Arc::get_mut(shared)?;
+        let g = target.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        if g.result.is_none() || g.buf.is_some() || g.new_fd {
+            return None;
+        }
+        // Emptied: kept, it holds neither the socket open (its `keep`)
+        // nor the task's waker, only its memory.
+        *g = OpState::moved();
+        Some(SpentTarget(std::mem::take(&mut self.shared)))
     }
 
     /// The state shared with the driver, made at the first call: the
