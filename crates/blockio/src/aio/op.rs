@@ -397,7 +397,11 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
             let got = unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) };
             copied = n.min(out.room());
             out.put(&got[..copied]);
-            rest.extend(&got[copied..]);
+            // Only when some are left: extending by nothing still costs
+            // the deque's bookkeeping, on every read that fits.
+            if copied < n {
+                rest.extend(&got[copied..]);
+            }
         }
         Poll::Ready((res, copied))
     }
