@@ -89,11 +89,13 @@ fn a_cached_read_served_inline_allocates_nothing() {
 /// had room for, so the socket is not tried first), and each reuses the
 /// state its stream's receive before shared with the driver: in a
 /// request-response loop on one thread, the reads allocate nothing once
-/// the stream is going (a new shared state per receive before). The peer
-/// runs on a thread of its own, whose allocations are not counted.
+/// the stream is going (a new shared state per receive before). On the
+/// thread pool (`BLOCKIO_BACKEND=threads`) the count is only bounded. The
+/// peer runs on a thread of its own, whose allocations are not counted.
 #[cfg(feature = "tokio")]
 #[test]
 fn a_stream_s_receives_through_the_ring_reuse_one_shared_state() {
+    use blockio::Backend;
     use std::io::{Read, Write};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -113,10 +115,11 @@ fn a_stream_s_receives_through_the_ring_reuse_one_shared_state() {
         }
     });
     rt.block_on(async {
-        // io_uring, driven by this runtime's thread: a completion's target
-        // is let go by the turn that delivers it, before the woken read
-        // runs (a pool thread or a driver thread of its own may still hold
-        // it then, and the receive after it allocates).
+        // io_uring (unless BLOCKIO_BACKEND says otherwise), driven by this
+        // runtime's thread: a completion's target is let go by the turn
+        // that delivers it, before the woken read runs (a driver thread of
+        // its own may still hold it then, and the receive after it
+        // allocates).
         let engine = AsyncEngine::builder()
             .backend(blockio::BackendChoice::IoUring)
             .build()
@@ -139,10 +142,21 @@ fn a_stream_s_receives_through_the_ring_reuse_one_shared_state() {
             assert_eq!(got, [byte; 5], "round {i}");
         }
         let allocated = ALLOCATIONS.with(Cell::get) - before;
-        assert!(
-            allocated < ROUNDS / 10,
-            "{allocated} allocations over {ROUNDS} request-response rounds"
-        );
+        match engine.backend() {
+            Backend::IoUring => assert!(
+                allocated < ROUNDS / 10,
+                "{allocated} allocations over {ROUNDS} request-response rounds"
+            ),
+            // BLOCKIO_BACKEND=threads overrides the builder. A pool thread
+            // wakes the task before it lets go of the state, so a receive
+            // reuses it only when the thread was first, and the pool's
+            // readiness path allocates too (2.3-2.5 a round, 2.7-3.0
+            // without the reuse): only bounded here.
+            Backend::ThreadPool => assert!(
+                allocated < 3 * ROUNDS,
+                "{allocated} allocations over {ROUNDS} request-response rounds on the pool"
+            ),
+        }
     });
     peer.join().unwrap();
 }
