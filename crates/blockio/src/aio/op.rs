@@ -640,9 +640,10 @@ impl<B: Send + 'static> OpFuture<B> {
         if g.result.is_none() || g.buf.is_some() || g.new_fd {
             return None;
         }
-        // Emptied: kept, it holds neither the socket open (its `keep`)
-        // nor the task's waker, only its memory.
-        *g = OpState::moved();
+        // Kept, it holds neither the socket open (its `keep`) nor the
+        // task's waker; the rest is overwritten when it is reused.
+        drop(g.waker.take());
+        drop(g.keep.take());
         Some(SpentTarget(std::mem::take(&mut self.shared)))
     }
 
