@@ -999,20 +999,25 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
         let Some(shared) = self.shared.get() else {
             return;
         };
+        // Without a site it never went to the driver either: the site is
+        // noted as the request is taken out (`take_request`), the only
+        // way this state reaches a driver. The state may exist all the
+        // same (a reused receive's, a withdrawal's, or made by the poll
+        // that stored the waker) for an operation refused before
+        // submission, whose refusal the poll took: nothing to cancel.
+        let Some(site) = self.site else {
+            return;
+        };
         let pending = shared
             .inner
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .result
             .is_none();
-        // Pending, the operation went to the driver, which noted its site;
-        // without one it is cancelled, the doubtful case.
-        let may_wait = match self.site {
-            Some(site) => site.kind.is_socket() || may_wait_forever(site.fd),
-            None => true,
-        };
-        if pending && may_wait {
+        if pending && (site.kind.is_socket() || may_wait_forever(site.fd)) {
             let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(shared);
+            #[cfg(test)]
+            tests::CANCELS_POSTED.with(|n| n.set(n.get() + 1));
             self.admission.engine().driver().cancel(Cancel(weak));
         }
     }
@@ -1064,4 +1069,38 @@ pub(crate) fn may_wait_forever(fd: std::os::fd::RawFd) -> bool {
     // SAFETY: fstat succeeded, so it filled the struct.
     let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
     !matches!(mode, libc::S_IFREG | libc::S_IFDIR | libc::S_IFBLK)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use crate::aio::{AsyncEngine, AsyncFile};
+
+    thread_local! {
+        /// Cancels this thread's dropped futures posted to their driver.
+        pub(super) static CANCELS_POSTED: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// An operation refused before submission (its offset out of range)
+    /// resolves with the refusal, and dropped, posts no cancel: its
+    /// shared state was made (by the poll that stored the waker) but the
+    /// request never went to the driver.
+    #[test]
+    fn a_refused_operation_posts_no_cancel() {
+        let engine = AsyncEngine::new().unwrap();
+        let file = AsyncFile::from_file(&engine, tempfile::tempfile().unwrap());
+        let mut read = file.read_at(vec![0u8; 16], u64::MAX);
+        let (res, buf) = futures::executor::block_on(&mut read);
+        let err = res.unwrap_err();
+        assert!(err.to_string().contains("offset"), "{err}");
+        assert_eq!(buf.len(), 16);
+        let before = CANCELS_POSTED.with(Cell::get);
+        drop(read);
+        assert_eq!(
+            CANCELS_POSTED.with(Cell::get),
+            before,
+            "a cancel was posted"
+        );
+    }
 }
