@@ -308,7 +308,11 @@ impl CallerRing {
         let r = &*self.core;
         let mut book = r.lock();
         let queued = book.ops.backlog.len();
-        book.ops.backlog.extend(reqs);
+        // One by one: most submissions are of one request, for which
+        // `extend`'s reserving and bulk copy cost more than a push.
+        for req in reqs {
+            book.ops.backlog.push_back(req);
+        }
         let orphans: Vec<Arc<dyn Complete>> = if book.orphaned {
             let started = book.ops.backlog.range(queued..);
             started.map(|req| req.done.clone()).collect()

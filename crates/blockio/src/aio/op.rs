@@ -397,7 +397,11 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
             let got = unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) };
             copied = n.min(out.room());
             out.put(&got[..copied]);
-            rest.extend(&got[copied..]);
+            // Only when some are left: extending by nothing still costs
+            // the deque's bookkeeping, on every read that fits.
+            if copied < n {
+                rest.extend(&got[copied..]);
+            }
         }
         Poll::Ready((res, copied))
     }
@@ -480,6 +484,12 @@ impl<B: Send> Settles for OpTarget<B> {
     }
 }
 
+/// The shared state of an operation whose future resolved, held by
+/// nothing else and emptied (no buffer, waker or hold on the descriptor):
+/// kept by a stream for its next operation of the same kind (see
+/// [`OpFuture::take_spent`]). Never cloned.
+pub(crate) struct SpentTarget<B>(OnceLock<Arc<OpTarget<B>>>);
+
 /// An async operation. Submitted on its first poll (or by
 /// [`OpFuture::start`]); resolves to its result and its buffer.
 ///
@@ -551,6 +561,90 @@ impl<B: Send + 'static> OpFuture<B> {
             #[cfg(feature = "tokio")]
             gate: None,
         }
+    }
+
+    /// An operation as [`new`](Self::new) makes it, in the shared state
+    /// of `spent`, an operation of the same kind whose future resolved
+    /// (see [`take_spent`](Self::take_spent)), instead of a new
+    /// allocation: a stream receiving one message after another reuses
+    /// one state. With `spent` `None`, [`new`](Self::new).
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    #[inline]
+    pub(crate) unsafe fn new_reusing(
+        spent: Option<SpentTarget<B>>,
+        admission: Admission,
+        op: Op<'static>,
+        buf: B,
+        iovecs: Vec<libc::iovec>,
+        keep: Arc<dyn Keep>,
+    ) -> OpFuture<B> {
+        let state = OpState {
+            result: None,
+            waker: None,
+            buf: Some(buf),
+            _iovecs: iovecs,
+            keep: Some(keep),
+            new_fd: matches!(op.action, crate::op::action::Action::Accept(_)),
+        };
+        // Always unique: a spent target is made only from a unique one,
+        // and never cloned; checked all the same, and not reused if not.
+        let mut spent = spent.map(|SpentTarget(shared)| shared);
+        let (local, shared) = if let Some(target) = spent
+            .as_mut()
+            .and_then(OnceLock::get_mut)
+            .and_then(Arc::get_mut)
+        {
+            // Reset as `target` would have made it: the operation's state,
+            // waiting, not detached, no hold.
+            *target.inner.get_mut().unwrap_or_else(|e| e.into_inner()) = state;
+            *target.hold.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+            *target.detached.get_mut() = false;
+            *target.claim.get_mut() = WAITING;
+            // The cell as it was, already set: setting a new one costs
+            // a pass through its `Once`.
+            (OpState::moved(), spent.unwrap_or_default())
+        } else {
+            (state, OnceLock::new())
+        };
+        // Built in one place, as `new` builds it (the future is large:
+        // built and then changed, it was copied once more).
+        OpFuture {
+            admission,
+            local: Mutex::new(local),
+            shared,
+            site: None,
+            op: Some(op),
+            refused: None,
+            #[cfg(feature = "tokio")]
+            gate: None,
+        }
+    }
+
+    /// The state this future shared with the driver, for the next
+    /// operation of the same kind to reuse
+    /// ([`new_reusing`](Self::new_reusing)): `Some` only once the future
+    /// has resolved (its result and buffer taken) and nothing else holds
+    /// that state, neither strongly nor weakly (no request or completion
+    /// in the driver, no cancel naming it, no withdrawal or read-side
+    /// handle). The kernel then has no part in it: it holds neither the
+    /// buffer, gone with the result, nor the descriptor, and a new
+    /// operation started in it is a new request, in a new slot of the
+    /// ring. The future is left without shared state; dropped, it does
+    /// nothing more.
+    pub(crate) fn take_spent(&mut self) -> Option<SpentTarget<B>> {
+        let shared = self.shared.get_mut()?;
+        let target = Arc::get_mut(shared)?;
+        let g = target.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        if g.result.is_none() || g.buf.is_some() || g.new_fd {
+            return None;
+        }
+        // Kept, it holds neither the socket open (its `keep`) nor the
+        // task's waker; the rest is overwritten when it is reused.
+        drop(g.waker.take());
+        drop(g.keep.take());
+        Some(SpentTarget(std::mem::take(&mut self.shared)))
     }
 
     /// The state shared with the driver, made at the first call: the
@@ -905,20 +999,25 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
         let Some(shared) = self.shared.get() else {
             return;
         };
+        // Without a site it never went to the driver either: the site is
+        // noted as the request is taken out (`take_request`), the only
+        // way this state reaches a driver. The state may exist all the
+        // same (a reused receive's, a withdrawal's, or made by the poll
+        // that stored the waker) for an operation refused before
+        // submission, whose refusal the poll took: nothing to cancel.
+        let Some(site) = self.site else {
+            return;
+        };
         let pending = shared
             .inner
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .result
             .is_none();
-        // Pending, the operation went to the driver, which noted its site;
-        // without one it is cancelled, the doubtful case.
-        let may_wait = match self.site {
-            Some(site) => site.kind.is_socket() || may_wait_forever(site.fd),
-            None => true,
-        };
-        if pending && may_wait {
+        if pending && (site.kind.is_socket() || may_wait_forever(site.fd)) {
             let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(shared);
+            #[cfg(test)]
+            tests::CANCELS_POSTED.with(|n| n.set(n.get() + 1));
             self.admission.engine().driver().cancel(Cancel(weak));
         }
     }
@@ -970,4 +1069,38 @@ pub(crate) fn may_wait_forever(fd: std::os::fd::RawFd) -> bool {
     // SAFETY: fstat succeeded, so it filled the struct.
     let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
     !matches!(mode, libc::S_IFREG | libc::S_IFDIR | libc::S_IFBLK)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use crate::aio::{AsyncEngine, AsyncFile};
+
+    thread_local! {
+        /// Cancels this thread's dropped futures posted to their driver.
+        pub(super) static CANCELS_POSTED: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// An operation refused before submission (its offset out of range)
+    /// resolves with the refusal, and dropped, posts no cancel: its
+    /// shared state was made (by the poll that stored the waker) but the
+    /// request never went to the driver.
+    #[test]
+    fn a_refused_operation_posts_no_cancel() {
+        let engine = AsyncEngine::new().unwrap();
+        let file = AsyncFile::from_file(&engine, tempfile::tempfile().unwrap());
+        let mut read = file.read_at(vec![0u8; 16], u64::MAX);
+        let (res, buf) = futures::executor::block_on(&mut read);
+        let err = res.unwrap_err();
+        assert!(err.to_string().contains("offset"), "{err}");
+        assert_eq!(buf.len(), 16);
+        let before = CANCELS_POSTED.with(Cell::get);
+        drop(read);
+        assert_eq!(
+            CANCELS_POSTED.with(Cell::get),
+            before,
+            "a cancel was posted"
+        );
+    }
 }

@@ -53,7 +53,7 @@ use std::task::{ready, Context, Poll, Waker};
 
 use super::read_side::Settled;
 use super::stream::StreamCore;
-use crate::aio::op::{OpFuture, ReadOut};
+use crate::aio::op::{OpFuture, ReadOut, SpentTarget};
 use crate::backend::Backend;
 
 /// The smallest buffer a trait read receives into.
@@ -102,6 +102,10 @@ pub(crate) struct PollIo {
     /// The receive in flight, kept only so that it is not cancelled: its
     /// result reaches the stream's read side.
     receiving: Option<OpFuture<Vec<u8>>>,
+    /// The state the last receive shared with the driver, once nothing
+    /// else holds it, for the next receive to reuse instead of allocating
+    /// one (see `OpFuture::take_spent`).
+    spent: Option<SpentTarget<Vec<u8>>>,
     /// The last receive's buffer, taken back for the next one while the
     /// stream still holds bytes to hand out (see [`release`](Self::release)).
     spare: Vec<u8>,
@@ -188,7 +192,9 @@ impl PollIo {
         };
         buf.resize(out.room().clamp(MIN_RECEIVE, max), 0);
         // Made in place: the future is large, and moving it costs a copy.
-        let fut = self.receiving.insert(core.sock.recv(buf));
+        let fut = self
+            .receiving
+            .insert(core.sock.recv_reusing(buf, self.spent.take()));
         fut.start();
         // The poll stores the waker, under the lock the completion
         // takes, so a completion racing the submission finds it.
@@ -262,9 +268,10 @@ impl PollIo {
     /// empty.
     fn reclaim(&mut self, cx: &mut Context<'_>) {
         if let Some(fut) = &mut self.receiving {
-            if let Poll::Ready((res, buf)) = Pin::new(fut).poll(cx) {
+            if let Poll::Ready((res, buf)) = Pin::new(&mut *fut).poll(cx) {
                 self.emptied = !matches!(res, Ok(n) if n == buf.len());
                 self.spare = buf;
+                self.spent = fut.take_spent();
             }
             // Dropped in place (moving it out would copy it).
             self.receiving = None;

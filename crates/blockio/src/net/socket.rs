@@ -10,7 +10,7 @@ use std::sync::Arc;
 use socket2::{SockAddr, Socket};
 
 use crate::aio::driven::Admission;
-use crate::aio::op::{Keep, OpFuture};
+use crate::aio::op::{Keep, OpFuture, SpentTarget};
 use crate::aio::readiness::Registration;
 use crate::aio::{AsyncEngine, IoBuf, IoBufMut};
 use crate::backend::Backend;
@@ -152,6 +152,35 @@ impl Sock {
         };
         // SAFETY: the pointer is into `buf`'s stable heap bytes.
         unsafe { self.op(Action::Recv(recv), buf) }
+    }
+
+    /// Receives into `buf`, in the state of `spent`, the spent receive
+    /// before it, if given (see [`OpFuture::new_reusing`]).
+    #[inline]
+    pub(crate) fn recv_reusing<B: IoBufMut>(
+        &self,
+        mut buf: B,
+        spent: Option<SpentTarget<B>>,
+    ) -> OpFuture<B> {
+        let recv = RecvArgs {
+            buf: buf.stable_mut_ptr(),
+            len: buf.bytes_len(),
+        };
+        // SAFETY: the pointer is into `buf`'s stable heap bytes, which the
+        // future's state owns until the completion (the reused state as
+        // much as a new one); the socket is kept open by the `Arc` passed
+        // along.
+        unsafe {
+            let op = Op::from_action(self.fd(), Action::Recv(recv), None);
+            OpFuture::new_reusing(
+                spent,
+                self.admission.clone(),
+                op,
+                buf,
+                Vec::new(),
+                self.socket.clone(),
+            )
+        }
     }
 
     /// Sends `buf[from..]`.
