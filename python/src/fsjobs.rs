@@ -753,6 +753,7 @@ fn submit(shared: &Arc<(Mutex<Queue>, Condvar)>, job: FsCall) -> io::Result<JobF
         return Ok(JobFuture(slot));
     }
     let mine = Arc::clone(shared);
+    blockio::arenas::cap_under_address_limit();
     match std::thread::Builder::new()
         .name("blockio-fs".into())
         .stack_size(THREAD_STACK)

@@ -186,3 +186,39 @@ def test_a_call_no_thread_can_take_is_refused_when_all_wait_in_fifo_opens(tmp_pa
     got, blocked = _child(_ALL_BLOCKED, tmp_path, backend)
     assert blocked >= 1
     assert got == "EAGAIN"
+
+
+def _floor_program():
+    """``python/benchmarks/address_floor.py``'s child program: a whole
+    program that sets its ``RLIMIT_AS`` first, then writes files from many
+    tasks at once and reads each back."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "address_floor.py")
+    spec = importlib.util.spec_from_file_location("address_floor", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.CHILD
+
+
+#: Limits at or below aiofiles' own floor with that program (450 MiB,
+#: ``docs/benchmarks.md``, "malloc's arenas under ``ulimit -v``"), where
+#: blockio failed with ``MemoryError`` when each of its threads took a
+#: 64 MiB arena of the room.
+FLOOR_LIMITS = [300, 450]
+
+
+@BACKENDS
+@pytest.mark.parametrize("work", ["1mib", "small"])
+def test_a_whole_program_runs_at_aiofiles_floor(tmp_path, backend, work):
+    """20 tasks each writing and reading back 1 MiB (or 200 tasks, 1 KiB)
+    at once, in a process limited to each of ``FLOOR_LIMITS``: every task
+    reads back exactly the bytes it wrote."""
+    code = _floor_program()
+    env = dict(os.environ, BLOCKIO_BACKEND=backend)
+    for mib in FLOOR_LIMITS:
+        d = tmp_path / f"{work}-{mib}"
+        d.mkdir()
+        out = subprocess.run([sys.executable, "-c", code, "blockio", work, str(mib), str(d)],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert (out.returncode, out.stdout.strip()) == (0, "ok"), (mib, out.stdout, out.stderr[-2000:])

@@ -132,6 +132,7 @@ impl<J: Send + 'static> WorkerPool<J> {
         }
         let mine = Arc::clone(shared);
         let handle = self.handle;
+        crate::arenas::cap_under_address_limit();
         thread::Builder::new()
             .name(format!("{}-{i}", self.name))
             .stack_size(WORKER_STACK)

@@ -115,6 +115,7 @@ impl DriverThread {
         });
         let (ready_tx, ready_rx) = mpsc::channel();
         let m = mailbox.clone();
+        crate::arenas::cap_under_address_limit();
         let handle = std::thread::Builder::new()
             .name("blockio-aio".into())
             .spawn(move || run(m, depth, ready_tx))?;
