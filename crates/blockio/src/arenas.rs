@@ -23,11 +23,14 @@
 //! thread is the largest cost of a thread under it), and it is made only
 //! then: a process without the limit is left as it is, and so is one
 //! whose user chose the bound (`MALLOC_ARENA_MAX`, or `arena_max` in
-//! `GLIBC_TUNABLES`). The other ways were weighed and not taken: threads
-//! that never allocate nor free are not to be had from Rust's standard
-//! library (its thread start frees the closure's box, and glibc makes the
-//! arena at a thread's first `free` too), and fewer threads would still
-//! each make an arena, at a cost in concurrency on every engine.
+//! `GLIBC_TUNABLES`), or a program that set its own with [`bound`].
+//!
+//! The other ways were weighed and not taken: threads that never
+//! allocate nor free are not to be had from Rust's standard library (its
+//! thread start frees the closure's box, and glibc makes the arena at a
+//! thread's first `free` too); fewer threads would each still make an
+//! arena, at a cost in concurrency on every engine; the threads' stacks
+//! (256 KiB each) are not what the room goes to.
 //!
 //! glibc fixes the bound the first time it is reached when no bound was
 //! set, so a process that already made 9 arenas keeps its own; a limit
@@ -63,7 +66,16 @@ pub fn cap_under_address_limit() {
     {
         return;
     }
-    set_bound();
+    set_bound(ARENAS);
+    SETTLED.store(true, Ordering::Release);
+}
+
+/// Bounds glibc's malloc arenas at `arenas` (`mallopt(M_ARENA_MAX)`), and
+/// keeps blockio from setting its own bound when it next starts a thread:
+/// for a program that fits its own threads to a limit (blockio's tools
+/// keep to one arena). Does nothing on a libc other than glibc.
+pub fn bound(arenas: i32) {
+    set_bound(arenas);
     SETTLED.store(true, Ordering::Release);
 }
 
@@ -74,18 +86,18 @@ fn user_chose_bound() -> bool {
             .is_some_and(|t| t.to_string_lossy().contains("glibc.malloc.arena_max"))
 }
 
-/// `mallopt(M_ARENA_MAX, ARENAS)`: through `libc`, as rustix has no
+/// `mallopt(M_ARENA_MAX, arenas)`: through `libc`, as rustix has no
 /// `mallopt`.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn set_bound() {
+fn set_bound(arenas: i32) {
     // SAFETY: mallopt takes two integers and changes a malloc parameter;
     // M_ARENA_MAX is one glibc reads under its own lock when it next
     // makes an arena, and no memory is handed over.
     unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+        libc::mallopt(libc::M_ARENA_MAX, arenas);
     }
 }
 
 /// Nothing to bound on a libc other than glibc.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn set_bound() {}
+fn set_bound(_arenas: i32) {}
