@@ -39,9 +39,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The most arenas a process with a finite `RLIMIT_AS` is left with: the
-/// main thread's and one that every other thread shares (128 MiB of
-/// address space reserved at most, against 64 MiB per thread).
-pub const ARENAS: i32 = 2;
+/// main one, which grows as the memory is used, shared by every thread.
+/// Not 2: the second arena's 64 MiB, reserved whenever there is room for
+/// it, took the room the engine's ring needed at 100 MiB, where 60 and
+/// 80 MiB, with no room for it, passed (`docs/benchmarks.md`, "malloc's
+/// arenas under `ulimit -v`").
+pub const ARENAS: i32 = 1;
 
 /// Whether the bound was set (or the user's own found), so the next
 /// thread started need not look again.
