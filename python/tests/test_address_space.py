@@ -2,8 +2,10 @@
 its threads are started as the work needs them, with small stacks, so a
 small read starts a few threads where it started 66; and a thread that
 cannot be started leaves its work to the threads running, so calls made
-once the limit leaves no room for a new thread still succeed. Each case
-runs in a child process, whose limit is its own."""
+once the limit leaves no room for a new thread still succeed; and its
+threads share one malloc arena, so a whole program runs at limits at or
+below aiofiles' own floor. Each case runs in a child process, whose limit
+is its own."""
 
 import json
 import os
