@@ -56,7 +56,8 @@ static SETTLED: AtomicBool = AtomicBool::new(false);
 /// before it starts a thread; cheap once the bound is set (one atomic
 /// load), else one `getrlimit`.
 pub fn cap_under_address_limit() {
-    if SETTLED.load(Ordering::Acquire) {
+    // (Miri has no `getrlimit`, and no glibc arenas to bound.)
+    if cfg!(miri) || SETTLED.load(Ordering::Acquire) {
         return;
     }
     if user_chose_bound() {
