@@ -24,7 +24,13 @@ limit from which every higher tested limit passed every trial.
     .venv/bin/python python/benchmarks/address_floor.py --limits 150 200 300 --trials 5 --json
     .venv/bin/python python/benchmarks/address_floor.py --contenders blockio-uring --workloads 1mib --show
 
-``--show`` prints each failure's message. A count, not a time: the machine
+``--show`` prints each failure's message. ``--cost ROUNDS`` instead
+runs each blockio workload at ``--limits``' highest limit, alternating
+blockio's own arena bound with glibc's (``GLIBC_TUNABLES=
+glibc.malloc.arena_max=16``, which blockio leaves in place), and prints
+the child's CPU time (user + system), median (lowest-highest):
+
+    .venv/bin/python python/benchmarks/address_floor.py --cost 9 --limits 4096 --workloads 1mib small A count, not a time: the machine
 being busy changes nothing but how long the ladder takes.
 """
 
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -128,6 +135,25 @@ def trial(contender: str, work: str, mib: int, timeout: float) -> Dict[str, str]
     return {"outcome": "crash", "message": f"exit status {out.returncode}: {tail}"}
 
 
+def cost(contender: str, work: str, mib: int, rounds: int) -> Dict[str, List[float]]:
+    """CPU seconds of each trial, with blockio's arena bound and with
+    glibc's own, alternated."""
+    import resource
+    got: Dict[str, List[float]] = {"bound": [], "arena_max=16": []}
+    for _ in range(rounds):
+        for name, times in got.items():
+            if name == "arena_max=16":
+                os.environ["GLIBC_TUNABLES"] = "glibc.malloc.arena_max=16"
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            outcome = trial(contender, work, mib, 60.0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            os.environ.pop("GLIBC_TUNABLES", None)
+            if outcome["outcome"] != "pass":
+                raise SystemExit(f"{work} {contender} {name} at {mib} MiB: {outcome}")
+            times.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return got
+
+
 def floor(passes: Dict[int, int], trials: int) -> Optional[int]:
     """The lowest limit from which every higher tested limit passed every
     trial; None if the highest did not."""
@@ -148,12 +174,25 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a trial counts as a hang")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--show", action="store_true", help="print each failure's message")
+    ap.add_argument("--cost", type=int, metavar="ROUNDS",
+                    help="compare the CPU time with and without blockio's arena bound instead")
     args = ap.parse_args()
     if args.trials < 1:
         ap.error(f"--trials must be at least 1, not {args.trials}")
     if any(m < 1 for m in args.limits):
         ap.error(f"--limits must be positive MiB, not {args.limits}")
     limits = sorted(set(args.limits))
+    if args.cost is not None:
+        if args.cost < 1:
+            ap.error(f"--cost must be at least 1 round, not {args.cost}")
+        for work in args.workloads:
+            for contender in args.contenders:
+                if contender == "aiofiles":
+                    continue
+                for name, t in cost(contender, work, limits[-1], args.cost).items():
+                    print(f"{work} {contender} {name}: CPU {statistics.median(t) * 1e3:.0f} ms "
+                          f"({min(t) * 1e3:.0f}-{max(t) * 1e3:.0f}), {len(t)} rounds")
+        return
     results: List[Dict[str, object]] = []
     for work in args.workloads:
         for contender in args.contenders:
