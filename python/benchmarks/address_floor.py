@@ -215,6 +215,8 @@ def main() -> None:
                             "passes": {str(m): passes[m] for m in limits},
                             "floor": floor(passes, args.trials),
                             "failures": {str(m): f for m, f in failures.items()}})
+    if not results:
+        ap.error("nothing to run: aiofiles has no aread workload")
     if args.json:
         print(json.dumps({"limits_mib": limits, "results": results}, indent=1))
         return
