@@ -26,7 +26,7 @@ pub fn one_arena_under_address_limit() -> Option<u64> {
     let limit = rustix::process::getrlimit(rustix::process::Resource::As).current?;
     // (through blockio, so that the engine's threads leave the bound at
     // one instead of setting the library's own)
-    blockio::arenas::bound(1);
+    blockio::arenas::bound(std::num::NonZeroU32::MIN);
     Some(limit)
 }
 
