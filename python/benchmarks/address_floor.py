@@ -24,14 +24,20 @@ limit from which every higher tested limit passed every trial.
     .venv/bin/python python/benchmarks/address_floor.py --limits 150 200 300 --trials 5 --json
     .venv/bin/python python/benchmarks/address_floor.py --contenders blockio-uring --workloads 1mib --show
 
-``--show`` prints each failure's message. ``--cost ROUNDS`` instead
-runs each blockio workload at ``--limits``' highest limit, alternating
-blockio's own arena bound with glibc's (``GLIBC_TUNABLES=
-glibc.malloc.arena_max=16``, which blockio leaves in place), and prints
-the child's CPU time (user + system), median (lowest-highest):
+``--show`` prints each failure's message. The pass counts are counts,
+not times: the machine being busy changes nothing but how long the ladder
+takes.
 
-    .venv/bin/python python/benchmarks/address_floor.py --cost 9 --limits 4096 --workloads 1mib small A count, not a time: the machine
-being busy changes nothing but how long the ladder takes.
+``--cost ROUNDS`` instead runs each blockio workload at ``--limits``'
+highest limit, alternating blockio's own arena bound with glibc's default
+bound, 8 arenas per CPU (``GLIBC_TUNABLES=glibc.malloc.arena_max=``
+8 × ``os.cpu_count()``, which blockio leaves in place), and prints the
+child's CPU time (user + system), median (lowest-highest). blockio bounds
+the arenas only under a limit below 8 × CPUs × 64 MiB plus what the
+process maps, so the limit must be below 8 × CPUs × 64 MiB (and high
+enough for glibc's own arenas; 1000 MiB on 2 CPUs):
+
+    .venv/bin/python python/benchmarks/address_floor.py --cost 9 --limits 1000 --workloads 1mib small
 """
 
 from __future__ import annotations
@@ -111,11 +117,15 @@ except BaseException as e:
 """
 
 
-def trial(contender: str, work: str, mib: int, timeout: float) -> Dict[str, str]:
-    """One child process; its outcome (``pass``, ``error``, ``crash`` or
-    ``hang``) and what it printed."""
+def trial(contender: str, work: str, mib: int, timeout: float,
+          tunables: Optional[str] = None) -> Dict[str, str]:
+    """One child process, with ``tunables`` added to its ``GLIBC_TUNABLES``
+    if given; its outcome (``pass``, ``error``, ``crash`` or ``hang``) and
+    what it printed."""
     lib = "aiofiles" if contender == "aiofiles" else "blockio"
     env = dict(os.environ)
+    if tunables is not None:
+        env["GLIBC_TUNABLES"] = ":".join(t for t in (env.get("GLIBC_TUNABLES"), tunables) if t)
     if contender == "blockio-threads":
         env["BLOCKIO_BACKEND"] = "threads"
     else:
@@ -135,19 +145,23 @@ def trial(contender: str, work: str, mib: int, timeout: float) -> Dict[str, str]
     return {"outcome": "crash", "message": f"exit status {out.returncode}: {tail}"}
 
 
+def glibc_arena_max() -> int:
+    """glibc's default bound on arenas on a 64-bit target: 8 per CPU."""
+    return 8 * (os.cpu_count() or 1)
+
+
 def cost(contender: str, work: str, mib: int, rounds: int) -> Dict[str, List[float]]:
     """CPU seconds of each trial, with blockio's arena bound and with
     glibc's own, alternated."""
     import resource
-    got: Dict[str, List[float]] = {"bound": [], "arena_max=16": []}
+    glibc = f"arena_max={glibc_arena_max()}"
+    got: Dict[str, List[float]] = {"bound": [], glibc: []}
     for _ in range(rounds):
         for name, times in got.items():
-            if name == "arena_max=16":
-                os.environ["GLIBC_TUNABLES"] = "glibc.malloc.arena_max=16"
+            tunables = f"glibc.malloc.{glibc}" if name == glibc else None
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            outcome = trial(contender, work, mib, 60.0)
+            outcome = trial(contender, work, mib, 60.0, tunables)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            os.environ.pop("GLIBC_TUNABLES", None)
             if outcome["outcome"] != "pass":
                 raise SystemExit(f"{work} {contender} {name} at {mib} MiB: {outcome}")
             times.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
@@ -185,6 +199,10 @@ def main() -> None:
     if args.cost is not None:
         if args.cost < 1:
             ap.error(f"--cost must be at least 1 round, not {args.cost}")
+        room = glibc_arena_max() * 64
+        if limits[-1] >= room:
+            ap.error(f"--cost needs --limits below {room} MiB (8 x CPUs x 64 MiB), where blockio "
+                     f"bounds the arenas, not {limits[-1]}")
         for work in args.workloads:
             for contender in args.contenders:
                 if contender == "aiofiles":
