@@ -25,7 +25,10 @@
 //! ```
 //!
 //! (CPUs as [`std::thread::available_parallelism`] counts them, VmSize
-//! from `/proc/self/status` when the thread is started). Under a limit at
+//! from `/proc/self/status` when the thread is started). glibc counts the
+//! online CPUs, which a process held to fewer CPUs by its affinity or
+//! cgroup exceeds: there the rule may leave a limit unbounded that
+//! glibc's arenas could still fill. Under a limit at
 //! or above that the arenas cannot take the room, and nothing is changed;
 //! the rule is checked again at each thread start until the bound is set.
 //!
