@@ -1015,14 +1015,12 @@ impl Core {
         }
         let (tx, rx) = std::sync::mpsc::channel();
         let job = (engine.clone(), paths.clone());
-        let reader = std::thread::Builder::new()
-            .name("blockio-read-files".into())
-            .spawn(move || {
-                let end = fsjobs::read_files_by_round(&job.0, &job.1, &|first, r| {
-                    let _ = tx.send(Sent::Round(first, r));
-                });
-                let _ = tx.send(Sent::End(end));
+        let reader = blockio::arenas::spawn("blockio-read-files", None, move || {
+            let end = fsjobs::read_files_by_round(&job.0, &job.1, &|first, r| {
+                let _ = tx.send(Sent::Round(first, r));
             });
+            let _ = tx.send(Sent::End(end));
+        });
         if reader.is_err() {
             // No thread to be had (a process limit): read on this one.
             let results =

@@ -319,8 +319,13 @@ pub(crate) fn read_files_by_round(
         read();
     } else {
         std::thread::scope(|s| {
-            for _ in 0..readers {
-                s.spawn(read);
+            // A reader that cannot be started leaves its rounds to the
+            // others; with none started, this thread reads them all.
+            let started = (0..readers)
+                .filter(|_| blockio::arenas::spawn_scoped(s, "blockio-read", None, read).is_ok())
+                .count();
+            if started == 0 {
+                read();
             }
         });
     }
@@ -753,11 +758,7 @@ fn submit(shared: &Arc<(Mutex<Queue>, Condvar)>, job: FsCall) -> io::Result<JobF
         return Ok(JobFuture(slot));
     }
     let mine = Arc::clone(shared);
-    match std::thread::Builder::new()
-        .name("blockio-fs".into())
-        .stack_size(THREAD_STACK)
-        .spawn(move || serve(&mine))
-    {
+    match blockio::arenas::spawn("blockio-fs", Some(THREAD_STACK), move || serve(&mine)) {
         Ok(_) => q.threads += 1,
         Err(_) if q.busy < q.threads => cv.notify_one(),
         Err(e) => {

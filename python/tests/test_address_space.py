@@ -2,8 +2,10 @@
 its threads are started as the work needs them, with small stacks, so a
 small read starts a few threads where it started 66; and a thread that
 cannot be started leaves its work to the threads running, so calls made
-once the limit leaves no room for a new thread still succeed. Each case
-runs in a child process, whose limit is its own."""
+once the limit leaves no room for a new thread still succeed; and its
+threads share one malloc arena, so a whole program runs at limits at or
+below aiofiles' own floor. Each case runs in a child process, whose limit
+is its own."""
 
 import json
 import os
@@ -186,3 +188,75 @@ def test_a_call_no_thread_can_take_is_refused_when_all_wait_in_fifo_opens(tmp_pa
     got, blocked = _child(_ALL_BLOCKED, tmp_path, backend)
     assert blocked >= 1
     assert got == "EAGAIN"
+
+
+def _floor_program():
+    """``python/benchmarks/address_floor.py``'s child program: a whole
+    program that sets its ``RLIMIT_AS`` first, then writes files from many
+    tasks at once and reads each back."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "address_floor.py")
+    spec = importlib.util.spec_from_file_location("address_floor", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.CHILD
+
+
+#: Limits at or below aiofiles' own floor with that program (450 MiB,
+#: ``docs/benchmarks.md``, "malloc's arenas under ``ulimit -v``"), where
+#: blockio failed with ``MemoryError`` when each of its threads took a
+#: 64 MiB arena of the room (300 MiB), and, with a second arena shared by
+#: its threads, now and then with ``EAGAIN`` from the engine's ring
+#: (100 MiB). (200 tasks of 1 KiB passed there before the bound too, so
+#: they are not run here.)
+FLOOR_LIMITS = [100, 300, 450]
+
+
+@BACKENDS
+def test_a_whole_program_runs_at_aiofiles_floor(tmp_path, backend):
+    """20 tasks each writing and reading back 1 MiB at once, in a process
+    limited to each of ``FLOOR_LIMITS``: every task reads back exactly the
+    bytes it wrote."""
+    code = _floor_program()
+    env = dict(os.environ, BLOCKIO_BACKEND=backend)
+    for mib in FLOOR_LIMITS:
+        d = tmp_path / f"1mib-{mib}"
+        d.mkdir()
+        out = subprocess.run([sys.executable, "-c", code, "blockio", "1mib", str(mib), str(d)],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert (out.returncode, out.stdout.strip()) == (0, "ok"), (mib, out.stdout, out.stderr[-2000:])
+
+
+_READ_FILES_FIRST = r"""
+import os, resource, sys
+d = sys.argv[1]
+paths = [os.path.join(d, "f%d" % i).encode() for i in range(20)]
+resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[2]) << 20, resource.RLIM_INFINITY))
+import blockio
+got = blockio.default_engine().read_files(paths)
+got = got[0] if isinstance(got, tuple) else got
+print("ok" if [bytes(g) for g in got] == [bytes([i]) * (1 << 20) for i in range(20)]
+      else [type(g).__name__ for g in got])
+"""
+
+
+#: Limits where ``Engine.read_files`` as a program's first call failed
+#: (io_uring) in about 2 trials of 5 when its threads took arenas of their
+#: own: ``MemoryError``, or at 100 MiB a reader thread that could not be
+#: started ending the call ("its reading thread ended without a result").
+READ_FILES_LIMITS = [100, 110, 115, 120]
+
+
+@BACKENDS
+def test_read_files_as_a_programs_first_call_keeps_to_one_arena(tmp_path, backend):
+    """``Engine.read_files`` of 20 files of 1 MiB as the first blockio
+    call, twice at each of ``READ_FILES_LIMITS``: its threads start after
+    the arena bound too, and every file's bytes come back."""
+    for i in range(20):
+        (tmp_path / f"f{i}").write_bytes(bytes([i]) * (1 << 20))
+    env = dict(os.environ, BLOCKIO_BACKEND=backend)
+    for mib in READ_FILES_LIMITS * 2:
+        out = subprocess.run([sys.executable, "-c", _READ_FILES_FIRST, str(tmp_path), str(mib)],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert (out.returncode, out.stdout.strip()) == (0, "ok"), (mib, out.stdout, out.stderr[-2000:])

@@ -24,10 +24,9 @@
 /// thread starts.
 pub fn one_arena_under_address_limit() -> Option<u64> {
     let limit = rustix::process::getrlimit(rustix::process::Resource::As).current?;
-    // SAFETY: mallopt only sets an allocator parameter; called before the
-    // worker threads start, and M_ARENA_MAX is one glibc knows. (libc:
-    // rustix does not wrap the C library's allocator.)
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    // (through blockio, so that the engine's threads leave the bound at
+    // one instead of setting the library's own)
+    blockio::arenas::bound(std::num::NonZeroU32::MIN);
     Some(limit)
 }
 

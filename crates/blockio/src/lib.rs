@@ -62,6 +62,7 @@
 #![warn(missing_docs)]
 
 pub mod aio;
+pub mod arenas;
 mod backend;
 pub mod blocking;
 mod buf;

@@ -5,7 +5,6 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::thread;
 
 /// A worker's stack: its jobs are system calls a few frames deep (a
 /// batch's reads and writes, a blocking file operation and the wake of
@@ -132,10 +131,11 @@ impl<J: Send + 'static> WorkerPool<J> {
         }
         let mine = Arc::clone(shared);
         let handle = self.handle;
-        thread::Builder::new()
-            .name(format!("{}-{i}", self.name))
-            .stack_size(WORKER_STACK)
-            .spawn(move || work(&mine, handle))?;
+        crate::arenas::spawn(
+            &format!("{}-{i}", self.name),
+            Some(WORKER_STACK),
+            move || work(&mine, handle),
+        )?;
         shared.started.store(i + 1, Ordering::Release);
         // (idle until it takes a job: counted now, so that jobs queued
         // before it first waits start no other worker for themselves)
@@ -268,7 +268,7 @@ mod tests {
     /// ends a job's run: its worker counted idle again).
     fn all_idle<J: Send + 'static>(pool: &WorkerPool<J>) {
         while pool.shared.idle.load(Ordering::Acquire) < pool.started() {
-            thread::yield_now();
+            std::thread::yield_now();
         }
     }
 

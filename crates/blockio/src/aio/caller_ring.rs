@@ -481,9 +481,7 @@ impl Drop for CallerRing {
             return;
         }
         let core = self.core.clone();
-        let spawned = std::thread::Builder::new()
-            .name("blockio-finish".into())
-            .spawn(move || core.finish());
+        let spawned = crate::arenas::spawn("blockio-finish", None, move || core.finish());
         if spawned.is_err() {
             self.core.finish();
         }

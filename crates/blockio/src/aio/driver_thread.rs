@@ -115,9 +115,7 @@ impl DriverThread {
         });
         let (ready_tx, ready_rx) = mpsc::channel();
         let m = mailbox.clone();
-        let handle = std::thread::Builder::new()
-            .name("blockio-aio".into())
-            .spawn(move || run(m, depth, ready_tx))?;
+        let handle = crate::arenas::spawn("blockio-aio", None, move || run(m, depth, ready_tx))?;
         // Before any request can reach the thread (none can before this
         // returns), so every wake it makes sees the id.
         let _ = mailbox.thread.set(handle.thread().id());

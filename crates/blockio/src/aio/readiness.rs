@@ -390,9 +390,7 @@ impl Readiness {
             thread_events: AtomicU64::new(0),
         });
         let w = watcher.clone();
-        std::thread::Builder::new()
-            .name("blockio-net".into())
-            .spawn(move || watch(&w))?;
+        crate::arenas::spawn("blockio-net", None, move || watch(&w))?;
         Ok(Readiness { watcher })
     }
 

@@ -288,39 +288,36 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
         return;
     }
     let relayed = engine.clone();
-    let started = std::thread::Builder::new()
-        .name("blockio-relay".into())
-        .spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_io()
-                .build()
-            {
-                let _entered = rt.enter();
-                ON_RELAY.set(true);
-                let stop = |cx: &mut std::task::Context<'_>| {
-                    let drivers = relayed.tokio_drivers();
-                    // The waker first, so that a change after the check
-                    // wakes this task.
-                    *drivers
-                        .relay_waker
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
-                    drivers.live.load(Ordering::Acquire) > 0
-                        || (drivers.lingering.load(Ordering::Acquire) == 0
-                            && !relayed.driver().busy())
-                };
-                // An error of tokio's reactor leaves the queues to their
-                // linger, as with no relay.
-                if let Ok(watched) = watch(&relayed) {
-                    let _ = rt.block_on(drive_while(watched, relayed.downgrade(), stop));
-                }
+    let started = crate::arenas::spawn("blockio-relay", None, move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+        {
+            let _entered = rt.enter();
+            ON_RELAY.set(true);
+            let stop = |cx: &mut std::task::Context<'_>| {
+                let drivers = relayed.tokio_drivers();
+                // The waker first, so that a change after the check
+                // wakes this task.
+                *drivers
+                    .relay_waker
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+                drivers.live.load(Ordering::Acquire) > 0
+                    || (drivers.lingering.load(Ordering::Acquire) == 0 && !relayed.driver().busy())
+            };
+            // An error of tokio's reactor leaves the queues to their
+            // linger, as with no relay.
+            if let Ok(watched) = watch(&relayed) {
+                let _ = rt.block_on(drive_while(watched, relayed.downgrade(), stop));
             }
-            let drivers = relayed.tokio_drivers();
-            drivers.relaying.store(false, Ordering::Release);
-            // A stream dropped after the last check and before the flag
-            // went down found the relay running.
-            relay_if_undriven(&relayed);
-        });
+        }
+        let drivers = relayed.tokio_drivers();
+        drivers.relaying.store(false, Ordering::Release);
+        // A stream dropped after the last check and before the flag
+        // went down found the relay running.
+        relay_if_undriven(&relayed);
+    });
     if started.is_err() {
         drivers.relaying.store(false, Ordering::Release);
     }

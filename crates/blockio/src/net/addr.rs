@@ -212,19 +212,17 @@ fn off_thread<T: Send + 'static>(
 ) -> impl Future<Output = io::Result<T>> {
     let slot: Slot<io::Result<T>> = Arc::new(Mutex::new((None, None)));
     let theirs = slot.clone();
-    let started = std::thread::Builder::new()
-        .name("blockio-lookup".into())
-        .spawn(move || {
-            let res = call();
-            let waker = {
-                let mut s = theirs.lock().unwrap_or_else(|e| e.into_inner());
-                s.0 = Some(res);
-                s.1.take()
-            };
-            if let Some(w) = waker {
-                w.wake();
-            }
-        });
+    let started = crate::arenas::spawn("blockio-lookup", None, move || {
+        let res = call();
+        let waker = {
+            let mut s = theirs.lock().unwrap_or_else(|e| e.into_inner());
+            s.0 = Some(res);
+            s.1.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    });
     Answer {
         slot,
         failed: started.err(),
