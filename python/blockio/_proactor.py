@@ -601,12 +601,15 @@ class RingProactor:
         self._ops[token] = (None, _CALLBACK, callback)
         return token
 
-    def cancel_op(self, token: int) -> None:
-        """Asks the kernel to cancel operation ``token``."""
+    def cancel_op(self, token: int) -> bool:
+        """Asks the kernel to cancel operation ``token``. True when the
+        kernel holds everything of it (see ``_cancel``): its descriptor's
+        number may be closed now, without waiting for the completion."""
         if self._ring is not None and token in self._ops:
-            self._cancel(token)
+            return self._cancel(token)
+        return False
 
-    def _cancel(self, token: int) -> None:
+    def _cancel(self, token: int) -> bool:
         # Once cancelled, an operation never goes back to its descriptor's
         # number, and `cancel` hands the kernel what of it was still queued
         # (the kernel holds the file of what it has): the socket's close
@@ -614,6 +617,8 @@ class RingProactor:
         # the queue, the socket stays held until the completion.
         if self._ring.cancel(token):
             self._release(token)
+            return True
+        return False
 
     # -- driven by readiness ------------------------------------------------
 

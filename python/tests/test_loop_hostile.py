@@ -1857,3 +1857,46 @@ def test_a_reset_after_two_sends_in_one_step_is_reported_as_on_asyncio(loop, sec
         reference.close()
     assert want == (b"x", "ConnectionResetError")
     assert _reset_after_two_sends(loop, second) == want
+
+
+def test_readers_added_and_removed_without_a_turn_keep_no_descriptor(loop):
+    """20,000 ``add_reader``/``remove_reader`` pairs on one pipe, the loop
+    not run in between, under a limit of 256 descriptors: none fails (on
+    io_uring each watch's duplicate of the descriptor used to stay open
+    until the loop's next turn, and the pairs ran out of descriptors with
+    ``EMFILE``, where asyncio's selector loop grows by none), no more
+    descriptors are open after than before, and a reader added then runs
+    when the pipe is readable."""
+    r, w = os.pipe2(os.O_NONBLOCK)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = len(os.listdir("/proc/self/fd"))
+    # 256, or more if this process already holds nearly that many
+    limit = max(256, max(int(n) for n in os.listdir("/proc/self/fd")) + 64)
+    failed = None
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        try:
+            for _ in range(20_000):
+                loop.add_reader(r, lambda: None)
+                assert loop.remove_reader(r)
+        except OSError as e:
+            failed = e
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert failed is None
+    assert len(os.listdir("/proc/self/fd")) <= before
+
+    async def main():
+        fired = loop.create_future()
+        loop.add_reader(r, lambda: fired.done() or fired.set_result(os.read(r, 10)))
+        os.write(w, b"ready")
+        try:
+            return await fired
+        finally:
+            loop.remove_reader(r)
+
+    try:
+        assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"ready"
+    finally:
+        os.close(r)
+        os.close(w)
