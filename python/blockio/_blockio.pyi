@@ -22,7 +22,7 @@ else:
 
 __all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "after_fork", "arm_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "INLINE_WRITE_AFTER_WAIT", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
-           "read_line_inline", "read_stream_inline", "stream_in_pieces", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
+           "read_line_inline", "read_stream_inline", "stream_in_pieces", "stream_or_ring", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
 
 #: ``queue_depth`` when none is given: the Rust engines' default
@@ -449,3 +449,7 @@ def exiting() -> None: ...
 def read_line_inline(fd: int, limit: int) -> Tuple[bytes, int, int]: ...
 def read_stream_inline(fd: int, size: int, pieces: bool) -> Optional[Tuple[bytes, int]]: ...
 def stream_in_pieces(fd: int) -> bool: ...
+def stream_or_ring(fd: int) -> Union[Tuple[int, int, int, bool], bool]:
+    """For a pipe, socket, FIFO or character device (however it was
+    opened), its key ``(fd, device, inode, readable)``; else whether a
+    read of it may go on blockio's event loop's ring (``_ring_serves``)."""

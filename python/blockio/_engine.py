@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 from ._blockio import DEFAULT_QUEUE_DEPTH, WriteQueue
 from ._blockio import Core as _Core
 from ._blockio import count_copied
+from ._blockio import stream_or_ring as _core_stream_or_ring
 from ._blockio import exiting as _exiting
 
 class HasFileno(Protocol):
@@ -196,6 +197,22 @@ def _ring_serves(fd: int) -> bool:
     if flags & (os.O_DIRECT | os.O_NONBLOCK | os.O_PATH) or flags & os.O_ACCMODE == os.O_WRONLY:
         return False
     return stat.S_ISREG(mode) or stat.S_ISBLK(mode)
+
+
+def _stream_or_ring(fd: int) -> Union[Tuple[int, int, int, bool], bool]:
+    """``_stream_key(fd, True)`` for a stream, else ``_ring_serves(fd)``,
+    in one ``F_GETFL`` and one ``fstat`` made by the core (an
+    ``os.fstat`` here would cost a ``stat_result`` per read): what
+    :meth:`Engine.aread` asks of a read that was not served on the calling
+    thread. A FIFO or terminal opened by path has a regular file's flags;
+    only ``fstat`` tells it apart, and its read must be a stream's (a
+    cancelled one keeps what it took for the next read, see
+    ``Engine._read_kept``), not a file's (whose bytes a cancelled read
+    drops)."""
+    try:
+        return _core_stream_or_ring(fd)
+    except (ValueError, TypeError, OverflowError):
+        return False
 
 
 async def _on_the_ring(submit: Callable[[], Any], file: FileLike, fd: int, offset: int, length: int) -> Any:
@@ -916,7 +933,7 @@ class Engine:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            key = _stream_key(_fd(file)) if type(offset) is int and type(length) is int else None
+            key = _stream_key(_fd(file), True) if type(offset) is int and type(length) is int else None
             if key is not None:
                 return await self._aread_stream(file, key, offset, length)
             try:
@@ -959,18 +976,22 @@ class Engine:
                 if inline is not None:
                     count_copied(len(inline))  # (the call took its turn: its bytes start the count)
                     return inline
-            key = _stream_key(fd)
-            if key is not None:
-                return await self._aread_stream(file, key, offset, length)
+            # A pipe, socket or terminal, or a FIFO or terminal opened by
+            # path (whose flags are a regular file's: fstat tells).
+            kind = _stream_or_ring(fd)
+            if type(kind) is tuple:
+                return await self._aread_stream(file, kind, offset, length)
+            return await self._aread_off_thread(loop, file, fd, offset, length, kind is True)
         return await self._aread_off_thread(loop, file, fd, offset, length)
 
     async def _aread_off_thread(self, loop: asyncio.AbstractEventLoop, file: FileLike, fd: int, offset: Any,
-                                length: Any) -> bytes:
+                                length: Any, ring: Optional[bool] = None) -> bytes:
         """The read of :meth:`aread` not served on this thread: on
-        ``loop``'s own ring where it takes it (:meth:`_aread_on_loop_ring`),
-        else through the engine, which reports the arguments it refuses."""
+        ``loop``'s own ring where it takes it (:meth:`_aread_on_loop_ring`;
+        ``ring``: :func:`_ring_serves` of ``fd`` if already known), else
+        through the engine, which reports the arguments it refuses."""
         if self._uring and type(offset) is int and type(length) is int:
-            on_ring = await self._aread_on_loop_ring(loop, file, fd, offset, length)
+            on_ring = await self._aread_on_loop_ring(loop, file, fd, offset, length, ring)
             if on_ring is not None:
                 return on_ring
         if loop is not self._loop:
@@ -993,7 +1014,7 @@ class Engine:
         return out
 
     async def _aread_on_loop_ring(self, loop: asyncio.AbstractEventLoop, file: FileLike, fd: int, offset: int,
-                                  length: int) -> Optional[bytes]:
+                                  length: int, ring: Optional[bool] = None) -> Optional[bytes]:
         """The read of :meth:`aread` not served inline, on ``loop``'s own
         ring when ``loop`` is blockio's event loop on io_uring (its
         ``_ring_pread``): submitted from this thread and completed in the
@@ -1011,10 +1032,11 @@ class Engine:
         file...). A read the kernel fails raises its error, worded as the
         engine's (:func:`_ring_failed`); it is never made again by the
         number, which may name another file by then. ``file`` is kept by
-        this frame until the read completes."""
+        this frame until the read completes. ``ring``: what
+        :func:`_ring_serves` says of ``fd``, if the caller has asked it."""
         ring_read = getattr(loop, "_ring_pread", None)
         if (ring_read is None or not 0 <= offset <= _MAX_OFFSET or not 0 < length <= _MAX_IO
-                or not self._usable_here or not _ring_serves(fd)):
+                or not self._usable_here or not (_ring_serves(fd) if ring is None else ring)):
             return None
         data: Optional[bytes] = await _on_the_ring(lambda: ring_read(fd, offset, length), file, fd, offset, length)
         return data

@@ -127,5 +127,6 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stream::read_line_inline, m)?)?;
     m.add_function(wrap_pyfunction!(stream::read_stream_inline, m)?)?;
     m.add_function(wrap_pyfunction!(stream::stream_in_pieces, m)?)?;
+    m.add_function(wrap_pyfunction!(fds::stream_or_ring, m)?)?;
     Ok(())
 }

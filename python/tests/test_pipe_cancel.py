@@ -296,3 +296,63 @@ def test_engine_aread_of_a_pipe_cancelled_under_trio_leaves_its_bytes_to_the_nex
             assert got == b"hello", k
     finally:
         e.close()
+
+
+FIFO_TRIALS = 200
+
+
+async def _fifo_race(e, r, w):
+    """``FIFO_TRIALS`` ``Engine.aread`` calls of the FIFO ``r``, each
+    cancelled at another point: while it waits for the FIFO, just after
+    its bytes arrive, or once its read is in the engine; then the rest read
+    to the end. Returns what came out, in order, and what was written."""
+    sent = []
+    got = []
+    for trial in range(FIFO_TRIALS):
+        chunk = b"<%03d>" % trial
+        task = asyncio.ensure_future(e.aread(r, offset=0, length=100))
+        if trial % 3 == 2:
+            os.write(w, chunk)
+            while e._core.pending() == 0 and not task.done():  # (until the read is in the engine)
+                await asyncio.sleep(0)
+        else:
+            for _ in range(trial % 4):
+                await asyncio.sleep(0)
+            os.write(w, chunk)
+            for _ in range(trial % 5):
+                await asyncio.sleep(0)
+        sent.append(chunk)
+        task.cancel()
+        try:
+            got.append(await task)
+        except asyncio.CancelledError:
+            pass
+    os.close(w)
+    while True:
+        more = await asyncio.wait_for(e.aread(r, offset=0, length=100), 30)
+        if not more:
+            return b"".join(got), b"".join(sent)
+        got.append(more)
+
+
+@BACKENDS
+@pytest.mark.parametrize("loop_name", ["asyncio", "blockio-uring", "blockio-epoll"])
+def test_engine_aread_of_a_fifo_opened_by_number_cancelled_loses_no_byte(tmp_path, backend, loop_name):
+    """A FIFO opened with ``os.open`` (``O_RDONLY | O_NONBLOCK``: its flags
+    are a regular file's) and read by number with ``Engine.aread``, each
+    read cancelled at another point of the race with its bytes: every byte
+    written arrives, once, in order, as from a pipe (the bytes a cancelled
+    read took are kept for the next read; they used to be dropped)."""
+    from loops import run_on
+
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    r = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    w = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    e = blockio.Engine(backend=backend)
+    try:
+        got, sent = run_on(loop_name, _fifo_race(e, r, w))
+    finally:
+        e.close()
+        os.close(r)
+    assert got == sent
