@@ -199,6 +199,28 @@ def _ring_serves(fd: int) -> bool:
     return stat.S_ISREG(mode) or stat.S_ISBLK(mode)
 
 
+def _retrieved(fut: "asyncio.Future[Any]") -> None:
+    """Marks the outcome of ``fut``, which nobody awaits any more, as
+    taken (asyncio would log an exception never retrieved)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _ring_writes(fd: int) -> bool:
+    """Whether a write of ``fd`` may go on blockio's event loop's ring:
+    a regular file or block device open for writing, neither ``O_DIRECT``
+    (whose writes need aligned memory) nor non-blocking (``EAGAIN``) nor
+    ``O_PATH``."""
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError, TypeError, OverflowError):
+        return False
+    if flags & (os.O_DIRECT | os.O_NONBLOCK | os.O_PATH) or flags & os.O_ACCMODE == os.O_RDONLY:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISBLK(mode)
+
+
 def _stream_or_ring(fd: int) -> Union[Tuple[int, int, int, bool], bool]:
     """``_stream_key(fd, True)`` for a stream, else ``_ring_serves(fd)``,
     in one ``F_GETFL`` and one ``fstat`` made by the core (an
@@ -1281,8 +1303,66 @@ class Engine:
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
 
     async def awrite(self, file: FileLike, data: "Buffer", offset: int) -> int:
-        """Writes ``data`` at ``offset``; the byte count."""
+        """Writes ``data`` at ``offset``; the byte count. On blockio's event
+        loop on io_uring, a write of a regular file goes on the loop's own
+        ring (:meth:`_awrite_on_loop_ring`), the engine on io_uring too."""
+        if self._uring and type(offset) is int and type(file) is not _Descriptor:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                on_ring = await self._awrite_on_loop_ring(loop, file, data, offset)
+                if on_ring is not None:
+                    return on_ring
         n: int = (await self.awrite_batch([(file, data, offset)]))[0]
+        return n
+
+    async def _awrite_on_loop_ring(self, loop: asyncio.AbstractEventLoop, file: FileLike, data: "Buffer",
+                                   offset: int) -> Optional[int]:
+        """:meth:`awrite` on ``loop``'s own ring when ``loop`` is blockio's
+        event loop on io_uring (its ``_ring_pwrite``): one ``pwrite``
+        submitted from this thread and completed in the loop's batch of
+        completions, with no driver thread, no eventfd and no thread hop.
+        The kernel takes the file from the number at the call and holds it
+        to the end. A write begun lands even if the task is cancelled, as
+        the engine's: the ring never cancels it (the loop's close waits for
+        it), and the task's cancellation is raised at once, as through the
+        engine. None where the write goes through the engine instead,
+        decided before it is submitted: another loop, an offset outside
+        what one ``pwrite`` takes, an empty or oversized buffer, an engine
+        closed or a forked child's, a descriptor that is not a regular file
+        or block device open for writing (``O_DIRECT``, non-blocking...), a
+        buffer the ring refuses. A write the kernel fails raises its error,
+        worded as the engine's."""
+        ring_write = getattr(loop, "_ring_pwrite", None)
+        if ring_write is None or not 0 <= offset <= _MAX_OFFSET or not self._usable_here:
+            return None
+        try:
+            fd = _fd(file)
+            flat = _flat(data)
+            length = len(flat) if isinstance(flat, (bytes, bytearray)) else flat.nbytes
+        except (TypeError, ValueError, AttributeError):
+            return None  # (the engine reports it)
+        if not 0 < length <= _MAX_IO or not _ring_writes(fd):
+            return None
+        try:
+            fut = ring_write(fd, offset, flat)
+        except (OSError, MemoryError, RuntimeError, ValueError, TypeError, BufferError):
+            return None
+        if fut is None:
+            return None
+        try:
+            n: int = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # The write goes on to its end; its error, if any, is nobody's.
+            fut.add_done_callback(_retrieved)
+            raise
+        except OSError as e:
+            code = e.errno or 0
+            text = f"write of {length} bytes at offset {offset} on fd {fd} failed: {os.strerror(code)}"
+            name = _name(file)
+            raise (OSError(code, text, name) if name is not None else OSError(code, text)) from None
         return n
 
     async def _awrite_kept(self, file: FileLike, data: "Buffer", offset: int,

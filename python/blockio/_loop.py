@@ -942,6 +942,16 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             return None
         return proactor.pread_into(fd, offset, buf)
 
+    def _ring_pwrite(self, fd: int, offset: int, data: Any) -> Any:
+        """A future for a write of ``data`` to the file ``fd`` at
+        ``offset`` on this loop's ring (``Engine.awrite``'s: see
+        ``Engine._awrite_on_loop_ring``), never cancelled once submitted
+        (``LoopRing.pwrite``); None once the loop is closed."""
+        proactor = self._proactor
+        if proactor is None or proactor._ring is None:
+            return None
+        return proactor.pwrite(fd, offset, data)
+
     # -- add_reader / add_writer ---------------------------------------------
 
     def _ensure_fd_no_transport(self, fd: Any) -> None:

@@ -591,6 +591,13 @@ class RingProactor:
         the result is the byte count."""
         return self._future(self._ring.pread_into(fd, offset, buf), _PREAD)
 
+    def pwrite(self, fd: int, offset: int, data: Any) -> futures.Future:
+        """Writes ``data`` (held until the kernel answers) to the file
+        ``fd`` at ``offset`` (one ``pwrite``, handed to the kernel at once
+        and never cancelled: see ``LoopRing.pwrite``); the result is the
+        byte count."""
+        return self._future(self._ring.pwrite(fd, offset, data), _PREAD)
+
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
         return self._future(self._ring.poll(fd, mask), _POLL)

@@ -502,3 +502,97 @@ def test_readinto_a_buffer_the_ring_refuses_is_refused_as_before(data_path):
             return await f.tell()
 
     assert run_on(UringEventLoop, main()) == 0
+
+
+def ring_writes():
+    """The running loop's count of file writes on its ring (0 off it)."""
+    loop = asyncio.get_running_loop()
+    ring = getattr(getattr(loop, "_proactor", None), "_ring", None)
+    return ring.file_writes if ring is not None else 0
+
+
+@pytest.mark.parametrize("new_loop", [UringEventLoop, EpollEventLoop, asyncio.new_event_loop],
+                         ids=["blockio-uring", "blockio-epoll", "asyncio"])
+def test_engine_awrite_goes_on_the_loops_ring(tmp_path, new_loop):
+    """``Engine.awrite`` of a regular file: on blockio's loop on io_uring
+    each write is a ``pwrite`` on the loop's ring (its ``file_writes``
+    counts them), elsewhere none is; every byte lands where it was
+    written, and the counts returned are the lengths."""
+    path = tmp_path / "out.bin"
+    data = random.Random(64).randbytes(SIZE)
+
+    async def main():
+        engine = blockio.Engine()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            before = ring_writes()
+            counts = await asyncio.gather(*(engine.awrite(fd, data[at:at + SIZE // 16], at)
+                                            for at in range(0, SIZE, SIZE // 16)))
+            return counts, ring_writes() - before
+        finally:
+            os.close(fd)
+            engine.close()
+
+    counts, on_ring = run_on(new_loop, main())
+    assert counts == [SIZE // 16] * 16
+    assert on_ring == (16 if new_loop is UringEventLoop else 0)
+    assert path.read_bytes() == data
+
+
+def test_a_cancelled_write_on_the_ring_lands_before_the_loop_closes(tmp_path):
+    """An ``Engine.awrite`` on the loop's ring whose task is cancelled once
+    the write is submitted: the task ends cancelled at once, the loop is
+    closed right after, and the write's bytes are in the file (the ring
+    never cancels a file write; its close waits for it)."""
+    path = tmp_path / "out.bin"
+    data = random.Random(65).randbytes(SIZE)
+    loop = UringEventLoop()
+    engine = blockio.Engine()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+
+    async def main():
+        before = ring_writes()
+        task = asyncio.ensure_future(engine.awrite(fd, data, 0))
+        while ring_writes() == before and not task.done():
+            await asyncio.sleep(0)
+        assert ring_writes() == before + 1
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "done"
+
+    try:
+        outcome = loop.run_until_complete(main())
+    finally:
+        loop.close()
+        os.close(fd)
+        engine.close()
+    assert outcome in ("cancelled", "done")
+    assert path.read_bytes() == data
+
+
+def test_an_engine_write_the_ring_fails_raises_its_error_naming_the_descriptor(tmp_path):
+    """A write the kernel refuses on the loop's ring (``EFBIG``: an offset
+    past the largest a file may have) raises ``OSError`` with the kernel's
+    errno and a message naming the write, its offset and the descriptor,
+    as the engine's."""
+    path = tmp_path / "out.bin"
+
+    async def main():
+        engine = blockio.Engine()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+        try:
+            before = ring_writes()
+            with pytest.raises(OSError) as info:
+                await engine.awrite(fd, b"x" * 10, (1 << 63) - 5)
+            return info.value, ring_writes() - before, fd
+        finally:
+            os.close(fd)
+            engine.close()
+
+    err, on_ring, fd = run_on(UringEventLoop, main())
+    assert on_ring == 1
+    assert err.errno in (errno.EFBIG, errno.EINVAL)
+    assert f"write of 10 bytes at offset {(1 << 63) - 5} on fd {fd} failed" in str(err)

@@ -27,6 +27,10 @@ pub(crate) enum Kind {
     /// value) or the caller's buffer (the value: the count):
     /// one read, short at the end of the file, as the engine's.
     Pread,
+    /// Write the caller's buffer to a file at an offset (`pwrite`): one
+    /// write, whose count is the value (short only where the kernel cuts
+    /// it, as the engine's). Never cancelled (see `LoopRing::pwrite`).
+    Pwrite,
 }
 
 /// A socket address as the kernel fills it in.
@@ -98,7 +102,7 @@ pub(crate) struct InFlight {
     pub rest: usize,
     /// The poll mask of a [`Kind::Poll`].
     pub mask: u32,
-    /// The file offset a [`Kind::Pread`] starts at.
+    /// The file offset a [`Kind::Pread`] or [`Kind::Pwrite`] starts at.
     pub offset: u64,
     /// A readiness poll is in flight in its place (after `EAGAIN`).
     pub waiting_ready: bool,
@@ -190,6 +194,10 @@ impl InFlight {
             Kind::Pread => {
                 let (ptr, len) = self.recv_target();
                 opcode::Read::new(fd, ptr, len).offset(self.offset).build()
+            }
+            Kind::Pwrite => {
+                let (ptr, len) = self.send_source();
+                opcode::Write::new(fd, ptr, len).offset(self.offset).build()
             }
             Kind::Send => {
                 let (ptr, len) = self.send_source();

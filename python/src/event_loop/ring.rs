@@ -76,6 +76,8 @@ pub(crate) struct LoopRing {
     generation: u64,
     /// File reads started (see [`LoopRing::file_reads`]).
     file_reads: AtomicU64,
+    /// File writes started (see [`LoopRing::file_writes`]).
+    file_writes: AtomicU64,
 }
 
 #[pymethods]
@@ -102,6 +104,7 @@ impl LoopRing {
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
             file_reads: AtomicU64::new(0),
+            file_writes: AtomicU64::new(0),
         })
     }
 
@@ -252,6 +255,33 @@ impl LoopRing {
         self.file_reads.load(Ordering::Relaxed)
     }
 
+    /// Writes `data` (a contiguous buffer, held until the completion) to
+    /// the file `fd` at `offset` (one `pwrite`), handed to the kernel at
+    /// once as [`LoopRing::pread`] is, so that the kernel holds the file
+    /// from then on; the value is the byte count. A write is never
+    /// cancelled: [`LoopRing::cancel`] refuses it and `close()` waits for
+    /// it (bounded, as for every operation) instead of cancelling it, since
+    /// a write its caller began lands whatever becomes of the caller.
+    fn pwrite(&self, fd: RawFd, offset: u64, data: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let b = PyBuffer::<u8>::get(data)?;
+        if !b.is_c_contiguous() {
+            return Err(PyValueError::new_err("pwrite needs a contiguous buffer"));
+        }
+        let n = b.len_bytes();
+        let mut op = InFlight::new(Kind::Pwrite, fd, false, Memory::Lent(b), n);
+        op.offset = offset;
+        let token = self.submit(op)?;
+        self.flush()?;
+        self.file_writes.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
+    }
+
+    /// How many file writes ([`LoopRing::pwrite`]) this ring has started.
+    #[getter]
+    fn file_writes(&self) -> u64 {
+        self.file_writes.load(Ordering::Relaxed)
+    }
+
     /// Accepts a connection on the listening socket `fd`; the value is
     /// `(descriptor, address)`, the descriptor non-blocking and
     /// close-on-exec.
@@ -288,7 +318,7 @@ impl LoopRing {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
         match st.ops.get_mut(token) {
-            Some(op) if !op.cancelled => op.cancelled = true,
+            Some(op) if !op.cancelled && op.kind != Kind::Pwrite => op.cancelled = true,
             _ => return Ok(false),
         }
         st.push(
@@ -355,7 +385,8 @@ impl LoopRing {
         Ok(self.lock()?.as_ref().map_or(0, |st| st.ops.len()))
     }
 
-    /// Cancels everything in flight, waits (bounded) until the kernel has
+    /// Cancels everything in flight but file writes (see
+    /// [`LoopRing::pwrite`]), waits (bounded) until the kernel has
     /// answered each operation, and closes the ring. Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let state = match self.state.try_lock() {
@@ -621,7 +652,9 @@ impl State {
             // Any event (an error or hang-up too) lets the retry report it.
             op.waiting_ready = res < 0;
             res >= 0
-        } else if res == -libc::EAGAIN && !matches!(op.kind, Kind::Poll | Kind::Pread) {
+        } else if res == -libc::EAGAIN
+            && !matches!(op.kind, Kind::Poll | Kind::Pread | Kind::Pwrite)
+        {
             op.waiting_ready = true;
             true
         } else if op.kind == Kind::Send && res > 0 && op.done + (res as usize) < op.len {
@@ -683,12 +716,20 @@ impl State {
         Some((op, total))
     }
 
-    /// Cancels everything, reaps until every operation has answered or
-    /// [`CLOSE_BOUND`] passes, then leaks what is left (its memory may
+    /// Cancels everything but file writes, reaps until every operation
+    /// has answered or [`CLOSE_BOUND`] passes, then leaks what is left (its memory may
     /// still be written by the kernel) and closes the ring.
     fn shut_down(mut self, py: Python<'_>) {
         let tokens = self.ops.tokens();
         for t in tokens {
+            // A file write is waited for, not cancelled (see `pwrite`).
+            if self
+                .ops
+                .get_mut(t)
+                .is_some_and(|op| op.kind == Kind::Pwrite)
+            {
+                continue;
+            }
             let _ = self.push(opcode::AsyncCancel::new(t).build().user_data(CANCEL_TOKEN));
         }
         let deadline = Instant::now() + CLOSE_BOUND;
