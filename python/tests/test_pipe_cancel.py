@@ -356,3 +356,40 @@ def test_engine_aread_of_a_fifo_opened_by_number_cancelled_loses_no_byte(tmp_pat
         e.close()
         os.close(r)
     assert got == sent
+
+
+@BACKENDS
+def test_engine_aread_of_a_fifo_opened_by_number_cancelled_under_trio_loses_no_byte(tmp_path, backend):
+    """Under trio: an ``Engine.aread`` of an empty FIFO opened with
+    ``os.open`` whose cancel scope is cancelled just after bytes reach the
+    FIFO loses none of them: the next read gets them, in every trial."""
+    import trio
+    import trio.testing
+
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    e = blockio.Engine(backend=backend)
+
+    async def trial(r, w, chunk):
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as n:
+                async def reader():
+                    await e.aread(r, offset=0, length=100)
+
+                n.start_soon(reader)
+                await trio.testing.wait_all_tasks_blocked()
+                os.write(w, chunk)
+                scope.cancel()
+        with trio.fail_after(30):
+            return await e.aread(r, offset=0, length=100)
+
+    r = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    w = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        for k in range(TRIALS):
+            chunk = b"<%03d>" % k
+            assert trio.run(trial, r, w, chunk) == chunk, k
+    finally:
+        e.close()
+        os.close(r)
+        os.close(w)
