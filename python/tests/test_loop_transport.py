@@ -371,8 +371,8 @@ async def _settled(loop, tr):
     dispatched), and every callback queued before has run."""
     if loop.backend == "uring":
         rx = tr._rx
-        ops = loop._proactor._ops
-        await await_until(lambda: not any(entry[0] is rx for entry in ops.values()), "the receive's completion")
+        ring = loop._proactor._ring
+        await await_until(lambda: not any(r is rx for r in ring.receives()), "the receive's completion")
     turn = loop.create_future()
     loop.call_soon(turn.set_result, None)
     await turn
