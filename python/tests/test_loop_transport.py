@@ -535,3 +535,60 @@ def test_a_write_after_the_loop_s_close_goes_out_as_on_asyncio_s_loop(loop):
     finally:
         a.close()
         b.close()
+
+
+def test_bytes_a_cancelled_receive_kept_reach_a_transport_s_receive_in_flight_first(monkeypatch):
+    """A transport's receive is in flight (kept in the ring's slab, not in
+    the proactor's tables) when bytes a cancelled receive took on its
+    socket are kept (as a ``sock_recv`` cancelled after its bytes came
+    keeps them): that receive is cancelled and served from them, so the
+    protocol gets them before what the peer sends next, in order."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        fd = a.fileno()
+        proactor = loop._proactor
+        await await_until(lambda: proactor._ring.receiving(fd) is not None, "the transport's receive")
+        proactor.keep_received(a, b"first")
+        await await_until(lambda: bytes(pr.data) == b"first", "the kept bytes")
+        b.sendall(b"second")
+        await await_until(lambda: len(pr.data) >= 11, "the next bytes")
+        b.close()
+        await pr.lost
+        return pr
+
+    try:
+        pr = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+    assert bytes(pr.data) == b"firstsecond"
+    assert pr.calls == ["made", "data", "data", "eof", "lost"]
+
+
+def test_closing_the_loop_ends_the_hold_of_a_transport_s_receive_in_flight(monkeypatch):
+    """A transport's receive in flight holds its socket open (its real
+    close waits); the loop's close cancels it and ends the hold, so a close
+    of the socket afterwards closes its descriptor."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        await await_until(lambda: any(r is tr._rx for r in loop._proactor._ring.receives()), "the receive")
+        return tr
+
+    try:
+        tr = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+        held = a._io_refs
+    finally:
+        loop.close()
+    assert held == 1
+    assert a._io_refs == 0
+    assert tr._rx.cancelled
+    a.close()
+    b.close()
+    assert a.fileno() == -1
