@@ -999,7 +999,7 @@ def test_bytes_taken_by_a_closed_transport_s_receive_are_dropped(monkeypatch):
         proactor = loop._proactor
         receives = [transport._rx for transport in made]
         await await_until(
-            lambda: not any(entry[0] in receives for entry in proactor._ops.values()),
+            lambda: not any(rx in receives for rx in proactor._ring.receives()),
             "the cancelled receives' completions",
         )
         kept = dict(proactor._kept)

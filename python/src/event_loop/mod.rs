@@ -78,5 +78,5 @@ mod ring;
 mod slots;
 mod sockaddr;
 
-pub(crate) use dispatch::{arm_receive, dispatch_batch, StreamRx};
+pub(crate) use dispatch::{arm_receive, arm_ring_receive, dispatch_batch, StreamRx};
 pub(crate) use ring::{after_fork, LoopRing};

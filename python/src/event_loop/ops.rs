@@ -80,6 +80,20 @@ impl Memory {
     }
 }
 
+/// A transport's receive that a stream receive completes (see
+/// `dispatch`): kept with the operation in the ring's slab, so that its
+/// completion reaches the transport with no entry in the proactor's Python
+/// tables.
+pub(crate) struct Owner {
+    /// The receive (`StreamReceive`).
+    pub rx: Py<super::dispatch::StreamRx>,
+    /// What its completion calls, `callback(data, exc)`.
+    pub callback: PyObject,
+    /// The socket the operation holds open (`hold_open`) until it is
+    /// done, or None (not holdable, or the hold ended at a cancel).
+    pub hold: Option<PyObject>,
+}
+
 /// An operation the kernel has not answered yet.
 pub(crate) struct InFlight {
     /// What it does.
@@ -113,6 +127,8 @@ pub(crate) struct InFlight {
     /// whose sender the loop wrote again since: what that write sent is
     /// taken with it (see `State::mark_peer_receives`).
     pub peer_sent: bool,
+    /// The transport's receive this operation completes, if it is one.
+    pub owner: Option<Box<Owner>>,
 }
 
 impl InFlight {
@@ -131,6 +147,7 @@ impl InFlight {
             waiting_ready: false,
             cancelled: false,
             peer_sent: false,
+            owner: None,
         }
     }
 
