@@ -1039,7 +1039,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if w is None:
             return False
         w.handle.cancel()
-        if w.token is not None and self._proactor is not None and not self._proactor.cancel_op(w.token):
+        if w.token is not None and self._proactor is not None and not self._proactor.cancel_callback(w.token):
             # The kernel took not all of the ring's queue (a busy ring): the
             # duplicate stays open until the poll answers, since a poll
             # still queued goes to its number.
@@ -1048,7 +1048,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             # The poll, if any, is in the kernel, which holds its file, not
             # the number: the duplicate is closed now, not at the loop's
             # next turn (a program adding and removing readers without
-            # running the loop would otherwise run out of descriptors).
+            # running the loop would otherwise run out of descriptors);
+            # its callback is forgotten, its poll's answer reaching nothing.
+            w.token = None
             w.drop()
         return True
 

@@ -617,6 +617,17 @@ class RingProactor:
             return self._cancel(token)
         return False
 
+    def cancel_callback(self, token: int) -> bool:
+        """Cancels as ``cancel_op`` does a poll of ``poll_callback``; when
+        the kernel holds all of it, its callback is forgotten at once (its
+        answer, the cancel's or a readiness that came first, reaches
+        nothing): a watch added and removed without a turn of the loop
+        leaves no entry in ``_ops``."""
+        if self.cancel_op(token):
+            self._ops.pop(token, None)
+            return True
+        return False
+
     def _cancel(self, token: int) -> bool:
         # Once cancelled, an operation never goes back to its descriptor's
         # number, and `cancel` hands the kernel what of it was still queued

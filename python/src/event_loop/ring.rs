@@ -529,12 +529,14 @@ impl LoopRing {
         let st = guard.as_mut().ok_or_else(closed)?;
         let queued = std::mem::take(&mut st.queued);
         let held_back = st.ring.submission().taskrun();
+        let overflow = st.ring.submission().cq_overflow();
         let ring = &st.ring;
         let entered = match timeout {
-            // Nothing to hand over, no wait and no completion waiting for
-            // the thread to post it (see `build_ring`): completions are
-            // read from the shared queue without a system call.
-            Some(t) if t <= 0.0 && !queued && !held_back => Ok(()),
+            // Nothing to hand over, no wait, no completion waiting for the
+            // thread to post it (see `build_ring`) and none in the kernel's
+            // overflow list: completions are read from the shared queue
+            // without a system call.
+            Some(t) if t <= 0.0 && !queued && !held_back && !overflow => Ok(()),
             Some(t) if t <= 0.0 => ring.submit().map(|_| ()),
             Some(t) => {
                 let ts = timespec(t);
@@ -564,7 +566,34 @@ impl LoopRing {
                 )))
             }
         }
-        st.reap(py)
+        st.reap(py)?;
+        // Completions beyond the completion queue wait in the kernel's
+        // overflow list (`CQ_OVERFLOW` set), which only an enter with
+        // `GETEVENTS` (the crate sets it when the flag is up) moves to the
+        // queue as room is made: the queue is emptied and the list flushed
+        // until it is empty, so that no turn, blocking or not, leaves them
+        // (and the operations they end) behind.
+        while st.ring.submission().cq_overflow() {
+            match st.ring.submit() {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) =>
+                {
+                    break
+                }
+                Err(e) => {
+                    return Err(PyOSError::new_err((
+                        e.raw_os_error().unwrap_or(0),
+                        format!("io_uring_enter: {e}"),
+                    )))
+                }
+            }
+            st.reap(py)?;
+        }
+        Ok(())
     }
 
     /// The next finished operation to dispatch (see [`LoopRing::fill`]);
