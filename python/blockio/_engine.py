@@ -914,7 +914,18 @@ class Engine:
         """:meth:`read_batch` as a coroutine."""
         offsets = _offset_list(offsets)
         fd = _fd(file)
-        if _is_stream(fd):
+        # A pipe, socket or terminal, or a FIFO or terminal opened by path
+        # (whose flags are a regular file's: fstat tells).
+        if type(_stream_or_ring(fd)) is tuple:
+            if len(offsets) == 1 and type(offsets[0]) is int and type(length) is int:
+                # One read of a stream is aread's: a cancelled one keeps
+                # the bytes it took for the next read.
+                try:
+                    return [await self.aread(file, offset=offsets[0], length=length)]
+                except OSError as e:
+                    if not return_exceptions:
+                        raise
+                    return [e]
             name = _name(file)
             refused = _refused_offsets([(fd, o, length, name) for o in offsets])
             if refused is not None:
@@ -1239,8 +1250,11 @@ class Engine:
         indefinitely, and if its task is cancelled meanwhile, ``buf`` (a
         ``bytearray`` say) is not left exported, and so unresizable, until
         data arrives. On blockio's event loop on io_uring, a file's read
-        goes on the loop's own ring (:meth:`_areadinto_on_loop_ring`)."""
-        if _is_stream(_fd(file)):
+        goes on the loop's own ring (:meth:`_areadinto_on_loop_ring`).
+        A stream's read is :meth:`aread`'s (a FIFO or terminal opened by
+        path included: ``fstat`` tells it from a file), so a cancelled one
+        keeps the bytes it took for the next read."""
+        if type(_stream_or_ring(_fd(file))) is tuple:
             # No view of `buf` is held across the await: a cancelled task's
             # traceback keeps its frame, and a view there would keep `buf`
             # exported.
