@@ -11,7 +11,10 @@ Every call that must return is bounded by a 30 s guard; the cancelled one
 is cancelled while it waits for a line or bytes that are not there."""
 
 import asyncio
+import fcntl
 import os
+import struct
+import termios
 import threading
 import time
 
@@ -301,21 +304,43 @@ def test_engine_aread_of_a_pipe_cancelled_under_trio_leaves_its_bytes_to_the_nex
 FIFO_TRIALS = 200
 
 
-async def _fifo_race(e, r, w):
-    """``FIFO_TRIALS`` ``Engine.aread`` calls of the FIFO ``r``, each
-    cancelled at another point: while it waits for the FIFO, just after
-    its bytes arrive, or once its read is in the engine; then the rest read
-    to the end. Returns what came out, in order, and what was written."""
+def _queued(fd):
+    """How many bytes the pipe or FIFO ``fd`` holds (``FIONREAD``)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+async def _read_by(e, r, call):
+    """One read of up to 100 bytes of ``r`` at offset 0 by ``call``."""
+    if call == "aread":
+        return await e.aread(r, offset=0, length=100)
+    if call == "areadinto":
+        buf = bytearray(100)
+        n = await e.areadinto(r, buf, 0)
+        return bytes(buf[:n])
+    return (await e.aread_batch(r, offsets=[0], length=100))[0]
+
+
+async def _fifo_race(e, r, w, call="aread"):
+    """``FIFO_TRIALS`` reads of the FIFO ``r`` by ``call``, each cancelled
+    at another point: while it waits for the FIFO, just after its bytes
+    arrive, or (every third trial) once its read has taken the bytes from
+    the FIFO (``FIONREAD`` says none is left) and before its task has
+    them, the point where a read that drops what it took loses them; then
+    the rest read to the end. Returns what came out, in order, and what
+    was written, and how many trials were cancelled at that last point."""
     sent = []
     got = []
+    taken = 0
     for trial in range(FIFO_TRIALS):
         chunk = b"<%03d>" % trial
-        task = asyncio.ensure_future(e.aread(r, offset=0, length=100))
         if trial % 3 == 2:
             os.write(w, chunk)
-            while e._core.pending() == 0 and not task.done():  # (until the read is in the engine)
+            task = asyncio.ensure_future(_read_by(e, r, call))
+            while _queued(r) and not task.done():
                 await asyncio.sleep(0)
+            taken += not task.done()
         else:
+            task = asyncio.ensure_future(_read_by(e, r, call))
             for _ in range(trial % 4):
                 await asyncio.sleep(0)
             os.write(w, chunk)
@@ -329,20 +354,24 @@ async def _fifo_race(e, r, w):
             pass
     os.close(w)
     while True:
-        more = await asyncio.wait_for(e.aread(r, offset=0, length=100), 30)
+        more = await asyncio.wait_for(_read_by(e, r, call), 30)
         if not more:
-            return b"".join(got), b"".join(sent)
+            return b"".join(got), b"".join(sent), taken
         got.append(more)
 
 
 @BACKENDS
+@pytest.mark.parametrize("call", ["aread", "areadinto", "aread_batch"])
 @pytest.mark.parametrize("loop_name", ["asyncio", "blockio-uring", "blockio-epoll"])
-def test_engine_aread_of_a_fifo_opened_by_number_cancelled_loses_no_byte(tmp_path, backend, loop_name):
+def test_engine_aread_of_a_fifo_opened_by_number_cancelled_loses_no_byte(tmp_path, backend, loop_name, call):
     """A FIFO opened with ``os.open`` (``O_RDONLY | O_NONBLOCK``: its flags
-    are a regular file's) and read by number with ``Engine.aread``, each
-    read cancelled at another point of the race with its bytes: every byte
-    written arrives, once, in order, as from a pipe (the bytes a cancelled
-    read took are kept for the next read; they used to be dropped)."""
+    are a regular file's) and read by number with ``Engine.aread``,
+    ``areadinto`` or an ``aread_batch`` of one read, each read cancelled
+    at another point of the race with its bytes: every byte written
+    arrives, once, in order, as from a pipe (the bytes a cancelled read
+    took are kept for the next read; they used to be dropped). Some
+    trials are cancelled after the read took its bytes, the point that
+    loses them when they are dropped."""
     from loops import run_on
 
     path = tmp_path / "fifo"
@@ -351,11 +380,12 @@ def test_engine_aread_of_a_fifo_opened_by_number_cancelled_loses_no_byte(tmp_pat
     w = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
     e = blockio.Engine(backend=backend)
     try:
-        got, sent = run_on(loop_name, _fifo_race(e, r, w))
+        got, sent, taken = run_on(loop_name, _fifo_race(e, r, w, call))
     finally:
         e.close()
         os.close(r)
     assert got == sent
+    assert taken >= 1, "no read was cancelled after taking its bytes: the race proves nothing"
 
 
 @BACKENDS
