@@ -914,18 +914,7 @@ class Engine:
         """:meth:`read_batch` as a coroutine."""
         offsets = _offset_list(offsets)
         fd = _fd(file)
-        # A pipe, socket or terminal, or a FIFO or terminal opened by path
-        # (whose flags are a regular file's: fstat tells).
-        if type(_stream_or_ring(fd)) is tuple:
-            if len(offsets) == 1 and type(offsets[0]) is int and type(length) is int:
-                # One read of a stream is aread's: a cancelled one keeps
-                # the bytes it took for the next read.
-                try:
-                    return [await self.aread(file, offset=offsets[0], length=length)]
-                except OSError as e:
-                    if not return_exceptions:
-                        raise
-                    return [e]
+        if _is_stream(fd):
             name = _name(file)
             refused = _refused_offsets([(fd, o, length, name) for o in offsets])
             if refused is not None:

@@ -310,14 +310,13 @@ def _queued(fd):
 
 
 async def _read_by(e, r, call):
-    """One read of up to 100 bytes of ``r`` at offset 0 by ``call``."""
+    """One read of up to 100 bytes of ``r`` at offset 0 by ``call``
+    (``aread`` or ``areadinto``)."""
     if call == "aread":
         return await e.aread(r, offset=0, length=100)
-    if call == "areadinto":
-        buf = bytearray(100)
-        n = await e.areadinto(r, buf, 0)
-        return bytes(buf[:n])
-    return (await e.aread_batch(r, offsets=[0], length=100))[0]
+    buf = bytearray(100)
+    n = await e.areadinto(r, buf, 0)
+    return bytes(buf[:n])
 
 
 async def _fifo_race(e, r, w, call="aread"):
@@ -361,15 +360,15 @@ async def _fifo_race(e, r, w, call="aread"):
 
 
 @BACKENDS
-@pytest.mark.parametrize("call", ["aread", "areadinto", "aread_batch"])
+@pytest.mark.parametrize("call", ["aread", "areadinto"])
 @pytest.mark.parametrize("loop_name", ["asyncio", "blockio-uring", "blockio-epoll"])
 def test_engine_aread_of_a_fifo_opened_by_number_cancelled_loses_no_byte(tmp_path, backend, loop_name, call):
     """A FIFO opened with ``os.open`` (``O_RDONLY | O_NONBLOCK``: its flags
-    are a regular file's) and read by number with ``Engine.aread``,
-    ``areadinto`` or an ``aread_batch`` of one read, each read cancelled
-    at another point of the race with its bytes: every byte written
-    arrives, once, in order, as from a pipe (the bytes a cancelled read
-    took are kept for the next read; they used to be dropped). Some
+    are a regular file's) and read by number with ``Engine.aread`` or
+    ``areadinto``, each read cancelled at another point of the race with
+    its bytes: every byte written arrives, once, in order, as from a pipe
+    (the bytes a cancelled read took are kept for the next read; they
+    used to be dropped). Some
     trials are cancelled after the read took its bytes, the point that
     loses them when they are dropped."""
     from loops import run_on
