@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 from ._blockio import DEFAULT_QUEUE_DEPTH, WriteQueue
 from ._blockio import Core as _Core
 from ._blockio import count_copied
+from ._blockio import ring_writes as _core_ring_writes
 from ._blockio import stream_or_ring as _core_stream_or_ring
 from ._blockio import exiting as _exiting
 
@@ -210,15 +211,12 @@ def _ring_writes(fd: int) -> bool:
     """Whether a write of ``fd`` may go on blockio's event loop's ring:
     a regular file or block device open for writing, neither ``O_DIRECT``
     (whose writes need aligned memory) nor non-blocking (``EAGAIN``) nor
-    ``O_PATH``."""
+    ``O_PATH``; asked of the core (one ``F_GETFL`` and one ``fstat``, no
+    ``stat_result`` made per write)."""
     try:
-        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        mode = os.fstat(fd).st_mode
-    except (OSError, ValueError, TypeError, OverflowError):
+        return _core_ring_writes(fd)
+    except (ValueError, TypeError, OverflowError):
         return False
-    if flags & (os.O_DIRECT | os.O_NONBLOCK | os.O_PATH) or flags & os.O_ACCMODE == os.O_RDONLY:
-        return False
-    return stat.S_ISREG(mode) or stat.S_ISBLK(mode)
 
 
 def _stream_or_ring(fd: int) -> Union[Tuple[int, int, int, bool], bool]:

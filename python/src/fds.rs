@@ -275,6 +275,28 @@ pub(crate) fn is_own(fd: RawFd, flags: i32) -> bool {
             .contains(&fd)
 }
 
+/// Whether a write of `fd` may go on blockio's event loop's ring (what
+/// `Engine.awrite` asks on that loop, in one `F_GETFL` and one `fstat`
+/// with no Python object made but the answer): a regular file or block
+/// device open for writing, neither `O_DIRECT` (whose writes need aligned
+/// memory), non-blocking (`EAGAIN`) nor `O_PATH`. False for a descriptor
+/// `fcntl` or `fstat` refuses (the engine then reports what is wrong).
+#[pyfunction]
+pub(crate) fn ring_writes(fd: RawFd) -> bool {
+    let flags = fd_flags(fd);
+    if flags == -1
+        || flags & (libc::O_DIRECT | libc::O_NONBLOCK | libc::O_PATH) != 0
+        || flags & libc::O_ACCMODE == libc::O_RDONLY
+    {
+        return false;
+    }
+    // SAFETY: `fcntl` just found `fd` open (so it is not -1); the caller's
+    // descriptor, borrowed for this call, never closed here.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::fs::fstat(borrowed)
+        .is_ok_and(|st| matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFBLK))
+}
+
 /// What `Engine.aread` asks of a descriptor whose read was not served on
 /// the calling thread, in one `F_GETFL` and one `fstat` and with no
 /// Python object made but the answer: for a pipe, socket, FIFO or

@@ -129,5 +129,6 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stream::read_stream_inline, m)?)?;
     m.add_function(wrap_pyfunction!(stream::stream_in_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(fds::stream_or_ring, m)?)?;
+    m.add_function(wrap_pyfunction!(fds::ring_writes, m)?)?;
     Ok(())
 }
