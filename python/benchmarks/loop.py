@@ -357,8 +357,11 @@ def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:
         late = sum(r["timeouts"] for r in rs)
         calls += f"  {late} over 2 s" if late else ""
         setup = f"  setup {m['setup'] * 1e6:5.1f} us/conn" if m["setup"] else ""
+        load = [r["load_cpu"] * 1e6 for r in rs]
+        user = [(r["load_cpu"] - r["load_sys"]) * 1e6 for r in rs]
         print(f"  {n:12} {m['rate']:9.0f}/s ({min(rates):.0f}-{max(rates):.0f})  p99 {m['p99'] * 1e3:7.2f} ms  "
-              f"CPU {m['cpu'] * 1e6:6.1f} us/req (load {m['load_cpu'] * 1e6:5.1f}, sys {m['load_sys'] * 1e6:4.1f})"
+              f"CPU {m['cpu'] * 1e6:6.1f} us/req (load {m['load_cpu'] * 1e6:5.1f} [{min(load):.1f}-{max(load):.1f}], "
+              f"sys {m['load_sys'] * 1e6:4.1f}, user {statistics.median(user):4.1f} [{min(user):.1f}-{max(user):.1f}])"
               f"{setup}  RSS {m['rss']:5.1f} MiB{calls}  {ratio}")
     sys.stdout.flush()
 

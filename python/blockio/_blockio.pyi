@@ -20,9 +20,9 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "after_fork", "arm_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
+__all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "after_fork", "arm_receive", "arm_ring_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "INLINE_WRITE_AFTER_WAIT", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
-           "read_line_inline", "read_stream_inline", "stream_in_pieces", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
+           "read_line_inline", "read_stream_inline", "stream_in_pieces", "stream_or_ring", "ring_writes", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
 
 #: ``queue_depth`` when none is given: the Rust engines' default
@@ -396,19 +396,33 @@ class LoopRing:
     def pread_into(self, fd: int, offset: int, buf: Buffer) -> int: ...
     @property
     def file_reads(self) -> int: ...
+    def pwrite(self, fd: int, offset: int, data: Buffer) -> int: ...
+    @property
+    def file_writes(self) -> int: ...
     def cancel(self, token: int) -> bool: ...
     def wait(self, timeout: Optional[float]) -> List[Tuple[int, int, object]]: ...
+    def fill(self, timeout: Optional[float]) -> None:
+        """As ``wait``, the finished operations kept for ``dispatch_batch``."""
+    def receiving(self, fd: int) -> Optional[int]:
+        """The token of the transport's receive on ``fd`` armed last, until
+        its completion is dispatched."""
+    def receives(self) -> List[StreamRx]:
+        """The transports' receives in flight or not yet dispatched."""
     def in_flight(self) -> int: ...
-    def close(self) -> None: ...
+    # The transports' receives left, each with the socket it held open.
+    def close(self) -> List[Tuple[StreamRx, Optional[object]]]: ...
 
 def after_fork() -> None: ...
-def dispatch_batch(proactor: object, batch: List[Tuple[int, int, object]]) -> None:
-    """Dispatches a ``LoopRing.wait`` batch on a ``RingProactor``: a socket
+def dispatch_batch(proactor: object, ring: LoopRing) -> None:
+    """Dispatches what ``ring.fill`` kept on a ``RingProactor``: a socket
     transport's receive with bytes calls its callback here, any other
     completion goes to ``proactor._finish``; each held socket is released."""
 def arm_receive(rx: StreamRx, callback: object) -> None:
     """Arms the next receive of a ``StreamReceive`` on its proactor's ring
     (``RingProactor.receive`` in one call)."""
+def arm_ring_receive(rx: StreamRx, callback: object) -> None:
+    """Arms the next receive of a ``StreamReceive`` on the ring, kept in its
+    slab with ``rx`` and ``callback`` (no kept bytes looked for)."""
 
 @disjoint_base
 class StreamRx:
@@ -449,3 +463,11 @@ def exiting() -> None: ...
 def read_line_inline(fd: int, limit: int) -> Tuple[bytes, int, int]: ...
 def read_stream_inline(fd: int, size: int, pieces: bool) -> Optional[Tuple[bytes, int]]: ...
 def stream_in_pieces(fd: int) -> bool: ...
+def stream_or_ring(fd: int) -> Union[Tuple[int, int, int, bool], bool]:
+    """For a pipe, socket, FIFO or character device (however it was
+    opened), its key ``(fd, device, inode, readable)``; else whether a
+    read of it may go on blockio's event loop's ring (``_ring_serves``)."""
+def ring_writes(fd: int) -> bool:
+    """Whether a write of ``fd`` may go on blockio's event loop's ring: a
+    regular file or block device open for writing, neither ``O_DIRECT``,
+    non-blocking nor ``O_PATH`` (False for a bad descriptor)."""

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 from ._blockio import DEFAULT_QUEUE_DEPTH, WriteQueue
 from ._blockio import Core as _Core
 from ._blockio import count_copied
+from ._blockio import ring_writes as _core_ring_writes
+from ._blockio import stream_or_ring as _core_stream_or_ring
 from ._blockio import exiting as _exiting
 
 class HasFileno(Protocol):
@@ -196,6 +198,41 @@ def _ring_serves(fd: int) -> bool:
     if flags & (os.O_DIRECT | os.O_NONBLOCK | os.O_PATH) or flags & os.O_ACCMODE == os.O_WRONLY:
         return False
     return stat.S_ISREG(mode) or stat.S_ISBLK(mode)
+
+
+def _retrieved(fut: "asyncio.Future[Any]") -> None:
+    """Marks the outcome of ``fut``, which nobody awaits any more, as
+    taken (asyncio would log an exception never retrieved)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _ring_writes(fd: int) -> bool:
+    """Whether a write of ``fd`` may go on blockio's event loop's ring:
+    a regular file or block device open for writing, neither ``O_DIRECT``
+    (whose writes need aligned memory) nor non-blocking (``EAGAIN``) nor
+    ``O_PATH``; asked of the core (one ``F_GETFL`` and one ``fstat``, no
+    ``stat_result`` made per write)."""
+    try:
+        return _core_ring_writes(fd)
+    except (ValueError, TypeError, OverflowError):
+        return False
+
+
+def _stream_or_ring(fd: int) -> Union[Tuple[int, int, int, bool], bool]:
+    """``_stream_key(fd, True)`` for a stream, else ``_ring_serves(fd)``,
+    in one ``F_GETFL`` and one ``fstat`` made by the core (an
+    ``os.fstat`` here would cost a ``stat_result`` per read): what
+    :meth:`Engine.aread` asks of a read that was not served on the calling
+    thread. A FIFO or terminal opened by path has a regular file's flags;
+    only ``fstat`` tells it apart, and its read must be a stream's (a
+    cancelled one keeps what it took for the next read, see
+    ``Engine._read_kept``), not a file's (whose bytes a cancelled read
+    drops)."""
+    try:
+        return _core_stream_or_ring(fd)
+    except (ValueError, TypeError, OverflowError):
+        return False
 
 
 async def _on_the_ring(submit: Callable[[], Any], file: FileLike, fd: int, offset: int, length: int) -> Any:
@@ -916,7 +953,7 @@ class Engine:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            key = _stream_key(_fd(file)) if type(offset) is int and type(length) is int else None
+            key = _stream_key(_fd(file), True) if type(offset) is int and type(length) is int else None
             if key is not None:
                 return await self._aread_stream(file, key, offset, length)
             try:
@@ -959,18 +996,22 @@ class Engine:
                 if inline is not None:
                     count_copied(len(inline))  # (the call took its turn: its bytes start the count)
                     return inline
-            key = _stream_key(fd)
-            if key is not None:
-                return await self._aread_stream(file, key, offset, length)
+            # A pipe, socket or terminal, or a FIFO or terminal opened by
+            # path (whose flags are a regular file's: fstat tells).
+            kind = _stream_or_ring(fd)
+            if type(kind) is tuple:
+                return await self._aread_stream(file, kind, offset, length)
+            return await self._aread_off_thread(loop, file, fd, offset, length, kind is True)
         return await self._aread_off_thread(loop, file, fd, offset, length)
 
     async def _aread_off_thread(self, loop: asyncio.AbstractEventLoop, file: FileLike, fd: int, offset: Any,
-                                length: Any) -> bytes:
+                                length: Any, ring: Optional[bool] = None) -> bytes:
         """The read of :meth:`aread` not served on this thread: on
-        ``loop``'s own ring where it takes it (:meth:`_aread_on_loop_ring`),
-        else through the engine, which reports the arguments it refuses."""
+        ``loop``'s own ring where it takes it (:meth:`_aread_on_loop_ring`;
+        ``ring``: :func:`_ring_serves` of ``fd`` if already known), else
+        through the engine, which reports the arguments it refuses."""
         if self._uring and type(offset) is int and type(length) is int:
-            on_ring = await self._aread_on_loop_ring(loop, file, fd, offset, length)
+            on_ring = await self._aread_on_loop_ring(loop, file, fd, offset, length, ring)
             if on_ring is not None:
                 return on_ring
         if loop is not self._loop:
@@ -993,7 +1034,7 @@ class Engine:
         return out
 
     async def _aread_on_loop_ring(self, loop: asyncio.AbstractEventLoop, file: FileLike, fd: int, offset: int,
-                                  length: int) -> Optional[bytes]:
+                                  length: int, ring: Optional[bool] = None) -> Optional[bytes]:
         """The read of :meth:`aread` not served inline, on ``loop``'s own
         ring when ``loop`` is blockio's event loop on io_uring (its
         ``_ring_pread``): submitted from this thread and completed in the
@@ -1011,10 +1052,11 @@ class Engine:
         file...). A read the kernel fails raises its error, worded as the
         engine's (:func:`_ring_failed`); it is never made again by the
         number, which may name another file by then. ``file`` is kept by
-        this frame until the read completes."""
+        this frame until the read completes. ``ring``: what
+        :func:`_ring_serves` says of ``fd``, if the caller has asked it."""
         ring_read = getattr(loop, "_ring_pread", None)
         if (ring_read is None or not 0 <= offset <= _MAX_OFFSET or not 0 < length <= _MAX_IO
-                or not self._usable_here or not _ring_serves(fd)):
+                or not self._usable_here or not (_ring_serves(fd) if ring is None else ring)):
             return None
         data: Optional[bytes] = await _on_the_ring(lambda: ring_read(fd, offset, length), file, fd, offset, length)
         return data
@@ -1195,8 +1237,11 @@ class Engine:
         indefinitely, and if its task is cancelled meanwhile, ``buf`` (a
         ``bytearray`` say) is not left exported, and so unresizable, until
         data arrives. On blockio's event loop on io_uring, a file's read
-        goes on the loop's own ring (:meth:`_areadinto_on_loop_ring`)."""
-        if _is_stream(_fd(file)):
+        goes on the loop's own ring (:meth:`_areadinto_on_loop_ring`).
+        A stream's read is :meth:`aread`'s (a FIFO or terminal opened by
+        path included: ``fstat`` tells it from a file), so a cancelled one
+        keeps the bytes it took for the next read."""
+        if type(_stream_or_ring(_fd(file))) is tuple:
             # No view of `buf` is held across the await: a cancelled task's
             # traceback keeps its frame, and a view there would keep `buf`
             # exported.
@@ -1259,8 +1304,66 @@ class Engine:
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
 
     async def awrite(self, file: FileLike, data: "Buffer", offset: int) -> int:
-        """Writes ``data`` at ``offset``; the byte count."""
+        """Writes ``data`` at ``offset``; the byte count. On blockio's event
+        loop on io_uring, a write of a regular file goes on the loop's own
+        ring (:meth:`_awrite_on_loop_ring`), the engine on io_uring too."""
+        if self._uring and type(offset) is int and type(file) is not _Descriptor:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                on_ring = await self._awrite_on_loop_ring(loop, file, data, offset)
+                if on_ring is not None:
+                    return on_ring
         n: int = (await self.awrite_batch([(file, data, offset)]))[0]
+        return n
+
+    async def _awrite_on_loop_ring(self, loop: asyncio.AbstractEventLoop, file: FileLike, data: "Buffer",
+                                   offset: int) -> Optional[int]:
+        """:meth:`awrite` on ``loop``'s own ring when ``loop`` is blockio's
+        event loop on io_uring (its ``_ring_pwrite``): one ``pwrite``
+        submitted from this thread and completed in the loop's batch of
+        completions, with no driver thread, no eventfd and no thread hop.
+        The kernel takes the file from the number at the call and holds it
+        to the end. A write begun lands even if the task is cancelled, as
+        the engine's: the ring never cancels it (the loop's close waits for
+        it), and the task's cancellation is raised at once, as through the
+        engine. None where the write goes through the engine instead,
+        decided before it is submitted: another loop, an offset outside
+        what one ``pwrite`` takes, an empty or oversized buffer, an engine
+        closed or a forked child's, a descriptor that is not a regular file
+        or block device open for writing (``O_DIRECT``, non-blocking...), a
+        buffer the ring refuses. A write the kernel fails raises its error,
+        worded as the engine's."""
+        ring_write = getattr(loop, "_ring_pwrite", None)
+        if ring_write is None or not 0 <= offset <= _MAX_OFFSET or not self._usable_here:
+            return None
+        try:
+            fd = _fd(file)
+            flat = _flat(data)
+            length = len(flat) if isinstance(flat, (bytes, bytearray)) else flat.nbytes
+        except (TypeError, ValueError, AttributeError):
+            return None  # (the engine reports it)
+        if not 0 < length <= _MAX_IO or not _ring_writes(fd):
+            return None
+        try:
+            fut = ring_write(fd, offset, flat)
+        except (OSError, MemoryError, RuntimeError, ValueError, TypeError, BufferError):
+            return None
+        if fut is None:
+            return None
+        try:
+            n: int = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # The write goes on to its end; its error, if any, is nobody's.
+            fut.add_done_callback(_retrieved)
+            raise
+        except OSError as e:
+            code = e.errno or 0
+            text = f"write of {length} bytes at offset {offset} on fd {fd} failed: {os.strerror(code)}"
+            name = _name(file)
+            raise (OSError(code, text, name) if name is not None else OSError(code, text)) from None
         return n
 
     async def _awrite_kept(self, file: FileLike, data: "Buffer", offset: int,

@@ -824,8 +824,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._signal_handlers: dict[int, events.Handle] = {}
         self._readers: dict[int, _Watch] = {}
         self._writers: dict[int, _Watch] = {}
-        # Watches removed while their poll was in flight: each duplicate is
-        # closed when its poll answers (or, at close(), once the ring is).
+        # Watches removed while their poll was still queued, not yet the
+        # kernel's (a busy ring): each duplicate is closed when its poll
+        # answers (or, at close(), once the ring is).
         self._unwatched: set[_Watch] = set()
         # descriptor -> weak reference to the transport made on it (a plain
         # dict: a WeakValueDictionary's store runs three Python calls per
@@ -941,6 +942,16 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             return None
         return proactor.pread_into(fd, offset, buf)
 
+    def _ring_pwrite(self, fd: int, offset: int, data: Any) -> Any:
+        """A future for a write of ``data`` to the file ``fd`` at
+        ``offset`` on this loop's ring (``Engine.awrite``'s: see
+        ``Engine._awrite_on_loop_ring``), never cancelled once submitted
+        (``LoopRing.pwrite``); None once the loop is closed."""
+        proactor = self._proactor
+        if proactor is None or proactor._ring is None:
+            return None
+        return proactor.pwrite(fd, offset, data)
+
     # -- add_reader / add_writer ---------------------------------------------
 
     def _ensure_fd_no_transport(self, fd: Any) -> None:
@@ -1028,12 +1039,18 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if w is None:
             return False
         w.handle.cancel()
-        if w.token is not None and self._proactor is not None:
-            # The duplicate stays open until the poll answers: a poll still
-            # queued goes to its number.
+        if w.token is not None and self._proactor is not None and not self._proactor.cancel_callback(w.token):
+            # The kernel took not all of the ring's queue (a busy ring): the
+            # duplicate stays open until the poll answers, since a poll
+            # still queued goes to its number.
             self._unwatched.add(w)
-            self._proactor.cancel_op(w.token)
         else:
+            # The poll, if any, is in the kernel, which holds its file, not
+            # the number: the duplicate is closed now, not at the loop's
+            # next turn (a program adding and removing readers without
+            # running the loop would otherwise run out of descriptors);
+            # its callback is forgotten, its poll's answer reaching nothing.
+            w.token = None
             w.drop()
         return True
 

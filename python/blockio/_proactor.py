@@ -15,7 +15,9 @@ released while the thread waits in ``io_uring_enter``).
 A socket transport's receive has no future: its completion calls the
 transport from the dispatch of the batch (:class:`StreamReceive`, asyncio's
 order kept: behind the callbacks queued before the wait, if any), and the
-transport arms the next receive there.
+transport arms the next receive there. It is kept in the ring's slab with
+its receive, callback and hold on the socket, not in this class's tables:
+a message makes no entry in them.
 
 On the ring as completions: ``recv`` (on a socket into a 2 KiB first
 buffer, all that a receive waiting on an idle connection holds; the rest
@@ -344,14 +346,17 @@ class RingProactor:
     def __init__(self, ring: _blockio.LoopRing) -> None:
         self._ring = ring
         self._loop: Any = None
-        # token -> (future or None, kind, argument)
+        # token -> (future or None, kind, argument); a transport's receive
+        # comes here only when its completion goes to _finish
         self._ops: dict[int, tuple[Any, int, Any]] = {}
         # descriptor -> (weak reference to its socket, bytes received after a cancel)
         self._kept: dict[int, tuple[Any, bytes]] = {}
         # listening descriptor -> (weak reference to its socket, connections
         # accepted after a cancel: (descriptor, address))
         self._kept_conns: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
-        # descriptor -> token of its latest receive (or accept) in flight
+        # descriptor -> token of its latest receive (or accept) in flight;
+        # a transport's receive is not here but in the ring's slab, with
+        # its StreamReceive, callback and hold (LoopRing.receiving)
         self._receiving: dict[int, int] = {}
         # receives cancelled by the proactor to hand them kept bytes
         self._redirected: set[int] = set()
@@ -363,8 +368,6 @@ class RingProactor:
         self._sends: dict[int, int] = {}
         # token -> the socket its operation works on, held open until done
         self._held: dict[int, socket.socket] = {}
-        # completions of a batch whose dispatch an exception interrupted
-        self._left: list[tuple[int, int, Any]] = []
         # the batch being dispatched found no callback queued (see select)
         self._direct = True
 
@@ -450,14 +453,9 @@ class RingProactor:
                 rx.token = marker = object()
                 self._loop.call_soon(self._deliver_kept, rx, marker, kept, callback)
                 return
-        fd = rx.fd
-        token = self._ring.recv(fd, rx.nbytes, rx.socket, rx.stream)
-        rx.token = token
-        self._receiving[fd] = token
-        self._ops[token] = (rx, _STREAM, (fd, rx.conn, rx.nbytes, callback))
-        if rx.holdable:  # hold_open, known to hold
-            rx.conn._io_refs += 1
-            self._held[token] = rx.conn
+        # Kept in the ring's slab with rx and callback (and the socket
+        # held open), not in _ops: see _blockio.dispatch_batch.
+        _blockio.arm_ring_receive(rx, callback)
 
     def _deliver_kept(self, rx: StreamReceive, marker: object, data: bytes, callback: Callable) -> None:
         if rx.token is not marker:
@@ -591,6 +589,13 @@ class RingProactor:
         the result is the byte count."""
         return self._future(self._ring.pread_into(fd, offset, buf), _PREAD)
 
+    def pwrite(self, fd: int, offset: int, data: Any) -> futures.Future:
+        """Writes ``data`` (held until the kernel answers) to the file
+        ``fd`` at ``offset`` (one ``pwrite``, handed to the kernel at once
+        and never cancelled: see ``LoopRing.pwrite``); the result is the
+        byte count."""
+        return self._future(self._ring.pwrite(fd, offset, data), _PREAD)
+
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
         return self._future(self._ring.poll(fd, mask), _POLL)
@@ -601,19 +606,40 @@ class RingProactor:
         self._ops[token] = (None, _CALLBACK, callback)
         return token
 
-    def cancel_op(self, token: int) -> None:
-        """Asks the kernel to cancel operation ``token``."""
-        if self._ring is not None and token in self._ops:
-            self._cancel(token)
+    def cancel_op(self, token: int) -> bool:
+        """Asks the kernel to cancel operation ``token`` (one of ``_ops``,
+        or a transport's receive, kept in the ring's slab; the ring ignores
+        a token not in flight, and a file write, never cancelled). True
+        when the kernel holds everything of it (see ``_cancel``): its
+        descriptor's number may be closed now, without waiting for the
+        completion."""
+        if self._ring is not None and type(token) is int:
+            return self._cancel(token)
+        return False
 
-    def _cancel(self, token: int) -> None:
+    def cancel_callback(self, token: int) -> bool:
+        """Cancels as ``cancel_op`` does a poll of ``poll_callback``; when
+        the kernel holds all of it, its callback is forgotten at once (its
+        answer, the cancel's or a readiness that came first, reaches
+        nothing): a watch added and removed without a turn of the loop
+        leaves no entry in ``_ops``."""
+        if self.cancel_op(token):
+            self._ops.pop(token, None)
+            return True
+        return False
+
+    def _cancel(self, token: int) -> bool:
         # Once cancelled, an operation never goes back to its descriptor's
         # number, and `cancel` hands the kernel what of it was still queued
         # (the kernel holds the file of what it has): the socket's close
         # need not wait for the completion. If the kernel took not all of
-        # the queue, the socket stays held until the completion.
+        # the queue, the socket stays held until the completion. (A
+        # transport's receive, kept in the ring's slab, has its hold ended
+        # by the ring's cancel itself.)
         if self._ring.cancel(token):
             self._release(token)
+            return True
+        return False
 
     # -- driven by readiness ------------------------------------------------
 
@@ -752,20 +778,22 @@ class RingProactor:
             arm()
         self._before_wait.clear()
         self._sent.clear()
-        batch, self._left = self._left, []
-        if not batch:
-            batch = self._ring.wait(timeout)
+        # (no wait while completions are left from a dispatch an
+        # exception interrupted: they go first)
+        ring = self._ring
+        ring.fill(timeout)
         # A completion's protocol call goes behind the callbacks already
         # queued (asyncio's order: a completion is handled after what was
         # scheduled before it): at once when none is, else as one of them.
         self._direct = not self._loop._ready
-        # Each operation is taken from _ops and finished, and its socket
-        # released: a transport's receive with bytes calls the transport
-        # there (Rust), anything else goes to _finish. Any error that comes
-        # out (a callback's SystemExit or KeyboardInterrupt, or the
-        # dispatch's own) leaves the rest of the batch in _left, for the
-        # next select.
-        _blockio.dispatch_batch(self, batch)
+        # A transport's receive with bytes calls the transport there
+        # (Rust, from the ring's slab); anything else is taken from _ops
+        # (a transport's receive that is not the common case is put there
+        # first) and goes to _finish, and its socket is released. Any
+        # error that comes out (a callback's SystemExit or
+        # KeyboardInterrupt, or the dispatch's own) leaves the rest of the
+        # batch in the ring, for the next select.
+        _blockio.dispatch_batch(self, ring)
         return ()
 
     def _sending(self, fd: int) -> bool:
@@ -879,7 +907,10 @@ class RingProactor:
             # A receive (accept) already waiting on the socket would not see
             # these bytes (this connection): it is cancelled and served from them.
             waiting = self._receiving.get(arg[0])
-            if waiting is not None and waiting in self._ops and waiting not in self._redirected:
+            if waiting is None or waiting not in self._ops:
+                # a transport's receive, kept in the ring's slab
+                waiting = self._ring.receiving(arg[0])
+            if waiting is not None and waiting not in self._redirected:
                 self._redirected.add(waiting)
                 self._cancel(waiting)
 
@@ -931,9 +962,16 @@ class RingProactor:
         """Cancels everything in flight and closes the ring once the kernel is done."""
         if self._ring is None:
             return
-        self._ring.close()
+        # The transports' receives in flight or not yet dispatched, with
+        # the socket each held open, are handed back: cancelled, as the
+        # futures of _ops are below, and their holds ended.
+        receives = self._ring.close()
         self._ring = None
-        self._left = []
+        for rx, conn in receives:
+            if not rx.done():
+                rx.cancelled = True
+            if conn is not None:
+                release(conn)
         # The tables are emptied in place: every transport's receive keeps
         # them (StreamRx), and one transport kept after the close must not
         # keep every connection's socket open through them.

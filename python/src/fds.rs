@@ -274,3 +274,60 @@ pub(crate) fn is_own(fd: RawFd, flags: i32) -> bool {
             .unwrap_or_else(PoisonError::into_inner)
             .contains(&fd)
 }
+
+/// Whether a write of `fd` may go on blockio's event loop's ring (what
+/// `Engine.awrite` asks on that loop, in one `F_GETFL` and one `fstat`
+/// with no Python object made but the answer): a regular file or block
+/// device open for writing, neither `O_DIRECT` (whose writes need aligned
+/// memory), non-blocking (`EAGAIN`) nor `O_PATH`. False for a descriptor
+/// `fcntl` or `fstat` refuses (the engine then reports what is wrong).
+#[pyfunction]
+pub(crate) fn ring_writes(fd: RawFd) -> bool {
+    let flags = fd_flags(fd);
+    if flags == -1
+        || flags & (libc::O_DIRECT | libc::O_NONBLOCK | libc::O_PATH) != 0
+        || flags & libc::O_ACCMODE == libc::O_RDONLY
+    {
+        return false;
+    }
+    // SAFETY: `fcntl` just found `fd` open (so it is not -1); the caller's
+    // descriptor, borrowed for this call, never closed here.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::fs::fstat(borrowed)
+        .is_ok_and(|st| matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFBLK))
+}
+
+/// What `Engine.aread` asks of a descriptor whose read was not served on
+/// the calling thread, in one `F_GETFL` and one `fstat` and with no
+/// Python object made but the answer: for a pipe, socket, FIFO or
+/// character device, however it was opened (a FIFO or terminal opened by
+/// path has a regular file's flags: only `fstat` tells it apart), the
+/// stream's key `(fd, device, inode, readable)`, `readable` saying it is
+/// not open for writing only; for anything else whether a read of it may
+/// go on blockio's event loop's ring (Python's `_ring_serves`: a regular
+/// file or block device open for reading, neither `O_DIRECT`, non-blocking
+/// nor `O_PATH`). False for a descriptor `fcntl` or `fstat` refuses (the
+/// read then reports what is wrong with it).
+#[pyfunction]
+pub(crate) fn stream_or_ring(py: Python<'_>, fd: RawFd) -> PyResult<PyObject> {
+    let flags = fd_flags(fd);
+    if flags == -1 {
+        return Ok(false.into_pyobject(py)?.to_owned().into_any().unbind());
+    }
+    // SAFETY: `fcntl` just found `fd` open (so it is not -1); the caller's
+    // descriptor, borrowed for this call, never closed here.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let Ok(st) = rustix::fs::fstat(borrowed) else {
+        return Ok(false.into_pyobject(py)?.to_owned().into_any().unbind());
+    };
+    let kind = st.st_mode & libc::S_IFMT;
+    if matches!(kind, libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR) {
+        let readable = flags & libc::O_ACCMODE != libc::O_WRONLY;
+        let key = (fd, st.st_dev, st.st_ino, readable);
+        return Ok(key.into_pyobject(py)?.into_any().unbind());
+    }
+    let refused = flags & (libc::O_DIRECT | libc::O_NONBLOCK | libc::O_PATH) != 0
+        || flags & libc::O_ACCMODE == libc::O_WRONLY;
+    let ring = !refused && matches!(kind, libc::S_IFREG | libc::S_IFBLK);
+    Ok(ring.into_pyobject(py)?.to_owned().into_any().unbind())
+}

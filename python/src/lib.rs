@@ -100,6 +100,7 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(event_loop::after_fork, m)?)?;
     m.add_function(wrap_pyfunction!(event_loop::dispatch_batch, m)?)?;
     m.add_function(wrap_pyfunction!(event_loop::arm_receive, m)?)?;
+    m.add_function(wrap_pyfunction!(event_loop::arm_ring_receive, m)?)?;
     m.add_function(wrap_pyfunction!(inline::seek_inline, m)?)?;
     m.add_function(wrap_pyfunction!(inline::read_inline, m)?)?;
     m.add_function(wrap_pyfunction!(inline::readline_inline, m)?)?;
@@ -127,5 +128,7 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stream::read_line_inline, m)?)?;
     m.add_function(wrap_pyfunction!(stream::read_stream_inline, m)?)?;
     m.add_function(wrap_pyfunction!(stream::stream_in_pieces, m)?)?;
+    m.add_function(wrap_pyfunction!(fds::stream_or_ring, m)?)?;
+    m.add_function(wrap_pyfunction!(fds::ring_writes, m)?)?;
     Ok(())
 }

@@ -8,7 +8,9 @@ engine as before. Pages are dropped from the cache with
 uncached; the counts, not any timing, say where each read went."""
 
 import asyncio
+import ctypes
 import errno
+import mmap
 import os
 import random
 import subprocess
@@ -39,8 +41,52 @@ def data_path(tmp_path):
     return p, data
 
 
-# Drops a file's pages from the page cache (written out first).
-drop_cache = evict
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+
+
+def cached_pages(path, at=0, size=None):
+    """The offsets of the pages of ``path`` in ``[at, at + size)`` (to its
+    end if ``size`` is None) the page cache holds, as ``mincore`` reports
+    them for a mapping of the file that is never touched (a probe by
+    reading, even ``RWF_NOWAIT``, starts the read ahead it looks for)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        length = os.fstat(fd).st_size
+        if length == 0:
+            return []
+        addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), f"mmap of {path}")
+        try:
+            pages = (length + PIECE - 1) // PIECE
+            vec = ctypes.create_string_buffer(pages)
+            if _libc.mincore(addr, length, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore of {path}")
+            end = length if size is None else min(length, at + size)
+            return [p * PIECE for p in range(at // PIECE, (end + PIECE - 1) // PIECE) if vec.raw[p] & 1]
+        finally:
+            _libc.munmap(addr, length)
+    finally:
+        os.close(fd)
+
+
+def drop_cache(path, at=0, size=None, tries=1000):
+    """Drops a file's pages (those in ``[at, at + size)``, the whole file
+    by default) from the page cache, written out first. The advice is
+    best effort: a page the kernel still holds (in another CPU's batch of
+    pages on their way to its lists, say) is kept; so the pages are
+    checked and evicted again until the cache holds none of them."""
+    for _ in range(tries):
+        evict(path)
+        held = cached_pages(path, at, size)
+        if not held:
+            return
+    raise AssertionError(f"{path}: the page cache still holds {len(held)} page(s) "
+                         f"(first at offset {held[0]}) after {tries} evictions")
 
 
 def run_on(new_loop, coro):
@@ -60,7 +106,7 @@ async def read_on_ring(f, path, at, size, attempts=100):
     then made again. Waits for events (turns of the loop), not time."""
     for _ in range(attempts):
         await f.seek(at)
-        drop_cache(path)
+        drop_cache(path, at, size)
         before = ring_reads()
         task = asyncio.ensure_future(f.read(size))
         while ring_reads() == before and not task.done():
@@ -207,10 +253,13 @@ def test_a_read_on_the_ring_reads_its_file_though_the_number_is_closed_and_reuse
         task = asyncio.ensure_future(engine.aread(fd, offset=PIECE, length=PIECE))
         while ring_reads() == before and not task.done():
             await asyncio.sleep(0)
-        os.close(fd)
+        # The number is closed and taken by the other file at once (no
+        # other thread's close can hand out a lower number meanwhile).
         fd2 = os.open(other, os.O_RDONLY)
+        os.dup2(fd2, fd)
+        os.close(fd2)
+        fd2 = fd
         try:
-            assert fd2 == fd, "the number was not reused: the test proves nothing"
             return await task, ring_reads() - before
         finally:
             os.close(fd2)
@@ -279,10 +328,13 @@ def test_a_read_the_ring_cannot_serve_goes_through_the_engine_before_any_wait(da
         before = (ring_reads(), engine._core.reads_started)
         task = asyncio.ensure_future(engine.aread(fd, offset=0, length=PIECE))
         await asyncio.sleep(0)
-        os.close(fd)
+        # The number is closed and taken by the other file at once (no
+        # other thread's close can hand out a lower number meanwhile).
         fd2 = os.open(other, os.O_RDONLY)
+        os.dup2(fd2, fd)
+        os.close(fd2)
+        fd2 = fd
         try:
-            assert fd2 == fd, "the number was not reused: the test proves nothing"
             try:
                 got = await task
             except OSError as e:
@@ -502,3 +554,97 @@ def test_readinto_a_buffer_the_ring_refuses_is_refused_as_before(data_path):
             return await f.tell()
 
     assert run_on(UringEventLoop, main()) == 0
+
+
+def ring_writes():
+    """The running loop's count of file writes on its ring (0 off it)."""
+    loop = asyncio.get_running_loop()
+    ring = getattr(getattr(loop, "_proactor", None), "_ring", None)
+    return ring.file_writes if ring is not None else 0
+
+
+@pytest.mark.parametrize("new_loop", [UringEventLoop, EpollEventLoop, asyncio.new_event_loop],
+                         ids=["blockio-uring", "blockio-epoll", "asyncio"])
+def test_engine_awrite_goes_on_the_loops_ring(tmp_path, new_loop):
+    """``Engine.awrite`` of a regular file: on blockio's loop on io_uring
+    each write is a ``pwrite`` on the loop's ring (its ``file_writes``
+    counts them), elsewhere none is; every byte lands where it was
+    written, and the counts returned are the lengths."""
+    path = tmp_path / "out.bin"
+    data = random.Random(64).randbytes(SIZE)
+
+    async def main():
+        engine = blockio.Engine()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            before = ring_writes()
+            counts = await asyncio.gather(*(engine.awrite(fd, data[at:at + SIZE // 16], at)
+                                            for at in range(0, SIZE, SIZE // 16)))
+            return counts, ring_writes() - before
+        finally:
+            os.close(fd)
+            engine.close()
+
+    counts, on_ring = run_on(new_loop, main())
+    assert counts == [SIZE // 16] * 16
+    assert on_ring == (16 if new_loop is UringEventLoop else 0)
+    assert path.read_bytes() == data
+
+
+def test_a_cancelled_write_on_the_ring_lands_before_the_loop_closes(tmp_path):
+    """An ``Engine.awrite`` on the loop's ring whose task is cancelled once
+    the write is submitted: the task ends cancelled at once, the loop is
+    closed right after, and the write's bytes are in the file (the ring
+    never cancels a file write; its close waits for it)."""
+    path = tmp_path / "out.bin"
+    data = random.Random(65).randbytes(SIZE)
+    loop = UringEventLoop()
+    engine = blockio.Engine()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+
+    async def main():
+        before = ring_writes()
+        task = asyncio.ensure_future(engine.awrite(fd, data, 0))
+        while ring_writes() == before and not task.done():
+            await asyncio.sleep(0)
+        assert ring_writes() == before + 1
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "done"
+
+    try:
+        outcome = loop.run_until_complete(main())
+    finally:
+        loop.close()
+        os.close(fd)
+        engine.close()
+    assert outcome in ("cancelled", "done")
+    assert path.read_bytes() == data
+
+
+def test_an_engine_write_the_ring_fails_raises_its_error_naming_the_descriptor(tmp_path):
+    """A write the kernel refuses on the loop's ring (``EFBIG``: an offset
+    past the largest a file may have) raises ``OSError`` with the kernel's
+    errno and a message naming the write, its offset and the descriptor,
+    as the engine's."""
+    path = tmp_path / "out.bin"
+
+    async def main():
+        engine = blockio.Engine()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+        try:
+            before = ring_writes()
+            with pytest.raises(OSError) as info:
+                await engine.awrite(fd, b"x" * 10, (1 << 63) - 5)
+            return info.value, ring_writes() - before, fd
+        finally:
+            os.close(fd)
+            engine.close()
+
+    err, on_ring, fd = run_on(UringEventLoop, main())
+    assert on_ring == 1
+    assert err.errno in (errno.EFBIG, errno.EINVAL)
+    assert f"write of 10 bytes at offset {(1 << 63) - 5} on fd {fd} failed" in str(err)

@@ -999,7 +999,7 @@ def test_bytes_taken_by_a_closed_transport_s_receive_are_dropped(monkeypatch):
         proactor = loop._proactor
         receives = [transport._rx for transport in made]
         await await_until(
-            lambda: not any(entry[0] in receives for entry in proactor._ops.values()),
+            lambda: not any(rx in receives for rx in proactor._ring.receives()),
             "the cancelled receives' completions",
         )
         kept = dict(proactor._kept)
@@ -1857,3 +1857,69 @@ def test_a_reset_after_two_sends_in_one_step_is_reported_as_on_asyncio(loop, sec
         reference.close()
     assert want == (b"x", "ConnectionResetError")
     assert _reset_after_two_sends(loop, second) == want
+
+
+def _watches_held(loop):
+    """What the loop holds for its watches and operations: on io_uring the
+    proactor's ``_ops`` entries and the ring's operations in flight; on
+    the epoll fallback, the selector's registrations."""
+    proactor = getattr(loop, "_proactor", None)
+    if proactor is None:
+        return len(loop._selector.get_map())
+    return len(proactor._ops), proactor._ring.in_flight()
+
+
+def test_readers_added_and_removed_without_a_turn_keep_no_descriptor(loop):
+    """20,000 ``add_reader``/``remove_reader`` pairs on one pipe, the loop
+    not run in between, under a limit of 256 descriptors: none fails (on
+    io_uring each watch's duplicate of the descriptor used to stay open
+    until the loop's next turn, and the pairs ran out of descriptors with
+    ``EMFILE``, where asyncio's selector loop grows by none), no more
+    descriptors are open after than before, and a reader added then runs
+    when the pipe is readable. The pairs' polls and their answers (beyond
+    the ring's completion queue, some in the kernel's overflow list) are
+    all gone after a few turns that never block, as the epoll fallback's
+    registrations are: they used to stay in the proactor's ``_ops`` and
+    the ring (~0.9 KiB each) until a turn that blocked."""
+    r, w = os.pipe2(os.O_NONBLOCK)
+    loop.run_until_complete(asyncio.sleep(0))  # (the loop's own watches set up)
+    held = _watches_held(loop)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = len(os.listdir("/proc/self/fd"))
+    # 256, or more if this process already holds nearly that many
+    limit = max(256, max(int(n) for n in os.listdir("/proc/self/fd")) + 64)
+    failed = None
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        try:
+            for _ in range(20_000):
+                loop.add_reader(r, lambda: None)
+                assert loop.remove_reader(r)
+        except OSError as e:
+            failed = e
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert failed is None
+    assert len(os.listdir("/proc/self/fd")) <= before
+
+    async def turns():
+        for _ in range(4):
+            await asyncio.sleep(0)
+        return _watches_held(loop)
+
+    assert loop.run_until_complete(turns()) == held
+
+    async def main():
+        fired = loop.create_future()
+        loop.add_reader(r, lambda: fired.done() or fired.set_result(os.read(r, 10)))
+        os.write(w, b"ready")
+        try:
+            return await fired
+        finally:
+            loop.remove_reader(r)
+
+    try:
+        assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"ready"
+    finally:
+        os.close(r)
+        os.close(w)

@@ -371,8 +371,8 @@ async def _settled(loop, tr):
     dispatched), and every callback queued before has run."""
     if loop.backend == "uring":
         rx = tr._rx
-        ops = loop._proactor._ops
-        await await_until(lambda: not any(entry[0] is rx for entry in ops.values()), "the receive's completion")
+        ring = loop._proactor._ring
+        await await_until(lambda: not any(r is rx for r in ring.receives()), "the receive's completion")
     turn = loop.create_future()
     loop.call_soon(turn.set_result, None)
     await turn
@@ -532,6 +532,138 @@ def test_a_write_after_the_loop_s_close_goes_out_as_on_asyncio_s_loop(loop):
         assert b.recv(10) == b"xy"
         with pytest.raises(RuntimeError, match="Event loop is closed"):
             tr.write(b"z" * (64 << 20))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_bytes_a_cancelled_receive_kept_reach_a_transport_s_receive_in_flight_first(monkeypatch):
+    """A transport's receive is in flight (kept in the ring's slab, not in
+    the proactor's tables) when bytes a cancelled receive took on its
+    socket are kept (as a ``sock_recv`` cancelled after its bytes came
+    keeps them): that receive is cancelled and served from them, so the
+    protocol gets them before what the peer sends next, in order."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        fd = a.fileno()
+        proactor = loop._proactor
+        await await_until(lambda: proactor._ring.receiving(fd) is not None, "the transport's receive")
+        proactor.keep_received(a, b"first")
+        await await_until(lambda: bytes(pr.data) == b"first", "the kept bytes")
+        b.sendall(b"second")
+        await await_until(lambda: len(pr.data) >= 11, "the next bytes")
+        b.close()
+        await pr.lost
+        return pr
+
+    try:
+        pr = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+    assert bytes(pr.data) == b"firstsecond"
+    assert pr.calls == ["made", "data", "data", "eof", "lost"]
+
+
+def test_closing_the_loop_ends_the_hold_of_a_transport_s_receive_in_flight(monkeypatch):
+    """A transport's receive in flight holds its socket open (its real
+    close waits); the loop's close cancels it and ends the hold, so a close
+    of the socket afterwards closes its descriptor."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        await await_until(lambda: any(r is tr._rx for r in loop._proactor._ring.receives()), "the receive")
+        return tr
+
+    try:
+        tr = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+        held = a._io_refs
+    finally:
+        loop.close()
+    assert held == 1
+    assert a._io_refs == 0
+    assert tr._rx.cancelled
+    a.close()
+    b.close()
+    assert a.fileno() == -1
+
+
+def test_cancel_op_of_a_transport_s_receive_says_the_kernel_took_it_and_ends_its_hold(monkeypatch):
+    """``cancel_op`` reaches a transport's receive although it is kept in
+    the ring's slab, not in the proactor's ``_ops``: it returns True once
+    the kernel took the cancel, the receive's hold on its socket ended then
+    (not at its completion); a second cancel of it, and a token that is not
+    an integer (kept bytes' marker), return False."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        fd = a.fileno()
+        proactor = loop._proactor
+        await await_until(lambda: proactor._ring.receiving(fd) is not None, "the transport's receive")
+        rx = tr._rx
+        token = rx.token
+        assert token == proactor._ring.receiving(fd) and token not in proactor._ops
+        held = a._io_refs
+        rx.cancelled = True  # as StreamReceive.cancel does before cancel_op
+        taken = proactor.cancel_op(token)
+        return held, taken, a._io_refs, proactor.cancel_op(token), proactor.cancel_op(object())
+
+    try:
+        held, taken, after, again, marker = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+        a.close()
+        b.close()
+    assert held == 1
+    assert taken is True
+    assert after == 0
+    assert again is False
+    assert marker is False
+
+
+def test_the_loop_s_close_lands_a_file_write_and_ends_a_transport_receive_s_hold(monkeypatch, tmp_path):
+    """A transport's receive (in the ring's slab, holding its socket) and a
+    file write (``Engine.awrite``'s ``pwrite``) in flight on one ring:
+    ``cancel_op`` refuses the write (False, the write goes on), and the
+    loop's close lands the write's bytes and hands the receive back
+    cancelled with its hold ended."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    a, b = socket.socketpair()
+    path = tmp_path / "out.bin"
+    data = os.urandom(1 << 20)
+    wfd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        proactor = loop._proactor
+        await await_until(lambda: proactor._ring.receiving(a.fileno()) is not None, "the transport's receive")
+        before = proactor._ring.in_flight()
+        write = proactor.pwrite(wfd, 0, data)
+        refused = proactor.cancel_op(write._token)
+        return tr, before, proactor._ring.in_flight(), refused, a._io_refs
+
+    try:
+        tr, before, during, refused, held = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+        os.close(wfd)
+    try:
+        assert during == before + 1  # the write, still in the slab
+        assert refused is False
+        assert held == 1
+        assert a._io_refs == 0
+        assert tr._rx.cancelled
+        assert path.read_bytes() == data
     finally:
         a.close()
         b.close()

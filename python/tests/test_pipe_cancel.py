@@ -11,7 +11,10 @@ Every call that must return is bounded by a 30 s guard; the cancelled one
 is cancelled while it waits for a line or bytes that are not there."""
 
 import asyncio
+import fcntl
 import os
+import struct
+import termios
 import threading
 import time
 
@@ -296,3 +299,126 @@ def test_engine_aread_of_a_pipe_cancelled_under_trio_leaves_its_bytes_to_the_nex
             assert got == b"hello", k
     finally:
         e.close()
+
+
+FIFO_TRIALS = 200
+
+
+def _queued(fd):
+    """How many bytes the pipe or FIFO ``fd`` holds (``FIONREAD``)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+async def _read_by(e, r, call):
+    """One read of up to 100 bytes of ``r`` at offset 0 by ``call``
+    (``aread`` or ``areadinto``)."""
+    if call == "aread":
+        return await e.aread(r, offset=0, length=100)
+    buf = bytearray(100)
+    n = await e.areadinto(r, buf, 0)
+    return bytes(buf[:n])
+
+
+async def _fifo_race(e, r, w, call="aread"):
+    """``FIFO_TRIALS`` reads of the FIFO ``r`` by ``call``, each cancelled
+    at another point: while it waits for the FIFO, just after its bytes
+    arrive, or (every third trial) once its read has taken the bytes from
+    the FIFO (``FIONREAD`` says none is left) and before its task has
+    them, the point where a read that drops what it took loses them; then
+    the rest read to the end. Returns what came out, in order, and what
+    was written, and how many trials were cancelled at that last point."""
+    sent = []
+    got = []
+    taken = 0
+    for trial in range(FIFO_TRIALS):
+        chunk = b"<%03d>" % trial
+        if trial % 3 == 2:
+            os.write(w, chunk)
+            task = asyncio.ensure_future(_read_by(e, r, call))
+            while _queued(r) and not task.done():
+                await asyncio.sleep(0)
+            taken += not task.done()
+        else:
+            task = asyncio.ensure_future(_read_by(e, r, call))
+            for _ in range(trial % 4):
+                await asyncio.sleep(0)
+            os.write(w, chunk)
+            for _ in range(trial % 5):
+                await asyncio.sleep(0)
+        sent.append(chunk)
+        task.cancel()
+        try:
+            got.append(await task)
+        except asyncio.CancelledError:
+            pass
+    os.close(w)
+    while True:
+        more = await asyncio.wait_for(_read_by(e, r, call), 30)
+        if not more:
+            return b"".join(got), b"".join(sent), taken
+        got.append(more)
+
+
+@BACKENDS
+@pytest.mark.parametrize("call", ["aread", "areadinto"])
+@pytest.mark.parametrize("loop_name", ["asyncio", "blockio-uring", "blockio-epoll"])
+def test_engine_aread_of_a_fifo_opened_by_number_cancelled_loses_no_byte(tmp_path, backend, loop_name, call):
+    """A FIFO opened with ``os.open`` (``O_RDONLY | O_NONBLOCK``: its flags
+    are a regular file's) and read by number with ``Engine.aread`` or
+    ``areadinto``, each read cancelled at another point of the race with
+    its bytes: every byte written arrives, once, in order, as from a pipe
+    (the bytes a cancelled read took are kept for the next read; they
+    used to be dropped). Some
+    trials are cancelled after the read took its bytes, the point that
+    loses them when they are dropped."""
+    from loops import run_on
+
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    r = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    w = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    e = blockio.Engine(backend=backend)
+    try:
+        got, sent, taken = run_on(loop_name, _fifo_race(e, r, w, call))
+    finally:
+        e.close()
+        os.close(r)
+    assert got == sent
+    assert taken >= 1, "no read was cancelled after taking its bytes: the race proves nothing"
+
+
+@BACKENDS
+def test_engine_aread_of_a_fifo_opened_by_number_cancelled_under_trio_loses_no_byte(tmp_path, backend):
+    """Under trio: an ``Engine.aread`` of an empty FIFO opened with
+    ``os.open`` whose cancel scope is cancelled just after bytes reach the
+    FIFO loses none of them: the next read gets them, in every trial."""
+    import trio
+    import trio.testing
+
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    e = blockio.Engine(backend=backend)
+
+    async def trial(r, w, chunk):
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as n:
+                async def reader():
+                    await e.aread(r, offset=0, length=100)
+
+                n.start_soon(reader)
+                await trio.testing.wait_all_tasks_blocked()
+                os.write(w, chunk)
+                scope.cancel()
+        with trio.fail_after(30):
+            return await e.aread(r, offset=0, length=100)
+
+    r = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    w = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        for k in range(TRIALS):
+            chunk = b"<%03d>" % k
+            assert trio.run(trial, r, w, chunk) == chunk, k
+    finally:
+        e.close()
+        os.close(r)
+        os.close(w)

@@ -3,18 +3,20 @@
 //! `RingProactor.select`) and the arming of a transport's next receive
 //! ([`arm_receive`], `RingProactor.receive`).
 //!
-//! Both work on the proactor's own tables (`_ops`, `_receiving`, `_held`,
-//! `_redirected`, `_kept`, kept in Python because the rest of the
-//! proactor reads them) through the C API, with no Python frame between
-//! the ring and the transport: a receive's completion calls the
-//! transport's callback in its context at once, and the callback arms the
-//! next receive in one call. The receive's own state is [`StreamRx`]'s
-//! fields (the base of Python's `StreamReceive`), read without attribute
-//! lookups, and it keeps the tables it arms into. What is not the common
-//! case (a completion of another kind, an error or end of stream, a
-//! receive cancelled or handed kept bytes, a batch that must wait behind
-//! queued callbacks) goes to the proactor's Python code (`_finish`,
-//! `receive`), which decides exactly as before.
+//! A transport's receive is kept in the ring's slab with its owner (the
+//! [`StreamRx`], the callback, the socket it holds open: `ops::Owner`), not
+//! in the proactor's Python tables (`_ops`, `_receiving`, `_held`): its
+//! completion comes out of the ring with them, calls the transport's
+//! callback in the receive's context at once, and the callback arms the
+//! next receive in one call, which takes over the finished receive's hold
+//! on the socket. A message makes no dict entry and no tuple of the
+//! proactor's. The receive's own state is [`StreamRx`]'s fields, read
+//! without attribute lookups. What is not the common case (an error or
+//! end of stream, a receive cancelled or handed kept bytes, a batch that
+//! must wait behind queued callbacks) is put in the proactor's tables as
+//! the operation it was (`_STREAM`) and goes to its Python code
+//! (`_finish`), which decides exactly as for any other operation; every
+//! other kind of operation goes there too.
 
 use std::os::fd::RawFd;
 
@@ -23,13 +25,14 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyDict, PyList, PySet, PyTuple, PyType};
+use pyo3::types::{PyDict, PySet, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
-use super::ring::LoopRing;
+use super::ops::Owner;
+use super::ring::{Done, LoopRing};
 
 /// `_STREAM` of `blockio/_proactor.py`: the kind of a transport's receive
-/// in the proactor's `_ops`.
+/// in the proactor's `_ops` (where one goes to `_finish`).
 const STREAM: i64 = 6;
 
 /// `socket.socket`, whose `_decref_socketios` is done here when the
@@ -41,38 +44,41 @@ static SOCKET_TYPE: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 /// argument: no bound method is made (nor looked up) per message.
 static CONTEXT_RUN: GILOnceCell<PyObject> = GILOnceCell::new();
 
-/// Dispatches `batch`, the `(token, result, value)` list of
-/// `LoopRing.wait`, on `proactor` (a `RingProactor`), as its `select` did
-/// in Python: each finished operation is taken from `_ops`; a transport's
-/// receive that brought bytes, was neither cancelled nor redirected, in a
-/// batch allowed to reach protocols at once (`_direct`), calls its
-/// callback `(data, None)` in the receive's context here; anything else
-/// goes to `proactor._finish`. The socket an operation held open is then
-/// released. An exception from a callback other than `SystemExit` and
+/// Dispatches what `ring` (the proactor's `LoopRing`) has finished (see
+/// `LoopRing.fill`) on `proactor` (a `RingProactor`), as its `select` did
+/// in Python: a transport's receive that brought bytes, was neither
+/// cancelled nor redirected, in a batch allowed to reach protocols at once
+/// (`_direct`), calls its callback `(data, None)` in the receive's context
+/// here; any other operation is taken from `_ops` and goes to
+/// `proactor._finish`, and the socket it held open is released. An
+/// exception from a callback other than `SystemExit` and
 /// `KeyboardInterrupt` goes to the receive's `report` (the loop's
 /// exception handler); any error that comes out (those two, or one of the
-/// dispatch itself) stops the dispatch, and the rest of the batch is left
-/// in `_left` for the next `select`.
+/// dispatch itself) stops the dispatch, and the rest stays in the ring for
+/// the next `select`.
 #[pyfunction]
 pub(crate) fn dispatch_batch(
     py: Python<'_>,
     proactor: &Bound<'_, PyAny>,
-    batch: &Bound<'_, PyList>,
+    ring: &Bound<'_, LoopRing>,
 ) -> PyResult<()> {
     let tables = Tables::of(proactor)?;
-    let n = batch.len();
-    for i in 0..n {
-        let item = batch.get_item(i)?;
-        let outcome = item
-            .extract::<(Bound<'_, PyAny>, i64, Bound<'_, PyAny>)>()
-            .and_then(|(token, res, value)| {
+    let ring = ring.borrow();
+    while let Some(done) = ring.next_done()? {
+        match done {
+            Done::Plain(token, res, value) => {
+                let token = token.into_pyobject(py)?;
                 let done = tables.finish(py, proactor, &token, res, value);
                 let released = tables.release(py, &token);
-                done.and(released)
-            });
-        if let Err(e) = outcome {
-            proactor.setattr(intern!(py, "_left"), batch.get_slice(i + 1, n))?;
-            return Err(e);
+                done.and(released)?;
+            }
+            Done::Stream {
+                token,
+                res,
+                value,
+                owner,
+                ..
+            } => tables.stream(py, proactor, token, res, value, *owner)?,
         }
     }
     Ok(())
@@ -81,8 +87,8 @@ pub(crate) fn dispatch_batch(
 /// The state of a socket transport's receive, armed again after each
 /// completion: the base class of `blockio._proactor.StreamReceive`, whose
 /// methods are Python's. Its fields are what [`arm_receive`] and
-/// [`dispatch_batch`] read per message; it keeps the proactor's tables
-/// and ring it arms into (the proactor replaces none of them before its
+/// [`dispatch_batch`] read per message; it keeps the proactor's `_kept`
+/// and the ring it arms into (the proactor replaces neither before its
 /// ring is closed).
 #[pyclass(subclass, module = "blockio._blockio")]
 pub(crate) struct StreamRx {
@@ -121,20 +127,13 @@ pub(crate) struct StreamRx {
     /// While its callback runs: the finished receive's hold on `conn`,
     /// handed to the next receive armed then (see [`arm_receive`]) instead
     /// of being ended and taken again; ended after the callback otherwise.
-    carried: bool,
-    /// While its callback runs: the proactor's `_receiving` may still name
-    /// the finished receive; the next receive armed then replaces it,
-    /// otherwise it is removed after the callback.
-    stale: bool,
-    /// The proactor's `_ops`, `_receiving`, `_held` and `_kept`, and its ring.
+    carried: Option<PyObject>,
+    /// The proactor's `_kept`, and its ring.
     tables: Option<RxTables>,
 }
 
 /// What a receive arms into (see [`StreamRx`]).
 struct RxTables {
-    ops: Py<PyDict>,
-    receiving: Py<PyDict>,
-    held: Py<PyDict>,
     kept: Py<PyDict>,
     ring: Py<LoopRing>,
 }
@@ -156,14 +155,11 @@ impl StreamRx {
         context: PyObject,
     ) -> PyResult<Self> {
         let py = proactor.py();
-        let dict = |name: &str| -> PyResult<Py<PyDict>> {
-            Ok(proactor.getattr(name)?.downcast_into::<PyDict>()?.unbind())
-        };
         let tables = RxTables {
-            ops: dict("_ops")?,
-            receiving: dict("_receiving")?,
-            held: dict("_held")?,
-            kept: dict("_kept")?,
+            kept: proactor
+                .getattr("_kept")?
+                .downcast_into::<PyDict>()?
+                .unbind(),
             ring: proactor
                 .getattr("_ring")?
                 .downcast_into::<LoopRing>()?
@@ -180,8 +176,7 @@ impl StreamRx {
             context,
             token: py.None(),
             cancelled: false,
-            carried: false,
-            stale: false,
+            carried: None,
             tables: Some(tables),
         })
     }
@@ -191,10 +186,10 @@ impl StreamRx {
         visit.call(&self.conn)?;
         visit.call(&self.context)?;
         visit.call(&self.token)?;
+        if let Some(conn) = &self.carried {
+            visit.call(conn)?;
+        }
         if let Some(t) = &self.tables {
-            visit.call(&t.ops)?;
-            visit.call(&t.receiving)?;
-            visit.call(&t.held)?;
             visit.call(&t.kept)?;
             visit.call(&t.ring)?;
         }
@@ -203,6 +198,7 @@ impl StreamRx {
 
     fn __clear__(&mut self, py: Python<'_>) {
         self.tables = None;
+        self.carried = None;
         self.token = py.None();
         self.context = py.None();
         self.proactor = py.None();
@@ -221,62 +217,83 @@ pub(crate) fn arm_receive(
     rx: &Bound<'_, StreamRx>,
     callback: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    let mut this = rx.borrow_mut();
-    let Some(t) = &this.tables else {
-        return Err(pyo3::exceptions::PyRuntimeError::new_err(
-            "the event loop's ring is closed",
-        ));
+    let kept = {
+        let this = rx.borrow();
+        let Some(t) = &this.tables else {
+            return Err(ring_closed());
+        };
+        let kept = t.kept.bind(py);
+        !kept.is_empty() && kept.contains(this.fd)?
     };
-    if t.kept.bind(py).contains(this.fd)? {
-        let proactor = this.proactor.clone_ref(py);
-        drop(this);
+    if kept {
+        let proactor = rx.borrow().proactor.clone_ref(py);
         proactor.call_method1(py, intern!(py, "receive"), (rx, callback))?;
         return Ok(());
     }
-    let token = t
-        .ring
+    arm_ring_receive(py, rx, callback)
+}
+
+/// Arms the next receive of `rx` on the ring, kept in its slab with `rx`,
+/// `callback` and (when `rx` is holdable) its socket held open: the hold
+/// of the receive whose callback runs now, or a new one.
+#[pyfunction]
+pub(crate) fn arm_ring_receive(
+    py: Python<'_>,
+    rx: &Bound<'_, StreamRx>,
+    callback: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let mut this = rx.borrow_mut();
+    let Some(t) = &this.tables else {
+        return Err(ring_closed());
+    };
+    let ring = t.ring.clone_ref(py);
+    let hold = if this.holdable {
+        Some(match this.carried.take() {
+            Some(conn) => conn,
+            None => {
+                // hold_open, known to hold: the socket stays open until
+                // the completion is dispatched.
+                let conn = this.conn.bind(py);
+                let refs: i64 = conn.getattr(intern!(py, "_io_refs"))?.extract()?;
+                conn.setattr(intern!(py, "_io_refs"), refs + 1)?;
+                conn.clone().unbind()
+            }
+        })
+    } else {
+        None
+    };
+    let owner = Box::new(Owner {
+        rx: rx.clone().unbind(),
+        callback: callback.clone().unbind(),
+        hold,
+    });
+    let armed = ring
         .borrow(py)
-        .recv(this.fd, this.nbytes, this.socket, this.stream)?;
-    let token_obj = token.into_pyobject(py)?;
-    let fd = this.fd.into_pyobject(py)?;
-    // Replaces the finished receive's entry, if its callback arms this.
-    t.receiving.bind(py).set_item(&fd, &token_obj)?;
-    let conn = this.conn.bind(py);
-    let arg = PyTuple::new(
-        py,
-        [
-            fd.as_any(),
-            conn,
-            this.nbytes.into_pyobject(py)?.as_any(),
-            callback,
-        ],
-    )?;
-    t.ops
-        .bind(py)
-        .set_item(&token_obj, (rx, STREAM, arg).into_pyobject(py)?)?;
-    if this.holdable {
-        // hold_open, known to hold: the socket stays open until the
-        // completion is dispatched. Armed from the callback of the receive
-        // before, the hold that one had goes on.
-        if !this.carried {
-            let refs: i64 = conn.getattr(intern!(py, "_io_refs"))?.extract()?;
-            conn.setattr(intern!(py, "_io_refs"), refs + 1)?;
+        .arm_stream(this.fd, this.nbytes, this.socket, this.stream, owner);
+    match armed {
+        Ok(token) => {
+            this.cancelled = false;
+            this.token = token.into_pyobject(py)?.into_any().unbind();
+            Ok(())
         }
-        t.held.bind(py).set_item(&token_obj, conn)?;
-        this.carried = false;
+        Err((e, owner)) => {
+            drop(this);
+            if let Some(conn) = owner.and_then(|o| o.hold) {
+                release_conn(py, conn.bind(py))?;
+            }
+            Err(e)
+        }
     }
-    this.stale = false;
-    this.cancelled = false;
-    this.token = token_obj.into_any().unbind();
-    Ok(())
+}
+
+fn ring_closed() -> PyErr {
+    pyo3::exceptions::PyRuntimeError::new_err("the event loop's ring is closed")
 }
 
 /// The proactor's tables that the dispatch reads and changes.
 struct Tables<'py> {
     /// token -> (future or receive, kind, argument)
     ops: Bound<'py, PyDict>,
-    /// descriptor -> token of its latest receive in flight
-    receiving: Bound<'py, PyDict>,
     /// token -> the socket its operation holds open
     held: Bound<'py, PyDict>,
     /// receives the proactor cancelled to hand them kept bytes
@@ -293,7 +310,6 @@ impl<'py> Tables<'py> {
         };
         Ok(Tables {
             ops: dict(intern!(py, "_ops"))?,
-            receiving: dict(intern!(py, "_receiving"))?,
             held: dict(intern!(py, "_held"))?,
             redirected: proactor
                 .getattr(intern!(py, "_redirected"))?
@@ -302,65 +318,88 @@ impl<'py> Tables<'py> {
         })
     }
 
-    /// Finishes operation `token` (see [`dispatch_batch`]).
+    /// Finishes operation `token` of the proactor's tables: `_finish`.
     fn finish(
         &self,
         py: Python<'py>,
         proactor: &Bound<'py, PyAny>,
         token: &Bound<'py, PyAny>,
         res: i64,
-        value: Bound<'py, PyAny>,
+        value: PyObject,
     ) -> PyResult<()> {
         let Some(entry) = self.ops.get_item(token)? else {
             return Ok(());
         };
         self.ops.del_item(token)?;
-        if res > 0 && self.direct {
-            let op = entry.downcast::<PyTuple>()?;
-            if op.get_item(1)?.extract::<i64>()? == STREAM && !self.redirected.contains(token)? {
-                let rx = op.get_item(0)?;
-                let rx = rx.downcast::<StreamRx>()?;
-                let armed = {
-                    let this = rx.borrow();
-                    !this.cancelled && this.token.bind(py).eq(token)?
-                };
-                if armed {
-                    let arg = op.get_item(2)?;
-                    return self.deliver(py, rx, arg.downcast::<PyTuple>()?, token, value);
-                }
-            }
-        }
         proactor.call_method1(intern!(py, "_finish"), (token, entry, res, value))?;
         Ok(())
     }
 
+    /// Finishes a transport's receive (see [`dispatch_batch`]): delivered
+    /// here in the common case, else handed to `_finish` as the `_STREAM`
+    /// operation of the proactor's tables it stands for.
+    fn stream(
+        &self,
+        py: Python<'py>,
+        proactor: &Bound<'py, PyAny>,
+        token: u64,
+        res: i64,
+        value: PyObject,
+        owner: Owner,
+    ) -> PyResult<()> {
+        let rx = owner.rx.bind(py);
+        if res > 0
+            && self.direct
+            && (self.redirected.is_empty() || !self.redirected.contains(token)?)
+        {
+            let armed = {
+                let this = rx.borrow();
+                !this.cancelled && this.token.bind(py).extract::<u64>().ok() == Some(token)
+            };
+            if armed {
+                return self.deliver(py, rx, owner.callback, owner.hold, value);
+            }
+        }
+        let token = token.into_pyobject(py)?;
+        let arg = {
+            let this = rx.borrow();
+            PyTuple::new(
+                py,
+                [
+                    this.fd.into_pyobject(py)?.into_any(),
+                    this.conn.bind(py).clone(),
+                    this.nbytes.into_pyobject(py)?.into_any(),
+                    owner.callback.into_bound(py),
+                ],
+            )?
+        };
+        if let Some(conn) = owner.hold {
+            self.held.set_item(&token, conn)?;
+        }
+        let entry = (rx, STREAM, arg).into_pyobject(py)?;
+        let done = proactor.call_method1(intern!(py, "_finish"), (&token, entry, res, value));
+        let released = self.release(py, &token);
+        done.and(released).map(drop)
+    }
+
     /// Hands a transport's receive its bytes: `callback(data, None)` in
     /// the receive's context, as `StreamReceive.deliver` does. The
-    /// receive's entries in `_receiving` and `_held` are left to the next
-    /// receive its callback arms (`stale`, `carried`), and settled after
-    /// the callback if it armed none.
+    /// receive's hold on its socket (`hold`) goes to the next receive its
+    /// callback arms, and is ended after the callback if it armed none.
     fn deliver(
         &self,
         py: Python<'py>,
         rx: &Bound<'py, StreamRx>,
-        arg: &Bound<'py, PyTuple>,
-        token: &Bound<'py, PyAny>,
-        data: Bound<'py, PyAny>,
+        callback: PyObject,
+        hold: Option<PyObject>,
+        data: PyObject,
     ) -> PyResult<()> {
-        let fd = arg.get_item(0)?;
-        let stale = self.names(&fd, token)?;
-        let held = self.held.get_item(token)?;
         let context = {
             let mut this = rx.borrow_mut();
             this.token = py.None();
-            this.stale = stale;
-            this.carried = this.holdable && held.is_some();
-            if this.carried {
-                self.held.del_item(token)?;
-            }
+            this.carried = hold;
             this.context.clone_ref(py)
         };
-        let callback = arg.get_item(3)?;
         let run = CONTEXT_RUN.get_or_try_init(py, || -> PyResult<PyObject> {
             Ok(py
                 .import("contextvars")?
@@ -369,7 +408,10 @@ impl<'py> Tables<'py> {
                 .unbind())
         })?;
         let outcome = run.call1(py, (context, &callback, data, py.None()));
-        self.settle(py, rx, &fd, token, held)?;
+        let left = rx.borrow_mut().carried.take();
+        if let Some(conn) = left {
+            release_conn(py, conn.bind(py))?;
+        }
         match outcome {
             Ok(_) => Ok(()),
             Err(e)
@@ -382,42 +424,6 @@ impl<'py> Tables<'py> {
                 rx.call_method1(intern!(py, "report"), (callback, e.value(py)))?;
                 Ok(())
             }
-        }
-    }
-
-    /// After the callback of receive `token` on descriptor `fd`: what no
-    /// receive armed from it took over, `_receiving`'s entry for it and
-    /// its hold on `conn` (`held`), is ended.
-    fn settle(
-        &self,
-        py: Python<'py>,
-        rx: &Bound<'py, StreamRx>,
-        fd: &Bound<'py, PyAny>,
-        token: &Bound<'py, PyAny>,
-        held: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<()> {
-        let (stale, carried) = {
-            let mut this = rx.borrow_mut();
-            let left = (this.stale, this.carried);
-            this.stale = false;
-            this.carried = false;
-            left
-        };
-        if stale && self.names(fd, token)? {
-            self.receiving.del_item(fd)?;
-        }
-        match held {
-            Some(conn) if carried => release_conn(py, &conn),
-            _ => Ok(()),
-        }
-    }
-
-    /// Whether `_receiving` still names `token` as the latest receive on
-    /// descriptor `fd` (the entry `_finish` removes once it is done).
-    fn names(&self, fd: &Bound<'py, PyAny>, token: &Bound<'py, PyAny>) -> PyResult<bool> {
-        match self.receiving.get_item(fd)? {
-            Some(latest) => latest.eq(token),
-            None => Ok(false),
         }
     }
 
@@ -434,7 +440,7 @@ impl<'py> Tables<'py> {
 /// Ends one hold on `conn`: an open `socket.socket` has its count of holds
 /// lowered here, anything else (a socket closed meanwhile, whose real close
 /// may be due; a held pipe) through its `_decref_socketios`.
-fn release_conn(py: Python<'_>, conn: &Bound<'_, PyAny>) -> PyResult<()> {
+pub(crate) fn release_conn(py: Python<'_>, conn: &Bound<'_, PyAny>) -> PyResult<()> {
     let socket_type = SOCKET_TYPE.get_or_try_init(py, || -> PyResult<Py<PyType>> {
         Ok(py
             .import("socket")?

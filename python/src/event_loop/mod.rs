@@ -33,6 +33,9 @@
 //!   `Engine.areadinto`'s, and so a `blockio.open` file's, on this loop:
 //!   no driver thread, eventfd or thread hop), handed to the kernel at
 //!   once so that the kernel holds the file from then on;
+//! * `pwrite` of a caller's buffer to a file at an offset (`Engine.awrite`
+//!   on this loop), handed to the kernel at once and never cancelled: a
+//!   write begun lands, and the loop's close waits for it;
 //! * `accept` with the peer's address read from the kernel's answer;
 //! * one-shot `POLL_ADD` (the loop's `add_reader`/`add_writer`, pidfds of
 //!   subprocesses, and the operations asyncio drives by readiness);
@@ -75,5 +78,5 @@ mod ring;
 mod slots;
 mod sockaddr;
 
-pub(crate) use dispatch::{arm_receive, dispatch_batch, StreamRx};
+pub(crate) use dispatch::{arm_receive, arm_ring_receive, dispatch_batch, StreamRx};
 pub(crate) use ring::{after_fork, LoopRing};

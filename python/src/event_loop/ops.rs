@@ -27,6 +27,10 @@ pub(crate) enum Kind {
     /// value) or the caller's buffer (the value: the count):
     /// one read, short at the end of the file, as the engine's.
     Pread,
+    /// Write the caller's buffer to a file at an offset (`pwrite`): one
+    /// write, whose count is the value (short only where the kernel cuts
+    /// it, as the engine's). Never cancelled (see `LoopRing::pwrite`).
+    Pwrite,
 }
 
 /// A socket address as the kernel fills it in.
@@ -76,6 +80,20 @@ impl Memory {
     }
 }
 
+/// A transport's receive that a stream receive completes (see
+/// `dispatch`): kept with the operation in the ring's slab, so that its
+/// completion reaches the transport with no entry in the proactor's Python
+/// tables.
+pub(crate) struct Owner {
+    /// The receive (`StreamReceive`).
+    pub rx: Py<super::dispatch::StreamRx>,
+    /// What its completion calls, `callback(data, exc)`.
+    pub callback: PyObject,
+    /// The socket the operation holds open (`hold_open`) until it is
+    /// done, or None (not holdable, or the hold ended at a cancel).
+    pub hold: Option<PyObject>,
+}
+
 /// An operation the kernel has not answered yet.
 pub(crate) struct InFlight {
     /// What it does.
@@ -98,7 +116,7 @@ pub(crate) struct InFlight {
     pub rest: usize,
     /// The poll mask of a [`Kind::Poll`].
     pub mask: u32,
-    /// The file offset a [`Kind::Pread`] starts at.
+    /// The file offset a [`Kind::Pread`] or [`Kind::Pwrite`] starts at.
     pub offset: u64,
     /// A readiness poll is in flight in its place (after `EAGAIN`).
     pub waiting_ready: bool,
@@ -109,6 +127,8 @@ pub(crate) struct InFlight {
     /// whose sender the loop wrote again since: what that write sent is
     /// taken with it (see `State::mark_peer_receives`).
     pub peer_sent: bool,
+    /// The transport's receive this operation completes, if it is one.
+    pub owner: Option<Box<Owner>>,
 }
 
 impl InFlight {
@@ -127,6 +147,7 @@ impl InFlight {
             waiting_ready: false,
             cancelled: false,
             peer_sent: false,
+            owner: None,
         }
     }
 
@@ -190,6 +211,10 @@ impl InFlight {
             Kind::Pread => {
                 let (ptr, len) = self.recv_target();
                 opcode::Read::new(fd, ptr, len).offset(self.offset).build()
+            }
+            Kind::Pwrite => {
+                let (ptr, len) = self.send_source();
+                opcode::Write::new(fd, ptr, len).offset(self.offset).build()
             }
             Kind::Send => {
                 let (ptr, len) = self.send_source();

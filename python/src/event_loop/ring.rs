@@ -3,8 +3,13 @@
 //! returns the finished operations as `(token, result, value)`: `result`
 //! is the kernel's answer (a negative errno on failure) and `value` what
 //! the operation produced (the received bytes, the accepted descriptor and
-//! address, the bytes sent, the poll's events).
+//! address, the bytes sent, the poll's events). The proactor takes them
+//! through [`LoopRing::fill`] and `dispatch_batch` instead, one at a time,
+//! so that a transport's receive, kept in the slab with its owner
+//! (`ops::Owner`: the receive, its callback, the socket it holds open),
+//! reaches the transport with no Python table or tuple per message.
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,10 +19,13 @@ use std::time::{Duration, Instant};
 use io_uring::{opcode, squeue, types, IoUring};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use pyo3::PyTraverseError;
 
-use super::ops::{addr_slot, InFlight, Kind, Memory};
+use super::dispatch::release_conn;
+use super::ops::{addr_slot, InFlight, Kind, Memory, Owner};
 use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
 
@@ -48,10 +56,36 @@ const RECV_MAX: usize = 256 * 1024;
 /// waiting for data pin 20 MiB, not the 625 MiB of 64 KiB each.
 const RECV_FIRST: usize = 2048;
 
+/// A finished operation, reaped and not yet dispatched.
+pub(crate) enum Done {
+    /// Any operation but a transport's receive: `(token, result, value)`
+    /// as [`LoopRing::wait`] returns it.
+    Plain(u64, i64, PyObject),
+    /// A transport's receive (armed by `arm_receive`), with its owner.
+    Stream {
+        /// Its token.
+        token: u64,
+        /// The kernel's answer (a negative errno on failure).
+        res: i64,
+        /// The bytes received (None on failure).
+        value: PyObject,
+        /// The descriptor received from.
+        fd: RawFd,
+        /// The receive, its callback and its hold on the socket.
+        owner: Box<Owner>,
+    },
+}
+
 /// A ring and what is in flight on it.
 struct State {
     ring: IoUring,
     ops: Slots,
+    /// Finished operations not yet dispatched (see [`LoopRing::fill`]).
+    pending: VecDeque<Done>,
+    /// By descriptor: the token of its transport's latest receive, from
+    /// its arming until its completion is dispatched (0: none). The
+    /// proactor's `_receiving` for the receives kept in the slab.
+    receiving: Vec<u64>,
     /// Entries were queued since the last submission.
     queued: bool,
     /// Where a socket receive into new bytes whose first buffer filled
@@ -76,6 +110,8 @@ pub(crate) struct LoopRing {
     generation: u64,
     /// File reads started (see [`LoopRing::file_reads`]).
     file_reads: AtomicU64,
+    /// File writes started (see [`LoopRing::file_writes`]).
+    file_writes: AtomicU64,
 }
 
 #[pymethods]
@@ -96,12 +132,15 @@ impl LoopRing {
             state: Mutex::new(Some(State {
                 ring,
                 ops: Slots::default(),
+                pending: VecDeque::new(),
+                receiving: Vec::new(),
                 queued: false,
                 scratch: Vec::new(),
                 peer_receives: Vec::new(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
             file_reads: AtomicU64::new(0),
+            file_writes: AtomicU64::new(0),
         })
     }
 
@@ -124,15 +163,19 @@ impl LoopRing {
         socket: bool,
         stream: bool,
     ) -> PyResult<u64> {
-        if socket && stream {
-            let want = nbytes.min(RECV_MAX);
-            let first = want.min(RECV_FIRST);
-            let mut op = InFlight::new(Kind::Recv, fd, true, Memory::fresh(first), first);
-            op.rest = want - first;
-            return self.submit(op);
-        }
-        let op = InFlight::new(Kind::Recv, fd, socket, Memory::fresh(nbytes), nbytes);
-        self.submit(op)
+        self.submit(recv_op(fd, nbytes, socket, stream))
+    }
+
+    /// The token of the transport's receive on `fd` armed last (see
+    /// `arm_receive`), from its arming until its completion is dispatched;
+    /// None when there is none.
+    fn receiving(&self, fd: RawFd) -> PyResult<Option<u64>> {
+        let guard = self.lock()?;
+        let st = guard.as_ref().ok_or_else(closed)?;
+        Ok(usize::try_from(fd)
+            .ok()
+            .and_then(|i| st.receiving.get(i).copied())
+            .filter(|&t| t != 0))
     }
 
     /// Receives at most `nbytes` (0: the buffer's length) from `fd` into
@@ -252,6 +295,33 @@ impl LoopRing {
         self.file_reads.load(Ordering::Relaxed)
     }
 
+    /// Writes `data` (a contiguous buffer, held until the completion) to
+    /// the file `fd` at `offset` (one `pwrite`), handed to the kernel at
+    /// once as [`LoopRing::pread`] is, so that the kernel holds the file
+    /// from then on; the value is the byte count. A write is never
+    /// cancelled: [`LoopRing::cancel`] refuses it and `close()` waits for
+    /// it (bounded, as for every operation) instead of cancelling it, since
+    /// a write its caller began lands whatever becomes of the caller.
+    fn pwrite(&self, fd: RawFd, offset: u64, data: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let b = PyBuffer::<u8>::get(data)?;
+        if !b.is_c_contiguous() {
+            return Err(PyValueError::new_err("pwrite needs a contiguous buffer"));
+        }
+        let n = b.len_bytes();
+        let mut op = InFlight::new(Kind::Pwrite, fd, false, Memory::Lent(b), n);
+        op.offset = offset;
+        let token = self.submit(op)?;
+        self.flush()?;
+        self.file_writes.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
+    }
+
+    /// How many file writes ([`LoopRing::pwrite`]) this ring has started.
+    #[getter]
+    fn file_writes(&self) -> u64 {
+        self.file_writes.load(Ordering::Relaxed)
+    }
+
     /// Accepts a connection on the listening socket `fd`; the value is
     /// `(descriptor, address)`, the descriptor non-blocking and
     /// close-on-exec.
@@ -284,27 +354,174 @@ impl LoopRing {
     /// reach a file that takes the number next. False when `token` is not
     /// in flight or the kernel took not all of the queue (a busy ring):
     /// then the caller keeps the descriptor open until the completion.
-    fn cancel(&self, token: u64) -> PyResult<bool> {
-        let mut guard = self.lock()?;
-        let st = guard.as_mut().ok_or_else(closed)?;
-        match st.ops.get_mut(token) {
-            Some(op) if !op.cancelled => op.cancelled = true,
-            _ => return Ok(false),
+    /// False, and nothing asked of the kernel, for a file write (see
+    /// [`LoopRing::pwrite`]), which is never cancelled.
+    ///
+    /// A transport's receive (kept in the slab with its owner) ends its
+    /// hold on its socket here when this returns True, as the proactor
+    /// does for the operations of its own tables.
+    fn cancel(&self, py: Python<'_>, token: u64) -> PyResult<bool> {
+        let hold = {
+            let mut guard = self.lock()?;
+            let st = guard.as_mut().ok_or_else(closed)?;
+            match st.ops.get_mut(token) {
+                Some(op) if !op.cancelled && op.kind != Kind::Pwrite => op.cancelled = true,
+                _ => return Ok(false),
+            }
+            st.push(
+                opcode::AsyncCancel::new(token)
+                    .build()
+                    .user_data(CANCEL_TOKEN),
+            )?;
+            if !st.submit_all()? {
+                return Ok(false);
+            }
+            st.ops
+                .get_mut(token)
+                .and_then(|op| op.owner.as_mut())
+                .and_then(|o| o.hold.take())
+        };
+        if let Some(conn) = hold {
+            release_conn(py, conn.bind(py))?;
         }
-        st.push(
-            opcode::AsyncCancel::new(token)
-                .build()
-                .user_data(CANCEL_TOKEN),
-        )?;
-        Ok(st.submit_all()?)
+        Ok(true)
     }
 
     /// Submits what is queued and returns the finished operations, waiting
     /// at most `timeout` seconds (`None`: until one finishes; 0: not at
     /// all) with the GIL released. A signal that interrupts the wait runs
     /// Python's handlers here (so Ctrl-C raises `KeyboardInterrupt`).
+    ///
+    /// A transport's receive (see `arm_receive`) is returned as any other
+    /// receive, and its hold on its socket ended: its transport is not
+    /// called (the proactor dispatches with [`LoopRing::fill`]).
     #[pyo3(signature = (timeout))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Vec<(u64, i64, PyObject)>> {
+        self.wait_into(py, timeout)?;
+        let mut out = Vec::new();
+        while let Some(done) = self.next_done()? {
+            match done {
+                Done::Plain(token, res, value) => out.push((token, res, value)),
+                Done::Stream {
+                    token,
+                    res,
+                    value,
+                    owner,
+                    ..
+                } => {
+                    if let Some(conn) = owner.hold {
+                        release_conn(py, conn.bind(py))?;
+                    }
+                    out.push((token, res, value));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// As [`LoopRing::wait`], but what finished is kept for the
+    /// proactor's dispatch (`dispatch_batch`), which takes it one
+    /// operation at a time; while any is left from a dispatch an
+    /// exception interrupted, this neither waits nor reaps, so that the
+    /// rest goes first.
+    #[pyo3(signature = (timeout))]
+    fn fill(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        if !self.lock()?.as_ref().ok_or_else(closed)?.pending.is_empty() {
+            return Ok(());
+        }
+        self.wait_into(py, timeout)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // Held by this thread (a collection while the ring reaps) or
+        // another: what the ring holds is then not visited, and stays.
+        let Ok(guard) = self.state.try_lock() else {
+            return Ok(());
+        };
+        let Some(st) = guard.as_ref() else {
+            return Ok(());
+        };
+        let owners = st.ops.iter().filter_map(|op| op.owner.as_deref());
+        let done = st.pending.iter().filter_map(|d| match d {
+            Done::Stream { owner, .. } => Some(&**owner),
+            Done::Plain(..) => None,
+        });
+        for owner in owners.chain(done) {
+            visit.call(&owner.rx)?;
+            visit.call(&owner.callback)?;
+            if let Some(conn) = &owner.hold {
+                visit.call(conn)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        let mut guard = match self.state.try_lock() {
+            Ok(g) => g,
+            Err(_) => return,
+        };
+        if let Some(st) = guard.as_mut() {
+            for op in st.ops.iter_mut() {
+                op.owner = None;
+            }
+            st.pending.clear();
+        }
+    }
+
+    /// The transports' receives (`StreamReceive`) whose operation is in
+    /// flight or not yet dispatched, one entry per operation.
+    fn receives(&self, py: Python<'_>) -> PyResult<Vec<PyObject>> {
+        let guard = self.lock()?;
+        let Some(st) = guard.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let owners = st.ops.iter().filter_map(|op| op.owner.as_deref());
+        let done = st.pending.iter().filter_map(|d| match d {
+            Done::Stream { owner, .. } => Some(&**owner),
+            Done::Plain(..) => None,
+        });
+        Ok(owners
+            .chain(done)
+            .map(|o| o.rx.clone_ref(py).into_any())
+            .collect())
+    }
+
+    /// How many operations the kernel has not answered yet.
+    fn in_flight(&self) -> PyResult<usize> {
+        Ok(self.lock()?.as_ref().map_or(0, |st| st.ops.len()))
+    }
+
+    /// Cancels everything in flight but file writes (see
+    /// [`LoopRing::pwrite`]), waits (bounded) until the kernel has
+    /// answered each operation, and closes the ring. Idempotent. Returns
+    /// the transports' receives that were in flight or not yet
+    /// dispatched, each as `(receive, socket held or None)`: the caller
+    /// ends each hold (its operation is done with the socket).
+    fn close(&self, py: Python<'_>) -> PyResult<Vec<(PyObject, Option<PyObject>)>> {
+        let state = match self.state.try_lock() {
+            Ok(mut g) => g.take(),
+            Err(_) => return Err(busy()),
+        };
+        let mut left = Vec::new();
+        if let Some(st) = state {
+            if self.generation == FORK_GENERATION.load(Ordering::SeqCst) {
+                left = st.shut_down(py);
+            } else {
+                st.forget_in_child();
+            }
+        }
+        Ok(left
+            .into_iter()
+            .map(|o| (o.rx.into_any(), o.hold))
+            .collect())
+    }
+}
+
+impl LoopRing {
+    /// Waits as [`LoopRing::wait`] does, keeping what finished in
+    /// `pending`.
+    fn wait_into(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         // A signal that arrived since Python last looked is handled before
         // the wait, not after it.
         py.check_signals()?;
@@ -312,12 +529,14 @@ impl LoopRing {
         let st = guard.as_mut().ok_or_else(closed)?;
         let queued = std::mem::take(&mut st.queued);
         let held_back = st.ring.submission().taskrun();
+        let overflow = st.ring.submission().cq_overflow();
         let ring = &st.ring;
         let entered = match timeout {
-            // Nothing to hand over, no wait and no completion waiting for
-            // the thread to post it (see `build_ring`): completions are
-            // read from the shared queue without a system call.
-            Some(t) if t <= 0.0 && !queued && !held_back => Ok(()),
+            // Nothing to hand over, no wait, no completion waiting for the
+            // thread to post it (see `build_ring`) and none in the kernel's
+            // overflow list: completions are read from the shared queue
+            // without a system call.
+            Some(t) if t <= 0.0 && !queued && !held_back && !overflow => Ok(()),
             Some(t) if t <= 0.0 => ring.submit().map(|_| ()),
             Some(t) => {
                 let ts = timespec(t);
@@ -333,7 +552,7 @@ impl LoopRing {
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
                 drop(guard);
                 py.check_signals()?;
-                return Ok(Vec::new());
+                return Ok(());
             }
             Err(e)
                 if matches!(
@@ -347,33 +566,97 @@ impl LoopRing {
                 )))
             }
         }
-        st.reap(py)
-    }
-
-    /// How many operations the kernel has not answered yet.
-    fn in_flight(&self) -> PyResult<usize> {
-        Ok(self.lock()?.as_ref().map_or(0, |st| st.ops.len()))
-    }
-
-    /// Cancels everything in flight, waits (bounded) until the kernel has
-    /// answered each operation, and closes the ring. Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let state = match self.state.try_lock() {
-            Ok(mut g) => g.take(),
-            Err(_) => return Err(busy()),
-        };
-        if let Some(st) = state {
-            if self.generation == FORK_GENERATION.load(Ordering::SeqCst) {
-                st.shut_down(py);
-            } else {
-                st.forget_in_child();
+        st.reap(py)?;
+        // Completions beyond the completion queue wait in the kernel's
+        // overflow list (`CQ_OVERFLOW` set), which only an enter with
+        // `GETEVENTS` (the crate sets it when the flag is up) moves to the
+        // queue as room is made: the queue is emptied and the list flushed
+        // until it is empty, so that no turn, blocking or not, leaves them
+        // (and the operations they end) behind.
+        while st.ring.submission().cq_overflow() {
+            match st.ring.submit() {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) =>
+                {
+                    break
+                }
+                Err(e) => {
+                    return Err(PyOSError::new_err((
+                        e.raw_os_error().unwrap_or(0),
+                        format!("io_uring_enter: {e}"),
+                    )))
+                }
             }
+            st.reap(py)?;
         }
         Ok(())
     }
-}
 
-impl LoopRing {
+    /// The next finished operation to dispatch (see [`LoopRing::fill`]);
+    /// None when none is left or the ring is closed. A transport's
+    /// receive stops being its descriptor's latest here.
+    pub(crate) fn next_done(&self) -> PyResult<Option<Done>> {
+        let mut guard = self.lock()?;
+        let Some(st) = guard.as_mut() else {
+            return Ok(None);
+        };
+        let done = st.pending.pop_front();
+        if let Some(Done::Stream { token, fd, .. }) = &done {
+            if let Some(latest) = usize::try_from(*fd)
+                .ok()
+                .and_then(|i| st.receiving.get_mut(i))
+            {
+                if *latest == *token {
+                    *latest = 0;
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Arms a transport's receive on `fd` (as [`LoopRing::recv`]) kept
+    /// in the slab with `owner`, and makes it the descriptor's latest
+    /// (see [`LoopRing::receiving`]). On failure `owner` is handed back,
+    /// so that the caller ends the hold it carries.
+    pub(crate) fn arm_stream(
+        &self,
+        fd: RawFd,
+        nbytes: usize,
+        socket: bool,
+        stream: bool,
+        owner: Box<Owner>,
+    ) -> Result<u64, (PyErr, Option<Box<Owner>>)> {
+        let mut guard = match self.lock() {
+            Ok(g) => g,
+            Err(e) => return Err((e, Some(owner))),
+        };
+        let Some(st) = guard.as_mut() else {
+            return Err((closed(), Some(owner)));
+        };
+        let Some(token) = st.ops.vacant() else {
+            return Err((too_many(), Some(owner)));
+        };
+        let mut op = recv_op(fd, nbytes, socket, stream);
+        let entry = op.entry(token);
+        op.owner = Some(owner);
+        st.ops.insert(token, op);
+        if let Err(e) = st.push(entry) {
+            let owner = st.ops.remove(token).and_then(|mut op| op.owner.take());
+            return Err((e.into(), owner));
+        }
+        if let Ok(i) = usize::try_from(fd) {
+            if st.receiving.len() <= i {
+                st.receiving.resize(i + 1, 0);
+            }
+            st.receiving[i] = token;
+        }
+        Ok(token)
+    }
+
     /// The state, for the loop's thread; refused in a forked child and
     /// while another thread waits.
     fn lock(&self) -> PyResult<MutexGuard<'_, Option<State>>> {
@@ -414,11 +697,7 @@ impl LoopRing {
     fn submit(&self, mut op: InFlight) -> PyResult<u64> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
-        let token = st.ops.vacant().ok_or_else(|| {
-            PyRuntimeError::new_err(format!(
-                "{MAX_IN_FLIGHT} operations are in flight on the event loop's ring: none can be added"
-            ))
-        })?;
+        let token = st.ops.vacant().ok_or_else(too_many)?;
         let entry = op.entry(token);
         st.ops.insert(token, op);
         if let Err(e) = st.push(entry) {
@@ -438,7 +717,9 @@ impl Drop for LoopRing {
             .unwrap_or_else(|p| p.into_inner().take());
         if let Some(st) = state {
             if self.generation == FORK_GENERATION.load(Ordering::SeqCst) {
-                Python::with_gil(|py| st.shut_down(py));
+                // (the holds of the receives left end with their
+                // objects, as the proactor's tables' would)
+                Python::with_gil(|py| drop(st.shut_down(py)));
             } else {
                 st.forget_in_child();
             }
@@ -576,9 +857,10 @@ impl State {
         }
     }
 
-    /// Takes every completion the ring holds and turns those that finish
-    /// an operation into `(token, result, value)`.
-    fn reap(&mut self, py: Python<'_>) -> PyResult<Vec<(u64, i64, PyObject)>> {
+    /// Takes every completion the ring holds and keeps those that finish
+    /// an operation in `pending`, as `(token, result, value)` (with the
+    /// owner of a transport's receive).
+    fn reap(&mut self, py: Python<'_>) -> PyResult<()> {
         // (their completions are reaped now)
         self.peer_receives.clear();
         let cqes: Vec<(u64, i32)> = self
@@ -586,16 +868,27 @@ impl State {
             .completion()
             .map(|c| (c.user_data(), c.result()))
             .collect();
-        let mut out = Vec::with_capacity(cqes.len());
         for (token, res) in cqes {
             if token == CANCEL_TOKEN {
                 continue;
             }
-            if let Some((op, res)) = self.advance(token, res)? {
-                out.push((token, i64::from(res), finish(py, op, res, &self.scratch)?));
+            if let Some((mut op, res)) = self.advance(token, res)? {
+                let (owner, fd) = (op.owner.take(), op.fd);
+                let value = finish(py, op, res, &self.scratch)?;
+                let res = i64::from(res);
+                self.pending.push_back(match owner {
+                    Some(owner) => Done::Stream {
+                        token,
+                        res,
+                        value,
+                        fd,
+                        owner,
+                    },
+                    None => Done::Plain(token, res, value),
+                });
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Moves operation `token` on after a completion with `res`: the next
@@ -621,7 +914,9 @@ impl State {
             // Any event (an error or hang-up too) lets the retry report it.
             op.waiting_ready = res < 0;
             res >= 0
-        } else if res == -libc::EAGAIN && !matches!(op.kind, Kind::Poll | Kind::Pread) {
+        } else if res == -libc::EAGAIN
+            && !matches!(op.kind, Kind::Poll | Kind::Pread | Kind::Pwrite)
+        {
             op.waiting_ready = true;
             true
         } else if op.kind == Kind::Send && res > 0 && op.done + (res as usize) < op.len {
@@ -683,12 +978,29 @@ impl State {
         Some((op, total))
     }
 
-    /// Cancels everything, reaps until every operation has answered or
-    /// [`CLOSE_BOUND`] passes, then leaks what is left (its memory may
-    /// still be written by the kernel) and closes the ring.
-    fn shut_down(mut self, py: Python<'_>) {
+    /// Cancels everything but file writes (see [`LoopRing::pwrite`]),
+    /// reaps until every operation has answered or [`CLOSE_BOUND`] passes,
+    /// then leaks what is left (its memory may still be written by the
+    /// kernel) and closes the ring. Returns the owners of the transports'
+    /// receives in flight or not yet dispatched.
+    fn shut_down(mut self, py: Python<'_>) -> Vec<Owner> {
+        let mut owners: Vec<Owner> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .filter_map(|d| match d {
+                Done::Stream { owner, .. } => Some(*owner),
+                Done::Plain(..) => None,
+            })
+            .collect();
         let tokens = self.ops.tokens();
         for t in tokens {
+            // A file write is waited for, not cancelled (see `pwrite`).
+            if self
+                .ops
+                .get_mut(t)
+                .is_some_and(|op| op.kind == Kind::Pwrite)
+            {
+                continue;
+            }
             let _ = self.push(opcode::AsyncCancel::new(t).build().user_data(CANCEL_TOKEN));
         }
         let deadline = Instant::now() + CLOSE_BOUND;
@@ -701,12 +1013,16 @@ impl State {
             });
             let cqes: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
             for t in cqes {
-                self.ops.remove(t);
+                if let Some(owner) = self.ops.remove(t).and_then(|mut op| op.owner.take()) {
+                    owners.push(*owner);
+                }
             }
         }
-        for op in self.ops.drain() {
+        for mut op in self.ops.drain() {
+            owners.extend(op.owner.take().map(|o| *o));
             std::mem::forget(op);
         }
+        owners
     }
 
     /// Drops the state in a forked child without submitting anything:
@@ -816,6 +1132,25 @@ fn timespec(seconds: f64) -> types::Timespec {
     types::Timespec::new()
         .sec(s.trunc() as u64)
         .nsec((s.fract() * 1e9) as u32)
+}
+
+/// A receive into new bytes of at most `nbytes` from `fd` (see
+/// [`LoopRing::recv`]), not yet submitted.
+fn recv_op(fd: RawFd, nbytes: usize, socket: bool, stream: bool) -> InFlight {
+    if socket && stream {
+        let want = nbytes.min(RECV_MAX);
+        let first = want.min(RECV_FIRST);
+        let mut op = InFlight::new(Kind::Recv, fd, true, Memory::fresh(first), first);
+        op.rest = want - first;
+        return op;
+    }
+    InFlight::new(Kind::Recv, fd, socket, Memory::fresh(nbytes), nbytes)
+}
+
+fn too_many() -> PyErr {
+    PyRuntimeError::new_err(format!(
+        "{MAX_IN_FLIGHT} operations are in flight on the event loop's ring: none can be added"
+    ))
 }
 
 fn closed() -> PyErr {

@@ -101,6 +101,16 @@ impl Slots {
         self.slots.iter().flatten().map(|(t, _)| *t).collect()
     }
 
+    /// The operations in flight.
+    pub fn iter(&self) -> impl Iterator<Item = &InFlight> + '_ {
+        self.slots.iter().flatten().map(|(_, op)| op)
+    }
+
+    /// The operations in flight, to change.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut InFlight> + '_ {
+        self.slots.iter_mut().flatten().map(|(_, op)| op)
+    }
+
     /// Takes every operation out.
     pub fn drain(&mut self) -> impl Iterator<Item = InFlight> + '_ {
         self.free.clear();
