@@ -75,8 +75,10 @@ impl InlineReads {
             return None;
         }
         let misses = self.try_one()?;
-        let (bytes, n) = unfilled_read(py, fd, off, len)?;
-        self.hit(misses, n == len).then_some(bytes)
+        let (bytes, n) = self.counted_read(py, fd, off, len, misses)?;
+        let full = n == len;
+        self.hit(misses, full || at_end(fd, off, n));
+        full.then_some(bytes)
     }
 
     /// At least `min` and up to `len` bytes (`min` 1 to `len`, `len` at
@@ -96,8 +98,10 @@ impl InlineReads {
             return None;
         }
         let misses = self.try_one()?;
-        let (bytes, n) = unfilled_read(py, fd, off, len)?;
-        if !self.hit(misses, n >= min) {
+        let (bytes, n) = self.counted_read(py, fd, off, len, misses)?;
+        let enough = n >= min;
+        self.hit(misses, enough || at_end(fd, off, n));
+        if !enough {
             return None;
         }
         if n == len {
@@ -133,8 +137,10 @@ impl InlineReads {
         if rest >= INLINE_PIECE {
             return None;
         }
-        let (bytes, n) = unfilled_read(py, fd, off, rest + 1)?;
-        if !self.hit(misses, n == rest) {
+        let (bytes, n) = self.counted_read(py, fd, off, rest + 1, misses)?;
+        // (More than `rest`: the file grew, and what it read was cached.)
+        self.hit(misses, n >= rest || at_end(fd, off, n));
+        if n != rest {
             return None;
         }
         fresh::shrunk(py, bytes.unbind(), n)
@@ -212,8 +218,29 @@ impl InlineReads {
         Some(misses)
     }
 
+    /// [`unfilled_read`], whose failure (`EAGAIN`: not cached; or refused)
+    /// counts as a miss of the try made after `misses` misses.
+    fn counted_read<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        off: u64,
+        len: usize,
+        misses: u64,
+    ) -> Option<(Bound<'py, PyBytes>, usize)> {
+        let got = unfilled_read(py, fd, off, len);
+        if got.is_none() {
+            self.hit(misses, false);
+        }
+        got
+    }
+
     /// Records whether an inline read tried after `misses` misses hit (the
-    /// count starts again) or missed; `hit`.
+    /// count starts again) or missed; `hit`. A read that found the end of
+    /// the file (short, or empty) is a hit: nothing it asked for was left
+    /// uncached, though the engine serves it (see [`InlineReads::read`]);
+    /// counted as misses, a run of reads at a file's end (a text file's
+    /// `readline()`s there) would send cached reads after it to the engine.
     fn hit(&self, misses: u64, hit: bool) -> bool {
         if hit {
             self.misses.store(0, Ordering::Relaxed);
@@ -222,6 +249,20 @@ impl InlineReads {
         }
         hit
     }
+}
+
+/// Whether a `preadv2(RWF_NOWAIT)` that read `n` bytes at `off` of `fd`
+/// stopped at the end of the file: it read none (the kernel's answer at
+/// or past the end; an uncached page is `EAGAIN`), or a read of one byte
+/// after them finds none. (One more call, only for a read cut short.)
+fn at_end(fd: RawFd, off: u64, n: usize) -> bool {
+    if n == 0 {
+        return true;
+    }
+    let mut byte = 0u8;
+    // SAFETY: `byte` is valid for writes of 1 byte for the call.
+    let next = unsafe { nowait_read(fd, off.saturating_add(n as u64), &mut byte, 1) };
+    next == Some(0)
 }
 
 /// One `preadv2(RWF_NOWAIT)` of up to `len` bytes at `off` of `fd` into
