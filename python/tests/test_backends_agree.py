@@ -315,6 +315,57 @@ def test_batch_reads_of_a_pipe_are_refused_at_an_offset_other_than_0_as_os_pread
         os.close(wfd)
 
 
+class _Named:
+    """A file-like object with a name, over descriptor ``fd``."""
+
+    def __init__(self, fd, name):
+        self.fd, self.name = fd, name
+
+    def fileno(self):
+        return self.fd
+
+
+@pytest.mark.parametrize("length", [10, 100_000])  # (the second: a read into its own bytes object)
+def test_a_batch_read_refused_for_its_offset_names_the_read_and_the_file(engine, length):
+    """Each batch API's ``ESPIPE`` for a read at an offset other than 0 of
+    a socket is an ``OSError`` worded as ``os.pread``'s and ``aread``'s:
+    the read's length and offset, the descriptor, "Illegal seek", and the
+    file's name as its ``filename``; raised when the batch does not return
+    exceptions, and nothing taken from the stream."""
+    a, b = socket.socketpair()
+    try:
+        fd = a.fileno()
+        f = _Named(fd, "the-stream")
+        b.sendall(bytes(range(50)))
+        want = f"read of {length} bytes at offset 7 on fd {fd} failed: Illegal seek"
+        buf = bytearray(length)
+
+        def check(e):
+            assert type(e) is OSError and e.errno == errno.ESPIPE, repr(e)
+            assert e.strerror == want and e.filename == "the-stream", repr(e)
+
+        for got in (engine.read_batch(f, offsets=[7], length=length, return_exceptions=True),
+                    engine.readinto_batch([(f, buf, 7)], return_exceptions=True)):
+            check(got[0])
+        with pytest.raises(OSError) as raised:
+            engine.read_batch(f, offsets=[7], length=length)
+        check(raised.value)
+
+        async def main():
+            got = [await engine.aread_batch(f, offsets=[7], length=length, return_exceptions=True),
+                   await engine.areadinto_batch([(f, buf, 7)], return_exceptions=True)]
+            with pytest.raises(OSError) as raised:
+                await engine.areadinto_batch([(f, buf, 7)])
+            return [g[0] for g in got] + [raised.value]
+
+        for e in asyncio.run(main()):
+            check(e)
+        assert engine.read_batch(f, offsets=[0], length=50) == [bytes(range(50))]
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_character_device_with_offsets_is_read_at_any_offset(engine):
     """``/dev/zero`` takes ``pread`` at any offset: so does ``aread`` on
     both backends, one read of the length asked (past 64 KiB too)."""
