@@ -1,5 +1,5 @@
-//! `read`, `seek` and `tell` as a `blockio.open` binary file's class holds
-//! them: each a [`CoroutineMethod`], which frameworks and mocks take for a
+//! `read`, `seek`, `tell`, `readline` and `write` as a `blockio.open`
+//! binary file's class holds them: each a [`CoroutineMethod`], which frameworks and mocks take for a
 //! coroutine function, as they take aiofiles' `async def` methods, while a
 //! call costs what the core's method costs.
 //!
@@ -39,6 +39,8 @@ enum Kind {
     Read,
     Seek,
     Tell,
+    Readline,
+    Write,
 }
 
 impl Kind {
@@ -48,6 +50,8 @@ impl Kind {
             "read" => Some(Kind::Read),
             "seek" => Some(Kind::Seek),
             "tell" => Some(Kind::Tell),
+            "readline" => Some(Kind::Readline),
+            "write" => Some(Kind::Write),
             _ => None,
         }
     }
@@ -58,13 +62,19 @@ impl Kind {
     }
 }
 
-/// Each kind's template (`read`, `seek`, `tell`), once a
+/// Each kind's template (`read`, `seek`, `tell`, `readline`, `write`), once a
 /// [`CoroutineMethod`] of it is made: the code a [`FileCall`]'s `cr_code`
 /// gives, and the function its `cr_frame` is made from before it starts.
-static TEMPLATES: [GILOnceCell<PyObject>; 3] =
-    [GILOnceCell::new(), GILOnceCell::new(), GILOnceCell::new()];
+static TEMPLATES: [GILOnceCell<PyObject>; 5] = [
+    GILOnceCell::new(),
+    GILOnceCell::new(),
+    GILOnceCell::new(),
+    GILOnceCell::new(),
+    GILOnceCell::new(),
+];
 
-/// The template of the method named `name` (`read`, `seek`, `tell`), if
+/// The template of the method named `name` (`read`, `seek`, `tell`,
+/// `readline`, `write`), if
 /// its [`CoroutineMethod`] was made.
 pub(crate) fn template_of<'py>(py: Python<'py>, name: &str) -> Option<&'py Bound<'py, PyAny>> {
     let kind = Kind::named(name)?;
@@ -109,17 +119,33 @@ static TELL: FunctionDescription = FunctionDescription {
     required_positional_parameters: 0,
     keyword_only_parameters: &[],
 };
+static READLINE: FunctionDescription = FunctionDescription {
+    cls_name: Some("AsyncFile"),
+    func_name: "readline",
+    positional_parameter_names: &["size"],
+    positional_only_parameters: 0,
+    required_positional_parameters: 0,
+    keyword_only_parameters: &[],
+};
+static WRITE: FunctionDescription = FunctionDescription {
+    cls_name: Some("AsyncFile"),
+    func_name: "write",
+    positional_parameter_names: &["data"],
+    positional_only_parameters: 0,
+    required_positional_parameters: 1,
+    keyword_only_parameters: &[],
+};
 
 /// `CoroutineMethod(template)`: the method whose signature, code and
-/// names are those of `template`, an `async def` named `read`, `seek` or
-/// `tell`.
+/// names are those of `template`, an `async def` named `read`, `seek`,
+/// `tell`, `readline` or `write`.
 #[pyfunction]
 pub(crate) fn coroutine_method(template: &Bound<'_, PyAny>) -> PyResult<Py<CoroutineMethod>> {
     let py = template.py();
     let name: String = template.getattr(intern!(py, "__name__"))?.extract()?;
     let kind = Kind::named(&name).ok_or_else(|| {
         PyTypeError::new_err(format!(
-            "coroutine_method: no method {name:?} (read, seek or tell)"
+            "coroutine_method: no method {name:?} (read, seek, tell, readline or write)"
         ))
     })?;
     let flags: u32 = template
@@ -224,6 +250,8 @@ impl CoroutineMethod {
             Kind::Read => "read",
             Kind::Seek => "seek",
             Kind::Tell => "tell",
+            Kind::Readline => "readline",
+            Kind::Write => "write",
         };
         format!("<coroutine method {name:?} of blockio's AsyncFile>")
     }
@@ -313,6 +341,29 @@ unsafe fn call(
                 )?
             };
             FileState::tell(file)?
+        }
+        Kind::Readline => {
+            let mut out: [Option<Borrowed<'_, '_, PyAny>>; 1] = [None];
+            // SAFETY: see above.
+            unsafe {
+                READLINE.extract_arguments_fastcall::<NoVarargs, NoVarkeywords>(
+                    py, rest, n, kwnames, &mut out,
+                )?
+            };
+            FileState::readline(file, given(&out[0]))?
+        }
+        Kind::Write => {
+            let mut out: [Option<Borrowed<'_, '_, PyAny>>; 1] = [None];
+            // SAFETY: see above.
+            unsafe {
+                WRITE.extract_arguments_fastcall::<NoVarargs, NoVarkeywords>(
+                    py, rest, n, kwnames, &mut out,
+                )?
+            };
+            let data = out[0]
+                .as_deref()
+                .ok_or_else(|| PyTypeError::new_err("write() missing its data"))?;
+            FileState::write(file, data)?
         }
     };
     Ok(made.into_ptr())
