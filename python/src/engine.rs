@@ -719,7 +719,9 @@ impl Core {
     /// [`MISSES_BEFORE_SKIPPING`](crate::inline_read::MISSES_BEFORE_SKIPPING)
     /// misses in a row only one read in [`SKIP`](crate::inline_read::SKIP)
     /// is tried, until one hits, so that a cold workload pays for few
-    /// failed tries.
+    /// failed tries (a miss: bytes not cached; a refusal for what the
+    /// descriptor is, `ESPIPE` or `EINVAL`, is none: see
+    /// [`crate::inline_read`]).
     pub(crate) fn read_inline<'py>(
         &self,
         py: Python<'py>,

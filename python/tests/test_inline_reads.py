@@ -65,32 +65,79 @@ def test_read_inline_serves_only_whole_cached_reads(data_file, backend):
         assert e._core.read_inline(fd, 0, 4096) is None
 
 
+#: Of the reads after that many misses, at most one in this many is tried
+#: inline (``SKIP``, 32, in ``python/src/inline_read.rs``).
+SKIP = 32
+
+
 @BACKENDS
-def test_refused_reads_count_as_misses_and_reads_at_the_end_do_not(data_file, backend):
-    """Inline reads refused (a pipe's ``ESPIPE``, as an uncached page's
-    ``EAGAIN``) count as misses: after many in a row the tries are skipped
-    (cached reads go to the engine) until one is tried and hits. Reads at
-    the file's end (past it: empty; or cut short by it) are not misses:
-    after many of them the next cached read is served."""
+def test_stream_reads_leave_the_cached_reads_after_them_inline(data_file, backend):
+    """``Engine.aread`` of a pipe is refused inline (``ESPIPE``: a pipe has
+    no page cache) and read through the engine; those refusals are not
+    misses, so after many of them every cached read of a file on the same
+    engine is still served inline (none through the engine)."""
     path, data = data_file
     with blockio.Engine(backend=backend) as e, open(path, "rb") as f:
         fd = f.fileno()
         f.read()  # in the page cache
         r, w = os.pipe()
-        try:
-            os.write(w, b"abc")
+
+        async def main():
             for _ in range(MANY):
-                assert e._core.read_inline(r, 0, 3) is None
+                os.write(w, b"abcdefghij")
+                assert await e.aread(r, offset=0, length=10) == b"abcdefghij"
+            before = e._core.reads_started
+            for i in range(MANY):
+                off = (i * 7919) % (len(data) - 4096)
+                assert await e.aread(fd, offset=off, length=4096) == data[off:off + 4096]
+            return e._core.reads_started - before
+
+        try:
+            assert asyncio.run(main()) == 0
         finally:
             os.close(r)
             os.close(w)
-        served = [e._core.read_inline(fd, 0, 4096) is not None for _ in range(MANY)]
-        assert not served[0] and True in served  # (skipped, until one is tried)
-        assert all(served[served.index(True):])  # (and hits: tried again)
+
+
+@BACKENDS
+def test_reads_at_the_end_are_not_misses(data_file, backend):
+    """Reads at the file's end (past it: empty; or cut short by it) are not
+    misses: after many of them the next cached read is served inline."""
+    path, data = data_file
+    with blockio.Engine(backend=backend) as e, open(path, "rb") as f:
+        fd = f.fileno()
+        f.read()  # in the page cache
         for _ in range(MANY):
             assert e._core.read_inline(fd, len(data) + 5, 10) is None
             assert e._core.read_inline(fd, len(data) - 10, 4096) is None
         assert e._core.read_inline(fd, 0, 4096) == data[:4096]
+
+
+@BACKENDS
+def test_after_uncached_reads_a_cached_read_is_served_inline_within_the_bound(tmp_path, backend):
+    """Uncached reads (``EAGAIN``) are misses: after 16 in a row the tries
+    are skipped, so the cached reads right after a cold run may go to the
+    engine, but no more than ``SKIP`` - 1 of them: one is tried within
+    ``SKIP`` reads, hits, and from it on all are served inline again."""
+    cold, warm = tmp_path / "cold.bin", tmp_path / "warm.bin"
+    cold.write_bytes(os.urandom(8 << 20))
+    data = os.urandom(1 << 20)
+    warm.write_bytes(data)
+    with blockio.Engine(backend=backend) as e, open(cold, "rb") as c, open(warm, "rb") as f:
+        os.fsync(c.fileno())
+        f.read()  # in the page cache
+        tried = []
+        for i in range(2 * MANY):
+            # (each try evicts again, and asks for a page no earlier one
+            # read ahead: see test_evicted_pages_are_not_served_inline)
+            os.posix_fadvise(c.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            tried.append(e._core.read_inline(c.fileno(), (i * 37 % 64) << 17, 4096))
+        served = [e._core.read_inline(f.fileno(), (i * 7919) % (len(data) - 4096), 4096) is not None
+                  for i in range(2 * SKIP)]
+        assert True in served[:SKIP]  # (tried within the bound, and hit)
+        assert all(served[served.index(True):])  # (the skipping ended)
+        if all(t is None for t in tried):  # (16 misses at least: the tries were skipped)
+            assert not served[0]
 
 
 def test_evicted_pages_are_not_served_inline(tmp_path):
