@@ -101,13 +101,15 @@ pub(crate) fn refusal(fd: RawFd, flags: i32) -> Option<i32> {
 /// Whether a read of `fd` (`F_GETFL` `flags`) at an offset other than 0
 /// is refused with `ESPIPE`, as `os.pread`'s is: `fd` is a pipe, socket
 /// or character device without offsets (a terminal), where io_uring would
-/// ignore the offset and read. A descriptor made by `open` (its flags say
-/// so) is taken for a file with offsets at no cost: a regular file's batch
-/// makes no system call here. Else an `fstat`, and for a character
-/// device an `lseek` (`/dev/zero` has offsets).
+/// ignore the offset and read. Its flags cannot tell: a FIFO opened by
+/// its path has `open`'s flags, as a regular file has. So an `fstat`
+/// tells (one system call per descriptor per batch with such offsets),
+/// and for a character device an `lseek` (`/dev/zero` has offsets). An
+/// `O_PATH` descriptor, which `fstat` sees through, is left to the read,
+/// which fails with `EBADF` as `os.pread`'s does.
 pub(crate) fn without_offsets(fd: RawFd, flags: i32) -> bool {
     use rustix::fs::FileType;
-    if fd < 0 || flags == -1 || flags & KERNEL_O_LARGEFILE != 0 {
+    if fd < 0 || flags == -1 || flags & libc::O_PATH != 0 {
         return false;
     }
     // SAFETY: `F_GETFL` just found `fd` open; the borrow lasts only for
