@@ -563,52 +563,7 @@ impl Core {
         if flags == -1 || flags & libc::O_DIRECT == 0 {
             return read_into_new_bytes(py, engine, fd, &offsets, length);
         }
-        // O_DIRECT needs aligned memory, which `bytes` are not: read into
-        // one page-aligned arena per thread, reused (no allocation and no
-        // zeroing per read), and copy out.
-        thread_local! {
-            static ARENA: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new(0, 4096));
-        }
-        ARENA.with(|arena| {
-            let mut arena = arena.borrow_mut();
-            let need = offsets.len().checked_mul(length).ok_or_else(|| {
-                PyMemoryError::new_err(format!(
-                    "{} reads of {length} bytes do not fit in memory",
-                    offsets.len()
-                ))
-            })?;
-            if arena.len() < need {
-                let size = need.checked_next_power_of_two().unwrap_or(need);
-                *arena = alloc_for(size, "the O_DIRECT read buffers")?;
-            }
-            let target = RawTarget(fd);
-            let results = {
-                let slots = arena[..need].chunks_mut(length.max(1));
-                crate::gil::detach(py, || {
-                    let mut ops: Vec<Op<'_>> = slots
-                        .zip(&offsets)
-                        .map(|(b, &off)| Op::read(&target, off, b))
-                        .collect();
-                    engine.submit(&mut ops)
-                })
-            };
-            let results: Vec<io::Result<usize>> = results
-                .map_err(io_err)?
-                .into_iter()
-                .map(|r| explain_direct(r, fd))
-                .collect();
-            let items: Vec<PyObject> = results
-                .iter()
-                .enumerate()
-                .map(|(k, r)| match r {
-                    Ok(n) => PyBytes::new(py, &arena[k * length..k * length + *n])
-                        .into_any()
-                        .unbind(),
-                    Err(e) => os_error(py, e),
-                })
-                .collect();
-            with_failures(py, items, &results)
-        })
+        read_direct(py, engine, fd, &offsets, length)
     }
 
     /// Reads into each `(fd, buffer, offset)`; a list of byte counts or
@@ -1270,4 +1225,62 @@ impl Core {
             .unwrap_or_else(PoisonError::into_inner)
             .is_none()
     }
+}
+
+/// [`Core::read_batch`] of `fd`, opened with `O_DIRECT`: `length` bytes at
+/// each offset, each a new `bytes` or its OSError in its place, and how
+/// many failed.
+fn read_direct<'py>(
+    py: Python<'py>,
+    engine: &Engine,
+    fd: RawFd,
+    offsets: &[u64],
+    length: usize,
+) -> PyResult<(Bound<'py, PyList>, usize)> {
+    // O_DIRECT needs aligned memory, which `bytes` are not: read into
+    // one page-aligned arena per thread, reused (no allocation and no
+    // zeroing per read), and copy out.
+    thread_local! {
+        static ARENA: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new(0, 4096));
+    }
+    ARENA.with(|arena| {
+        let mut arena = arena.borrow_mut();
+        let need = offsets.len().checked_mul(length).ok_or_else(|| {
+            PyMemoryError::new_err(format!(
+                "{} reads of {length} bytes do not fit in memory",
+                offsets.len()
+            ))
+        })?;
+        if arena.len() < need {
+            let size = need.checked_next_power_of_two().unwrap_or(need);
+            *arena = alloc_for(size, "the O_DIRECT read buffers")?;
+        }
+        let target = RawTarget(fd);
+        let results = {
+            let slots = arena[..need].chunks_mut(length.max(1));
+            crate::gil::detach(py, || {
+                let mut ops: Vec<Op<'_>> = slots
+                    .zip(offsets)
+                    .map(|(b, &off)| Op::read(&target, off, b))
+                    .collect();
+                engine.submit(&mut ops)
+            })
+        };
+        let results: Vec<io::Result<usize>> = results
+            .map_err(io_err)?
+            .into_iter()
+            .map(|r| explain_direct(r, fd))
+            .collect();
+        let items: Vec<PyObject> = results
+            .iter()
+            .enumerate()
+            .map(|(k, r)| match r {
+                Ok(n) => PyBytes::new(py, &arena[k * length..k * length + *n])
+                    .into_any()
+                    .unbind(),
+                Err(e) => os_error(py, e),
+            })
+            .collect();
+        with_failures(py, items, &results)
+    })
 }
