@@ -356,6 +356,27 @@ def test_a_files_methods_are_coroutine_functions_to_inspect_and_asyncio(path, en
     asyncio.run(main())
 
 
+def test_readline_and_write_called_wrongly_say_so_counting_the_file(path, engine):
+    """A wrong call of ``readline`` or ``write`` raises the ``TypeError``
+    the ``async def``s they were raised (and the built-in's bound methods
+    do): the file counted among the positional arguments."""
+    async def main():
+        async with blockio.open(path, "r+b", engine=engine) as f:
+            for call, message in [
+                (lambda: f.write(b"a", b"b"), "AsyncFile.write() takes 2 positional arguments but 3 were given"),
+                (lambda: f.write(), "AsyncFile.write() missing 1 required positional argument: 'data'"),
+                (lambda: f.readline(1, 2),
+                 "AsyncFile.readline() takes from 1 to 2 positional arguments but 3 were given"),
+                (lambda: f.write(b"x", self=f), "AsyncFile.write() got multiple values for argument 'self'"),
+            ]:
+                with pytest.raises(TypeError) as raised:
+                    call()
+                assert str(raised.value) == message
+            assert await f.readline(size=3) == DATA[:3]  # (by keyword still)
+
+    asyncio.run(main())
+
+
 def test_an_async_mock_specced_on_a_file_makes_awaitable_methods(path, engine):
     async def main():
         async with blockio.open(path, "rb", engine=engine) as f:
