@@ -15,7 +15,11 @@ CONTENDER is ``aread``, ``open`` (a ``blockio.open`` file per task,
 in order, ``await f.write(SIZE bytes)`` alone), ``open-write-seek`` (the
 same, each write followed by ``await f.seek(-SIZE, os.SEEK_CUR)``, a seek
 not served inline: its cost is this one's less ``open-write``'s) or
-``builtin-write`` (an ``os.write`` loop, its floor). SIZE is ``--size`` (4096 by default; the
+``builtin-write`` (an ``os.write`` loop, its floor); ``open-buffered-write``
+(``open-write`` on a buffered file: most writes go into its buffer) or
+``open-readline`` (``await f.readline()`` of a buffered file of lines of
+SIZE bytes, made anew as ``--file``, ``per-readline.dat`` by default,
+wrapping round at its end). SIZE is ``--size`` (4096 by default; the
 others read 4 KiB). The file read must exist and be in the page cache
 (``peers.py`` makes and warms it); the writes go to ``--file`` made anew
 (``per-write.dat`` in the current directory by default).
@@ -101,6 +105,34 @@ async def _open_write_seek(path: str, reads: int, size: int) -> int:
     return got
 
 
+async def _open_readline(path: str, reads: int, size: int) -> int:
+    import blockio
+
+    with open(path, "wb") as out:  # (made anew: lines of SIZE bytes, 1 MiB)
+        out.write((b"x" * (size - 1) + b"\n") * max((1 << 20) // size, 1))
+    got = 0
+    f = await blockio.open(path, "rb")
+    for _ in range(reads):
+        line = await f.readline()
+        if not line:
+            await f.seek(0)
+            line = await f.readline()
+        got += len(line)
+    await f.close()
+    return got
+
+
+async def _open_write_buffered(path: str, reads: int, size: int) -> int:
+    import blockio
+
+    data, got = os.urandom(size), 0
+    f = await blockio.open(path, "wb")
+    for _ in range(reads):
+        got += await f.write(data)
+    await f.close()
+    return got
+
+
 async def _builtin_write(path: str, reads: int, size: int) -> int:
     data, got = os.urandom(size), 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -159,7 +191,8 @@ async def _turbofile(path: str, reads: int, size: int) -> int:
 CONTENDERS = {
     "aread": _aread, "open": _open, "open-seq": _open_seq, "turbofile": _turbofile, "builtin": _builtin,
     "builtin-seq": _builtin_seq, "open-write": _open_write, "builtin-write": _builtin_write,
-    "open-write-seek": _open_write_seek,
+    "open-write-seek": _open_write_seek, "open-readline": _open_readline,
+    "open-buffered-write": _open_write_buffered,
 }
 
 
@@ -180,9 +213,11 @@ def main() -> int:
     if args.size < 1:
         ap.error(f"--size must be at least 1, not {args.size}")
     writes = args.contender.endswith("-write")
-    seq = args.contender in ("open-seq", "builtin-seq") or writes
+    lines = args.contender == "open-readline"
+    seq = args.contender in ("open-seq", "builtin-seq") or writes or lines
     size = args.size if seq else BLOCK
-    path = args.file or ("per-write.dat" if writes else "bench-data/py-peers-256m.dat")
+    made = "per-readline.dat" if lines else "per-write.dat"
+    path = args.file or (made if writes or lines else "bench-data/py-peers-256m.dat")
     n = asyncio.run(run(args.contender, path, args.reads, size))
     if n != args.reads * size:
         print(f"read {n} bytes, expected {args.reads * size}", file=sys.stderr)

@@ -157,6 +157,12 @@ class FileState:
     def tell(self) -> "FileCall[int]":
         """The current position (served inline at the first step when it
         is known and nothing is to be flushed)."""
+    def readline(self, size: Optional[int] = -1) -> "FileCall[bytes]":
+        """One line, with its newline (at most ``size`` bytes), served
+        inline at the first step when it is all in the read buffer."""
+    def write(self, data: Buffer) -> "FileCall[int]":
+        """Writes all of ``data``; the byte count (served inline at the
+        first step when it goes into the write buffer)."""
     def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int, wbufsize: int) -> None:
         """What the calls served inline need: the call queue's ``free``
         list, the engine's core, the descriptor's number, the buffer size."""

@@ -296,39 +296,6 @@ def _check_offsets(fd: int, offset: int, length: int, name: Union[str, bytes, No
         raise OSError(errno.ESPIPE, text, name) if name is not None else OSError(errno.ESPIPE, text) from None
 
 
-def _refused_offsets(reads: List[Tuple[int, Any, int, Union[str, bytes, None]]]) -> Optional[List[Optional[OSError]]]:
-    """For the reads of a batch, ``(fd, offset, length, name)`` each: in
-    the place of each at an offset other than 0 of a descriptor without
-    offsets (a pipe, socket or terminal: see `_check_offsets`), the
-    ``ESPIPE`` it raises, as ``os.pread``'s and ``Engine.aread``'s, on both
-    backends (io_uring would ignore the offset, and read); None in the
-    others' places, or in all if none is refused. One ``fcntl`` per
-    descriptor, and for a stream an ``lseek`` per read at another offset."""
-    streams: Dict[int, bool] = {}
-    refused: Optional[List[Optional[OSError]]] = None
-    for i, (fd, offset, length, name) in enumerate(reads):
-        stream = streams.get(fd)
-        if stream is None:
-            stream = streams[fd] = _is_stream(fd)
-        if not stream or type(offset) is not int or offset <= 0:
-            continue
-        try:
-            _check_offsets(fd, offset, length, name)
-        except OSError as e:
-            if refused is None:
-                refused = [None] * len(reads)
-            refused[i] = e
-    return refused
-
-
-def _with_refused(refused: List[Optional[OSError]], made: List[Any]) -> List[Any]:
-    """The results of a batch whose reads ``refused`` (see
-    `_refused_offsets`) were not made: those errors in their places,
-    ``made``, the others' results, in order, in theirs."""
-    rest = iter(made)
-    return [e if e is not None else next(rest) for e in refused]
-
-
 def _name(file: FileLike) -> Union[str, bytes, None]:
     if isinstance(file, int):
         return None
@@ -618,11 +585,6 @@ class Engine:
         ``O_DIRECT`` descriptor the buffers are aligned for it."""
         offsets = _offset_list(offsets)
         fd, name = _fd(file), _name(file)
-        refused = _refused_offsets([(fd, o, length, name) for o in offsets]) if _is_stream(fd) else None
-        if refused is not None:
-            kept = [o for o, e in zip(offsets, refused) if e is None]
-            made = self.read_batch(file, offsets=kept, length=length, return_exceptions=True) if kept else []
-            return _finish(_with_refused(refused, made), [name] * len(offsets), return_exceptions)
         try:
             res, failed = self._core.read_batch(fd, offsets, length)
         except OverflowError:
@@ -641,11 +603,6 @@ class Engine:
         writable C-contiguous buffer (bytearray, memoryview, mmap, numpy
         array); a list of byte counts."""
         ops = list(ops)
-        refused = self._refused_ops(ops)
-        if refused is not None:
-            kept = [op for op, e in zip(ops, refused) if e is None]
-            made = self.readinto_batch(kept, return_exceptions=True) if kept else []
-            return _finish(_with_refused(refused, made), [_name(f) for f, _, _ in ops], return_exceptions)
         try:
             res, failed = self._core.readinto_batch(_buffer_ops(ops))
         except OverflowError:
@@ -911,14 +868,6 @@ class Engine:
     ) -> List[Any]:
         """:meth:`read_batch` as a coroutine."""
         offsets = _offset_list(offsets)
-        fd = _fd(file)
-        if _is_stream(fd):
-            name = _name(file)
-            refused = _refused_offsets([(fd, o, length, name) for o in offsets])
-            if refused is not None:
-                kept = [o for o, e in zip(offsets, refused) if e is None]
-                made = await self.aread_batch(file, offsets=kept, length=length, return_exceptions=True) if kept else []
-                return _finish(_with_refused(refused, made), [name] * len(offsets), return_exceptions)
         try:
             res = await self._run(file, self._core.submit_read, _fd(file), offsets, length)
         except OverflowError:
@@ -1206,29 +1155,7 @@ class Engine:
     async def areadinto_batch(self, ops: Iterable[BufferOp], return_exceptions: bool = False) -> List[Any]:
         """:meth:`readinto_batch` as a coroutine."""
         ops = list(ops)
-        refused = self._refused_ops(ops)
-        if refused is not None:
-            kept = [op for op, e in zip(ops, refused) if e is None]
-            made = await self._abuffers(kept, self._core.submit_readinto, True) if kept else []
-            return _finish(_with_refused(refused, made), [_name(f) for f, _, _ in ops], return_exceptions)
         return await self._abuffers(ops, self._core.submit_readinto, return_exceptions)
-
-    @staticmethod
-    def _refused_ops(ops: List[Any]) -> Optional[List[Optional[OSError]]]:
-        """`_refused_offsets` of ``(file, buffer, offset)`` reads (one
-        ``fcntl`` per descriptor when none is a stream)."""
-        fds = [_fd(f) for f, _, _ in ops]
-        if not any(_is_stream(fd) for fd in set(fds)):
-            return None
-        reads = []
-        for fd, (f, b, off) in zip(fds, ops):
-            try:
-                with memoryview(b) as m:
-                    size = m.nbytes
-            except TypeError:
-                size = 0  # (not a buffer: the read names it)
-            reads.append((fd, off, size, _name(f)))
-        return _refused_offsets(reads)
 
     async def areadinto(self, file: FileLike, buf: "Buffer", offset: int) -> int:
         """Reads into ``buf`` at ``offset``; the byte count. On a pipe,

@@ -100,11 +100,11 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, List, Optional, Tuple, Union
 
 from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
 from ._blockio import (INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQueue, coroutine_method, count_copied,
-                       read_line_inline, read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
+                       read_line_inline, read_stream_inline, stream_in_pieces, turn_due)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _fd, _finish, _flat, _KeptCancel, _Stopped, _stream_key
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
                      one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns)
@@ -782,6 +782,29 @@ class AsyncFile(FileState, LineReader[bytes]):
         async def tell(self):
             """The current position."""
             return await FileState.tell(self)
+
+        @coroutine_method
+        async def readline(self, size=-1):
+            """One line, with its ``\\n`` (``b""`` at end of file); at most
+            ``size`` bytes when ``size`` is given."""
+            return await FileState.readline(self, size)
+
+        @coroutine_method
+        async def write(self, data):
+            """Writes all of ``data`` (any bytes-like object) at the position,
+            or at the end in append mode; the byte count. Buffered files keep
+            it until the buffer fills, :meth:`flush` or close."""
+            return await FileState.write(self, data)
+
+    else:
+        # (for the type checker, coroutine functions, as `LineReader`'s
+        # `readline`, which the core's stubs (`FileCall`) would conflict with)
+
+        async def readline(self, size: Optional[int] = -1) -> bytes:  # type: ignore[override, empty-body]
+            ...
+
+        async def write(self, data: Buffer) -> int:  # type: ignore[override, empty-body]
+            ...
 
     # (in append mode after a write, the end is taken by a mark in the
     # file's write queue, in order: a write made meanwhile is placed behind
@@ -1669,15 +1692,6 @@ class AsyncFile(FileState, LineReader[bytes]):
         count_copied(len(held))
         return held
 
-    async def readline(self, size: Optional[int] = -1) -> bytes:
-        """One line, with its ``\\n`` (``b""`` at end of file); at most
-        ``size`` bytes when ``size`` is given."""
-        line = readline_inline(self, size)  # (a line in the buffer, served inline)
-        if line is not None:
-            return line
-        got: bytes = await self._readline(size)
-        return got
-
     @one_at_a_time_taking_turns
     async def _readline(self, size: Optional[int]) -> bytes:
         limit = _size_arg(size)
@@ -1817,20 +1831,17 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     # -- writing ----------------------------------------------------------------
 
-    async def write(self, data: Buffer) -> int:
-        """Writes all of ``data`` (any bytes-like object) at the position,
-        or at the end in append mode; the byte count. Buffered files keep
-        it until the buffer fills, :meth:`flush` or close."""
-        n = write_inline(self, data)  # (into the buffer, served inline)
-        if n is not None:
-            return n
+    # `write` and `readline` are the core's (see `read` above), which run
+    # `_write_queued`'s coroutine, or `_readline`, when not served inline.
+
+    def _write_queued(self, data: Buffer) -> Coroutine[Any, Any, int]:
+        """The queued ``write(data)`` not served inline (into the buffer)."""
         if not self._calls.free and type(data) is not bytes:
             # Another call is in progress, so this one waits for its turn:
             # it writes the bytes ``data`` holds now, as the built-in's
             # write, made at once, would (not what it holds by then).
             data = _snapshot(data)
-        got: int = await self._write(data)
-        return got
+        return self._write(data)
 
     @one_at_a_time_kept
     async def _write(self, data: Buffer) -> int:

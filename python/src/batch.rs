@@ -142,27 +142,35 @@ pub(crate) fn buffer_batch<'py>(
 
 /// Waits until each descriptor of `bufs` is ready for `events` (see
 /// [`wait_ready`], `closed` included); the error each operation on a
-/// refused one fails with, by operation (`None`: it runs).
+/// refused one fails with, by operation (`None`: it runs). `given`: the
+/// operations already refused (see [`refused_offsets`]), which keep their
+/// errors and are not waited for (empty: none), and `flags` the `F_GETFL`
+/// flags of descriptors already looked up.
 pub(crate) fn refusals(
     py: Python<'_>,
     bufs: &[BufferOp],
     events: libc::c_short,
     closed: &dyn Fn() -> bool,
+    mut given: Vec<Option<io::Error>>,
+    flags: &std::collections::HashMap<RawFd, i32>,
 ) -> PyResult<Vec<Option<io::Error>>> {
+    given.resize_with(bufs.len(), || None);
     let mut errnos = std::collections::HashMap::new();
     // Descriptors with an operation of some bytes; one with operations of
     // no bytes only is not waited for (they return at once, as
     // `os.read(fd, 0)` and `os.write(fd, b"")` do), only looked at.
     let moving: std::collections::HashSet<RawFd> = bufs
         .iter()
-        .filter(|(_, b, _)| b.item_count() > 0)
-        .map(|(t, ..)| t.0)
+        .zip(&given)
+        .filter(|((_, b, _), pre)| b.item_count() > 0 && pre.is_none())
+        .map(|((t, ..), _)| t.0)
         .collect();
     for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
+        let f = flags.get(&fd).copied().unwrap_or_else(|| fd_flags(fd));
         let refused = if !moving.contains(&fd) {
-            refusal(fd, fd_flags(fd))
+            refusal(fd, f)
         } else {
-            wait_ready(py, fd, events, closed)?
+            wait_ready(py, fd, f, events, closed)?
         };
         if let Some(errno) = refused {
             errnos.insert(fd, errno);
@@ -175,10 +183,13 @@ pub(crate) fn refusals(
     };
     Ok(bufs
         .iter()
-        .map(|(t, b, off)| {
-            errnos.get(&t.0).map(|&errno| {
-                let op = format!("{what} of {} bytes at offset {off}", b.item_count());
-                refused(&op, t.0, errno)
+        .zip(given)
+        .map(|((t, b, off), pre)| {
+            pre.or_else(|| {
+                errnos.get(&t.0).map(|&errno| {
+                    let op = format!("{what} of {} bytes at offset {off}", b.item_count());
+                    refused(&op, t.0, errno)
+                })
             })
         })
         .collect())

@@ -1,8 +1,9 @@
-//! `read`, `seek` and `tell` of a `blockio.open` binary file: each returns
-//! a [`FileCall`], a coroutine object written in Rust, whose first step
-//! serves the call inline when it can (see [`crate::inline`]) and returns
-//! at once, and otherwise runs the file's queued coroutine for it (`_read`,
-//! `_seek`, `_tell`, or `_read_after_a_turn` when the thread's turn of the
+//! `read`, `seek`, `tell`, `readline` and `write` of a `blockio.open`
+//! binary file: each returns a [`FileCall`], a coroutine object written
+//! in Rust, whose first step serves the call inline when it can (see
+//! [`crate::inline`]) and returns at once, and otherwise runs the file's
+//! queued coroutine for it (`_read`, `_seek`, `_tell`, `_readline`,
+//! `_write_queued`, or `_read_after_a_turn` when the thread's turn of the
 //! event loop is due: see [`crate::turns`]; `_read_pieces` when a read
 //! served inline goes on in pieces), passing its steps through.
 //!
@@ -30,7 +31,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyTypeInfo, PyVisit};
 
-use crate::inline::{read_inline, seek_inline, tell_inline, FileState};
+use crate::inline::{
+    read_inline, readline_inline, seek_inline, tell_inline, write_inline, FileState,
+};
 
 /// The call and its arguments, as given.
 pub(crate) enum Op {
@@ -40,6 +43,10 @@ pub(crate) enum Op {
     Seek(PyObject, PyObject),
     /// `tell()`.
     Tell,
+    /// `readline(size)`.
+    Readline(PyObject),
+    /// `write(data)`.
+    Write(PyObject),
 }
 
 /// Where a [`FileCall`] is.
@@ -64,7 +71,8 @@ enum Step {
     Return(PyObject),
 }
 
-/// A call on a `blockio.open` binary file (`read`, `seek`, `tell`): a
+/// A call on a `blockio.open` binary file (`read`, `seek`, `tell`,
+/// `readline`, `write`): a
 /// coroutine object, for every user of one: `await`, asyncio's tasks
 /// (`create_task`, `ensure_future`, `wait_for`, `gather`;
 /// `asyncio.iscoroutine` is true of it, as `collections.abc.Coroutine`
@@ -79,7 +87,7 @@ enum Step {
 #[pyclass(frozen, module = "blockio._blockio")]
 pub(crate) struct FileCall {
     state: Mutex<State>,
-    /// The method's name (`read`, `seek`, `tell`), for `__name__` and
+    /// The method's name (`read`, `seek`, `tell`, `readline`, `write`), for `__name__` and
     /// `__qualname__`, which asyncio puts in a task's repr.
     name: &'static str,
 }
@@ -91,6 +99,8 @@ impl FileCall {
             Op::Read(_) => "read",
             Op::Seek(..) => "seek",
             Op::Tell => "tell",
+            Op::Readline(_) => "readline",
+            Op::Write(_) => "write",
         };
         let state = Mutex::new(State::Start(file.clone().unbind(), op));
         Ok(Bound::new(file.py(), FileCall { state, name })?
@@ -208,7 +218,8 @@ enum Served<'py> {
 }
 
 /// Serves `op` on `file` inline if it can be (see [`read_inline`],
-/// [`seek_inline`], [`tell_inline`]), else makes its queued coroutine.
+/// [`seek_inline`], [`tell_inline`], [`readline_inline`],
+/// [`write_inline`]), else makes its queued coroutine.
 fn serve<'py>(file: &Bound<'py, FileState>, op: Op) -> PyResult<Served<'py>> {
     let py = file.py();
     let queued = |name: &Bound<'py, PyString>, args: Bound<'py, PyTuple>| {
@@ -239,6 +250,20 @@ fn serve<'py>(file: &Bound<'py, FileState>, op: Op) -> PyResult<Served<'py>> {
             Some(pos) => Ok(Served::Now(pos.into_pyobject(py)?.into_any().unbind())),
             None => queued(intern!(py, "_tell"), PyTuple::empty(py)),
         },
+        Op::Readline(size) => {
+            let size = size.into_bound(py);
+            match readline_inline(file, &size) {
+                Some(line) => Ok(Served::Now(line)),
+                None => queued(intern!(py, "_readline"), PyTuple::new(py, [size])?),
+            }
+        }
+        Op::Write(data) => {
+            let data = data.into_bound(py);
+            match write_inline(file, &data) {
+                Some(n) => Ok(Served::Now(n.into_pyobject(py)?.into_any().unbind())),
+                None => queued(intern!(py, "_write_queued"), PyTuple::new(py, [data])?),
+            }
+        }
     }
 }
 
@@ -307,6 +332,7 @@ impl FileCall {
                         args.push(whence.clone_ref(py));
                     }
                     Op::Tell => {}
+                    Op::Readline(arg) | Op::Write(arg) => args.push(arg.clone_ref(py)),
                 }
                 Found::Start(args)
             }
@@ -423,6 +449,7 @@ impl FileCall {
                         visit.call(whence)
                     }
                     Op::Tell => Ok(()),
+                    Op::Readline(arg) | Op::Write(arg) => visit.call(arg),
                 }
             }
             State::Queued(coro) => visit.call(coro),

@@ -1,5 +1,5 @@
-//! `read`, `seek` and `tell` as a `blockio.open` binary file's class holds
-//! them: each a [`CoroutineMethod`], which frameworks and mocks take for a
+//! `read`, `seek`, `tell`, `readline` and `write` as a `blockio.open`
+//! binary file's class holds them: each a [`CoroutineMethod`], which frameworks and mocks take for a
 //! coroutine function, as they take aiofiles' `async def` methods, while a
 //! call costs what the core's method costs.
 //!
@@ -39,6 +39,8 @@ enum Kind {
     Read,
     Seek,
     Tell,
+    Readline,
+    Write,
 }
 
 impl Kind {
@@ -48,6 +50,8 @@ impl Kind {
             "read" => Some(Kind::Read),
             "seek" => Some(Kind::Seek),
             "tell" => Some(Kind::Tell),
+            "readline" => Some(Kind::Readline),
+            "write" => Some(Kind::Write),
             _ => None,
         }
     }
@@ -58,13 +62,19 @@ impl Kind {
     }
 }
 
-/// Each kind's template (`read`, `seek`, `tell`), once a
+/// Each kind's template (`read`, `seek`, `tell`, `readline`, `write`), once a
 /// [`CoroutineMethod`] of it is made: the code a [`FileCall`]'s `cr_code`
 /// gives, and the function its `cr_frame` is made from before it starts.
-static TEMPLATES: [GILOnceCell<PyObject>; 3] =
-    [GILOnceCell::new(), GILOnceCell::new(), GILOnceCell::new()];
+static TEMPLATES: [GILOnceCell<PyObject>; 5] = [
+    GILOnceCell::new(),
+    GILOnceCell::new(),
+    GILOnceCell::new(),
+    GILOnceCell::new(),
+    GILOnceCell::new(),
+];
 
-/// The template of the method named `name` (`read`, `seek`, `tell`), if
+/// The template of the method named `name` (`read`, `seek`, `tell`,
+/// `readline`, `write`), if
 /// its [`CoroutineMethod`] was made.
 pub(crate) fn template_of<'py>(py: Python<'py>, name: &str) -> Option<&'py Bound<'py, PyAny>> {
     let kind = Kind::named(name)?;
@@ -109,17 +119,33 @@ static TELL: FunctionDescription = FunctionDescription {
     required_positional_parameters: 0,
     keyword_only_parameters: &[],
 };
+static READLINE: FunctionDescription = FunctionDescription {
+    cls_name: Some("AsyncFile"),
+    func_name: "readline",
+    positional_parameter_names: &["self", "size"],
+    positional_only_parameters: 0,
+    required_positional_parameters: 1,
+    keyword_only_parameters: &[],
+};
+static WRITE: FunctionDescription = FunctionDescription {
+    cls_name: Some("AsyncFile"),
+    func_name: "write",
+    positional_parameter_names: &["self", "data"],
+    positional_only_parameters: 0,
+    required_positional_parameters: 2,
+    keyword_only_parameters: &[],
+};
 
 /// `CoroutineMethod(template)`: the method whose signature, code and
-/// names are those of `template`, an `async def` named `read`, `seek` or
-/// `tell`.
+/// names are those of `template`, an `async def` named `read`, `seek`,
+/// `tell`, `readline` or `write`.
 #[pyfunction]
 pub(crate) fn coroutine_method(template: &Bound<'_, PyAny>) -> PyResult<Py<CoroutineMethod>> {
     let py = template.py();
     let name: String = template.getattr(intern!(py, "__name__"))?.extract()?;
     let kind = Kind::named(&name).ok_or_else(|| {
         PyTypeError::new_err(format!(
-            "coroutine_method: no method {name:?} (read, seek or tell)"
+            "coroutine_method: no method {name:?} (read, seek, tell, readline or write)"
         ))
     })?;
     let flags: u32 = template
@@ -224,6 +250,8 @@ impl CoroutineMethod {
             Kind::Read => "read",
             Kind::Seek => "seek",
             Kind::Tell => "tell",
+            Kind::Readline => "readline",
+            Kind::Write => "write",
         };
         format!("<coroutine method {name:?} of blockio's AsyncFile>")
     }
@@ -266,7 +294,6 @@ unsafe fn call(
     let me = unsafe {
         Bound::from_borrowed_ptr(py, callable).downcast_into_unchecked::<CoroutineMethod>()
     };
-    let kind = me.get().kind;
     if nargs < 1 {
         return Err(PyTypeError::new_err(format!(
             "{} of AsyncFile needs the file as its first argument",
@@ -274,48 +301,106 @@ unsafe fn call(
         )));
     }
     // SAFETY: `nargs >= 1`: `args[0]` is a live object, borrowed for the
-    // call; the arguments after it are `nargs - 1` positional ones and
-    // the keyword ones `kwnames` names, as `extract_arguments_fastcall`
-    // reads them.
-    let (file, rest) = unsafe { (Bound::from_borrowed_ptr(py, *args), args.add(1)) };
+    // call.
+    let file = unsafe { Bound::from_borrowed_ptr(py, *args) };
     let file = file.downcast::<FileState>()?;
-    let n = nargs - 1;
-    let made = match kind {
+    // SAFETY: `args` holds `nargs` (at least 1) positional arguments and
+    // then the keyword ones `kwnames` names, live for the call, as
+    // CPython passes them to a vectorcall (see `method_vectorcall`).
+    let made = unsafe { file_call(py, me.get().kind, file, (args, nargs, kwnames)) }?;
+    Ok(made.into_ptr())
+}
+
+/// A vectorcall's arguments: `args`, `nargs` positional ones then one per
+/// name in `kwnames` (a tuple, or NULL).
+type Args = (
+    *const *mut ffi::PyObject,
+    ffi::Py_ssize_t,
+    *mut ffi::PyObject,
+);
+
+/// `file`'s `FileCall` of the method `kind`, its arguments parsed from
+/// `all` (the file first). `read`, `seek` and `tell` count their
+/// arguments after the file (as their pyo3 methods did), `readline` and
+/// `write` with it (as the `async def`s they were, and the built-in's
+/// methods).
+///
+/// # Safety
+///
+/// `all` holds at least one positional argument (the file) and is as
+/// CPython passes a vectorcall's arguments: live objects, borrowed for
+/// the call.
+unsafe fn file_call(
+    py: Python<'_>,
+    kind: Kind,
+    file: &Bound<'_, FileState>,
+    all: Args,
+) -> PyResult<PyObject> {
+    let (args, nargs, kwnames) = all;
+    // SAFETY: `nargs >= 1` (the caller's promise): the arguments after
+    // the file are the `nargs - 1` from `args[1]` and the keyword ones.
+    let rest = (unsafe { args.add(1) }, nargs - 1, kwnames);
+    // (Each `parse` below: `rest` and `all` are vectorcall arguments as
+    // `parse` needs, by the caller's promise and the above.)
+    match kind {
         Kind::Read => {
-            let mut out: [Option<Borrowed<'_, '_, PyAny>>; 1] = [None];
-            // SAFETY: see above.
-            unsafe {
-                READ.extract_arguments_fastcall::<NoVarargs, NoVarkeywords>(
-                    py, rest, n, kwnames, &mut out,
-                )?
-            };
-            FileState::read(file, given(&out[0]))?
+            // SAFETY: see above: the arguments are as `parse` needs.
+            let [size] = unsafe { parse(py, &READ, rest) }?;
+            FileState::read(file, given(&size))
         }
         Kind::Seek => {
-            let mut out: [Option<Borrowed<'_, '_, PyAny>>; 2] = [None, None];
-            // SAFETY: see above.
-            unsafe {
-                SEEK.extract_arguments_fastcall::<NoVarargs, NoVarkeywords>(
-                    py, rest, n, kwnames, &mut out,
-                )?
-            };
-            let offset = out[0]
+            // SAFETY: see above: the arguments are as `parse` needs.
+            let [offset, whence] = unsafe { parse(py, &SEEK, rest) }?;
+            let offset = offset
                 .as_deref()
                 .ok_or_else(|| PyTypeError::new_err("seek() missing its offset"))?;
-            FileState::seek(file, offset, given(&out[1]))?
+            FileState::seek(file, offset, given(&whence))
         }
         Kind::Tell => {
-            let mut out: [Option<Borrowed<'_, '_, PyAny>>; 0] = [];
-            // SAFETY: see above.
-            unsafe {
-                TELL.extract_arguments_fastcall::<NoVarargs, NoVarkeywords>(
-                    py, rest, n, kwnames, &mut out,
-                )?
-            };
-            FileState::tell(file)?
+            // SAFETY: see above: the arguments are as `parse` needs.
+            let [] = unsafe { parse(py, &TELL, rest) }?;
+            FileState::tell(file)
         }
+        Kind::Readline => {
+            // SAFETY: see above: the arguments are as `parse` needs.
+            let [_, size] = unsafe { parse(py, &READLINE, all) }?;
+            FileState::readline(file, given(&size))
+        }
+        Kind::Write => {
+            // SAFETY: see above: the arguments are as `parse` needs.
+            let [_, data] = unsafe { parse(py, &WRITE, all) }?;
+            let data = data
+                .as_deref()
+                .ok_or_else(|| PyTypeError::new_err("write() missing its data"))?;
+            FileState::write(file, data)
+        }
+    }
+}
+
+/// The `N` arguments `desc` describes, parsed from the vectorcall's
+/// arguments `given` (absent ones `None`); a `TypeError` worded as
+/// Python's for a wrong call.
+///
+/// # Safety
+///
+/// `given` is as CPython passes a vectorcall's arguments: `nargs` live
+/// positional objects at `args`, then one per name in `kwnames` (a
+/// tuple, or NULL), borrowed for the call.
+unsafe fn parse<'py, const N: usize>(
+    py: Python<'py>,
+    desc: &FunctionDescription,
+    given: Args,
+) -> PyResult<[Option<Borrowed<'py, 'py, PyAny>>; N]> {
+    let (args, nargs, kwnames) = given;
+    let mut out = [None; N];
+    // SAFETY: the caller's promise, which `extract_arguments_fastcall`
+    // needs.
+    unsafe {
+        desc.extract_arguments_fastcall::<NoVarargs, NoVarkeywords>(
+            py, args, nargs, kwnames, &mut out,
+        )?
     };
-    Ok(made.into_ptr())
+    Ok(out)
 }
 
 /// An optional argument as the core's methods take it: absent or `None`

@@ -57,14 +57,16 @@ impl Core {
     /// Starts reads of `length` bytes at each offset of `fd` (held as
     /// `file`, borrowed from a file object when `lent`), each into one new
     /// `bytes` object that starts with `head` ([`fresh::start`]; `whole`:
-    /// a procfs file's pieces read on past short reads).
+    /// a procfs file's pieces read on past short reads); with `no_offsets`
+    /// (see [`without_offsets`]) those at an offset other than 0 fail with
+    /// `ESPIPE` instead.
     #[allow(clippy::too_many_arguments)]
     fn start_fresh(
         &self,
         py: Python<'_>,
         waiter: PyObject,
         (fd, file, lent): (RawFd, Result<(AsyncFile, RawFd), i32>, bool),
-        offsets: &[u64],
+        (offsets, no_offsets): (&[u64], bool),
         head: &[u8],
         length: usize,
         whole: bool,
@@ -77,6 +79,12 @@ impl Core {
         };
         let mut futs = Vec::with_capacity(offsets.len() * per);
         for &off in offsets {
+            if no_offsets && off != 0 {
+                let pieces =
+                    (0..per).map(|_| failed(Yields::Fresh(per), offset_refused(fd, length, off)));
+                futs.extend(pieces);
+                continue;
+            }
             match &file {
                 Ok((file, dup, shape)) => {
                     match fresh::start(py, file, (fd, *dup), off, head, length, *shape) {
@@ -106,6 +114,37 @@ impl Core {
             batch.borrowed.push(fd);
         }
         Ok(self.start(waiter, batch))
+    }
+
+    /// [`read_batch`](Core::read_batch) of `fd`, which has no offsets (see
+    /// [`without_offsets`]): the reads at offset 0 made, the others
+    /// refused with `ESPIPE` in their places, as `os.pread`'s.
+    fn read_batch_at_0<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        offsets: &[u64],
+        length: usize,
+    ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        let at_0 = offsets.iter().filter(|&&off| off == 0).count();
+        let (made, mut failed) = if at_0 > 0 {
+            let length = i64::try_from(length).unwrap_or(i64::MAX);
+            let (made, failed) = self.read_batch(py, fd, vec![0; at_0], length)?;
+            (made.iter().collect::<Vec<_>>(), failed)
+        } else {
+            (Vec::new(), 0)
+        };
+        let mut made = made.into_iter();
+        let mut items = Vec::with_capacity(offsets.len());
+        for &off in offsets {
+            if off == 0 {
+                items.push(made.next().expect("a result per read at 0"));
+            } else {
+                failed += 1;
+                items.push(os_error(py, &offset_refused(fd, length, off)).into_bound(py));
+            }
+        }
+        Ok((PyList::new(py, items)?, failed))
     }
 
     /// Starts the one operation without memory that `make` builds on
@@ -185,12 +224,14 @@ impl Core {
     }
 
     /// Starts one operation per `(fd, buffer, offset)`: `prepare` checks the
-    /// buffer, `issue` makes the operation.
+    /// buffer, `issue` makes the operation; but for those already refused
+    /// (the errors of [`Given`], in their places), with the descriptors'
+    /// flags it looked up.
     pub(crate) fn submit_each<'py, B>(
         &self,
         waiter: PyObject,
         what: &str,
-        ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
+        (ops, (mut given, flags)): (Vec<(RawFd, Bound<'py, PyAny>, u64)>, Given),
         prepare: impl Fn(&Bound<'py, PyAny>) -> PyResult<B>,
         issue: impl Fn(&AsyncFile, B, u64, RawFd, RawFd) -> (Boxed<OneDone>, Withdrawal),
     ) -> PyResult<u64> {
@@ -198,7 +239,12 @@ impl Core {
         let mut futs = Vec::with_capacity(ops.len());
         let mut withdrawals = Vec::with_capacity(ops.len());
         let mut borrowed = Vec::new();
-        for (fd, obj, off) in &ops {
+        given.resize_with(ops.len(), || None);
+        for ((fd, obj, off), pre) in ops.iter().zip(given) {
+            if let Some(e) = pre {
+                futs.push(failed(Yields::Count, e));
+                continue;
+            }
             let buf = match prepare(obj) {
                 Ok(b) => b,
                 Err(e) => {
@@ -207,7 +253,7 @@ impl Core {
                 }
             };
             if !files.contains_key(fd) {
-                let flags = fd_flags(*fd);
+                let flags = flags.get(fd).copied().unwrap_or_else(|| fd_flags(*fd));
                 let direct = flags != -1 && flags & libc::O_DIRECT != 0;
                 let aio = match self.aio(direct) {
                     Ok(a) => a,
@@ -492,13 +538,17 @@ impl Core {
         let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
         total_arg(offsets.len(), length)?;
         let engine = &self.check()?;
-        if length == 0 && crate::fds::opened_for(crate::fds::fd_flags(fd), libc::POLLIN) {
+        let flags = fd_flags(fd);
+        if offsets.iter().any(|&off| off != 0) && without_offsets(fd, flags) {
+            return self.read_batch_at_0(py, fd, &offsets, length);
+        }
+        if length == 0 && crate::fds::opened_for(flags, libc::POLLIN) {
             // (a descriptor not open for reading goes on to fail with
             // EBADF, as `os.read(fd, 0)` and a batch's own reads do)
             let empty = PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])))?;
             return Ok((empty, 0));
         }
-        if let Some(errno) = wait_ready(py, fd, libc::POLLIN, &|| self.closing())? {
+        if let Some(errno) = wait_ready(py, fd, flags, libc::POLLIN, &|| self.closing())? {
             // Refused: every read fails with the same errno, in its place.
             let results: Vec<io::Result<usize>> = offsets
                 .iter()
@@ -510,55 +560,10 @@ impl Core {
             let items = results.iter().map(|r| count_or_error(py, r)).collect();
             return with_failures(py, items, &results);
         }
-        if !is_direct(fd) {
+        if flags == -1 || flags & libc::O_DIRECT == 0 {
             return read_into_new_bytes(py, engine, fd, &offsets, length);
         }
-        // O_DIRECT needs aligned memory, which `bytes` are not: read into
-        // one page-aligned arena per thread, reused (no allocation and no
-        // zeroing per read), and copy out.
-        thread_local! {
-            static ARENA: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new(0, 4096));
-        }
-        ARENA.with(|arena| {
-            let mut arena = arena.borrow_mut();
-            let need = offsets.len().checked_mul(length).ok_or_else(|| {
-                PyMemoryError::new_err(format!(
-                    "{} reads of {length} bytes do not fit in memory",
-                    offsets.len()
-                ))
-            })?;
-            if arena.len() < need {
-                let size = need.checked_next_power_of_two().unwrap_or(need);
-                *arena = alloc_for(size, "the O_DIRECT read buffers")?;
-            }
-            let target = RawTarget(fd);
-            let results = {
-                let slots = arena[..need].chunks_mut(length.max(1));
-                crate::gil::detach(py, || {
-                    let mut ops: Vec<Op<'_>> = slots
-                        .zip(&offsets)
-                        .map(|(b, &off)| Op::read(&target, off, b))
-                        .collect();
-                    engine.submit(&mut ops)
-                })
-            };
-            let results: Vec<io::Result<usize>> = results
-                .map_err(io_err)?
-                .into_iter()
-                .map(|r| explain_direct(r, fd))
-                .collect();
-            let items: Vec<PyObject> = results
-                .iter()
-                .enumerate()
-                .map(|(k, r)| match r {
-                    Ok(n) => PyBytes::new(py, &arena[k * length..k * length + *n])
-                        .into_any()
-                        .unbind(),
-                    Err(e) => os_error(py, e),
-                })
-                .collect();
-            with_failures(py, items, &results)
-        })
+        read_direct(py, engine, fd, &offsets, length)
     }
 
     /// Reads into each `(fd, buffer, offset)`; a list of byte counts or
@@ -570,12 +575,26 @@ impl Core {
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let ops = buffer_ops(ops)?;
         let engine = &self.check()?;
+        let (at_offsets, flags) = refused_offsets(&ops);
         let bufs: Vec<BufferOp> = ops
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), writable(b)?, *off)))
             .collect::<PyResult<_>>()?;
-        refuse_overlaps(bufs.iter().map(|(_, b, _)| b))?;
-        let refused = refusals(py, &bufs, libc::POLLIN, &|| self.closing())?;
+        // (a read refused for its offset is not made: its buffer may be another's)
+        refuse_overlaps(
+            bufs.iter()
+                .zip(&at_offsets)
+                .filter(|(_, r)| r.is_none())
+                .map(|((_, b, _), _)| b),
+        )?;
+        let refused = refusals(
+            py,
+            &bufs,
+            libc::POLLIN,
+            &|| self.closing(),
+            at_offsets,
+            &flags,
+        )?;
         buffer_batch(py, engine, bufs, refused, read_into_buffer)
     }
 
@@ -592,7 +611,14 @@ impl Core {
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
             .collect::<PyResult<_>>()?;
-        let refused = refusals(py, &bufs, libc::POLLOUT, &|| self.closing())?;
+        let refused = refusals(
+            py,
+            &bufs,
+            libc::POLLOUT,
+            &|| self.closing(),
+            Vec::new(),
+            &HashMap::new(),
+        )?;
         buffer_batch(py, engine, bufs, refused, write_from_buffer)
     }
 
@@ -648,7 +674,9 @@ impl Core {
     /// [`MISSES_BEFORE_SKIPPING`](crate::inline_read::MISSES_BEFORE_SKIPPING)
     /// misses in a row only one read in [`SKIP`](crate::inline_read::SKIP)
     /// is tried, until one hits, so that a cold workload pays for few
-    /// failed tries.
+    /// failed tries (a miss: bytes not cached; a refusal for what the
+    /// descriptor is, `ESPIPE` or `EINVAL`, is none: see
+    /// [`crate::inline_read`]).
     pub(crate) fn read_inline<'py>(
         &self,
         py: Python<'py>,
@@ -721,15 +749,22 @@ impl Core {
             .fetch_add(offsets.len() as u64, Ordering::Relaxed);
         let flags = fd_flags(fd);
         let direct = flags != -1 && flags & libc::O_DIRECT != 0;
+        // (at an offset other than 0 of a pipe, socket or terminal: ESPIPE,
+        // as `os.pread`'s, where io_uring would ignore the offset and read)
+        let no_offsets = offsets.iter().any(|&off| off != 0) && without_offsets(fd, flags);
         let aio = self.aio(direct)?;
         let (file, lent) = self.hold_for_batch(&aio, fd, flags);
         if let (Ok(_), false, true) = (&file, direct, length >= fresh::FRESH_MIN) {
-            return self.start_fresh(py, waiter, (fd, file, lent), &offsets, b"", length, false);
+            let at = (&offsets[..], no_offsets);
+            return self.start_fresh(py, waiter, (fd, file, lent), at, b"", length, false);
         }
         let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
         let futs = offsets
             .iter()
             .map(|&off| {
+                if no_offsets && off != 0 {
+                    return Ok(failed(Yields::Read, offset_refused(fd, length, off)));
+                }
                 Ok(match &file {
                     Ok((file, dup)) => {
                         let dup = *dup;
@@ -804,7 +839,7 @@ impl Core {
             py,
             waiter,
             (fd, held.0, held.1),
-            &offsets,
+            (&offsets, false),
             head,
             length.max(1),
             true,
@@ -818,11 +853,30 @@ impl Core {
         ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
     ) -> PyResult<u64> {
         let ops = buffer_ops(ops)?;
-        distinct_read_buffers(&ops)?;
+        let (at_offsets, flags) = refused_offsets(&ops);
+        if at_offsets.iter().any(Option::is_some) {
+            // (a read refused for its offset is not made: its buffer may be another's)
+            let made: Vec<_> = ops
+                .iter()
+                .zip(&at_offsets)
+                .filter(|(_, r)| r.is_none())
+                .map(|(op, _)| op.clone())
+                .collect();
+            distinct_read_buffers(&made)?;
+        } else {
+            distinct_read_buffers(&ops)?;
+        }
         self.reads.fetch_add(ops.len() as u64, Ordering::Relaxed);
-        self.submit_each(waiter, "read", ops, writable, |file, buf, off, fd, dup| {
-            counted(file.read_at(Buf::Exported(Lent::new(buf)), off), fd, dup)
-        })
+        let given = (at_offsets, flags);
+        self.submit_each(
+            waiter,
+            "read",
+            (ops, given),
+            writable,
+            |file, buf, off, fd, dup| {
+                counted(file.read_at(Buf::Exported(Lent::new(buf)), off), fd, dup)
+            },
+        )
     }
 
     /// Starts writing each `(fd, data, offset)`.
@@ -834,7 +888,7 @@ impl Core {
         self.submit_each(
             waiter,
             "write",
-            buffer_ops(ops)?,
+            (buffer_ops(ops)?, (Vec::new(), HashMap::new())),
             readable,
             |file, buf, off, fd, dup| counted(file.write_at(RoBuf(Lent::new(buf)), off), fd, dup),
         )
@@ -1169,4 +1223,62 @@ impl Core {
             .unwrap_or_else(PoisonError::into_inner)
             .is_none()
     }
+}
+
+/// [`Core::read_batch`] of `fd`, opened with `O_DIRECT`: `length` bytes at
+/// each offset, each a new `bytes` or its OSError in its place, and how
+/// many failed.
+fn read_direct<'py>(
+    py: Python<'py>,
+    engine: &Engine,
+    fd: RawFd,
+    offsets: &[u64],
+    length: usize,
+) -> PyResult<(Bound<'py, PyList>, usize)> {
+    // O_DIRECT needs aligned memory, which `bytes` are not: read into
+    // one page-aligned arena per thread, reused (no allocation and no
+    // zeroing per read), and copy out.
+    thread_local! {
+        static ARENA: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new(0, 4096));
+    }
+    ARENA.with(|arena| {
+        let mut arena = arena.borrow_mut();
+        let need = offsets.len().checked_mul(length).ok_or_else(|| {
+            PyMemoryError::new_err(format!(
+                "{} reads of {length} bytes do not fit in memory",
+                offsets.len()
+            ))
+        })?;
+        if arena.len() < need {
+            let size = need.checked_next_power_of_two().unwrap_or(need);
+            *arena = alloc_for(size, "the O_DIRECT read buffers")?;
+        }
+        let target = RawTarget(fd);
+        let results = {
+            let slots = arena[..need].chunks_mut(length.max(1));
+            crate::gil::detach(py, || {
+                let mut ops: Vec<Op<'_>> = slots
+                    .zip(offsets)
+                    .map(|(b, &off)| Op::read(&target, off, b))
+                    .collect();
+                engine.submit(&mut ops)
+            })
+        };
+        let results: Vec<io::Result<usize>> = results
+            .map_err(io_err)?
+            .into_iter()
+            .map(|r| explain_direct(r, fd))
+            .collect();
+        let items: Vec<PyObject> = results
+            .iter()
+            .enumerate()
+            .map(|(k, r)| match r {
+                Ok(n) => PyBytes::new(py, &arena[k * length..k * length + *n])
+                    .into_any()
+                    .unbind(),
+                Err(e) => os_error(py, e),
+            })
+            .collect();
+        with_failures(py, items, &results)
+    })
 }

@@ -2,12 +2,14 @@
 //! pidfd), the duplicate an asynchronous operation works on, and the fork
 //! count that tells a forked child.
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Once, PoisonError};
 
 use blockio::aio::{AsyncEngine, AsyncFile};
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
 /// Whether `fd` was opened with `O_DIRECT` (false if `fcntl` fails: the
@@ -36,10 +38,11 @@ pub(crate) fn fd_flags(fd: RawFd) -> i32 {
 /// batch to fail each of its operations with (see [`refusal`]); and the
 /// wait ends with `ECANCELED` when `closed` says the engine was closed
 /// meanwhile (from another thread), as its asynchronous operations are
-/// cancelled then.
+/// cancelled then. `flags`: `fd`'s `F_GETFL` flags ([`fd_flags`]).
 pub(crate) fn wait_ready(
     py: Python<'_>,
     fd: RawFd,
+    flags: i32,
     events: libc::c_short,
     closed: &dyn Fn() -> bool,
 ) -> PyResult<Option<i32>> {
@@ -56,7 +59,6 @@ pub(crate) fn wait_ready(
     if fd < 0 {
         return Ok(None);
     }
-    let flags = fd_flags(fd);
     if let Some(errno) = refusal(fd, flags) {
         return Ok(Some(errno));
     }
@@ -94,6 +96,77 @@ pub(crate) fn refusal(fd: RawFd, flags: i32) -> Option<i32> {
     } else {
         None
     }
+}
+
+/// Whether a read of `fd` (`F_GETFL` `flags`) at an offset other than 0
+/// is refused with `ESPIPE`, as `os.pread`'s is: `fd` is a pipe, socket
+/// or character device without offsets (a terminal), where io_uring would
+/// ignore the offset and read. Its flags cannot tell: a FIFO opened by
+/// its path has `open`'s flags, as a regular file has. So an `fstat`
+/// tells (one system call per descriptor per batch with such offsets),
+/// and for a character device an `lseek` (`/dev/zero` has offsets). An
+/// `O_PATH` descriptor, which `fstat` sees through, is left to the read,
+/// which fails with `EBADF` as `os.pread`'s does.
+pub(crate) fn without_offsets(fd: RawFd, flags: i32) -> bool {
+    use rustix::fs::FileType;
+    if fd < 0 || flags == -1 || flags & libc::O_PATH != 0 {
+        return false;
+    }
+    // SAFETY: `F_GETFL` just found `fd` open; the borrow lasts only for
+    // the two calls below, which only look at it (were it closed
+    // meanwhile by another thread, they fail with `EBADF`, and the read
+    // reports that).
+    let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
+    let Ok(st) = rustix::fs::fstat(fd) else {
+        return false; // (the read reports what is wrong with the descriptor)
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Fifo | FileType::Socket => true,
+        FileType::CharacterDevice => {
+            rustix::fs::seek(fd, rustix::fs::SeekFrom::Current(0)) == Err(rustix::io::Errno::SPIPE)
+        }
+        _ => false,
+    }
+}
+
+/// The `ESPIPE` of a read of `length` bytes at `offset` (not 0) of `fd`,
+/// which has none (see [`without_offsets`]), worded as `Engine.aread`'s.
+pub(crate) fn offset_refused(fd: RawFd, length: usize, offset: u64) -> io::Error {
+    crate::refused(
+        &format!("read of {length} bytes at offset {offset}"),
+        fd,
+        libc::ESPIPE,
+    )
+}
+
+/// Operations of a batch refused before they are made, the error of each
+/// in its place (`None`: it is made; an empty list: none is refused), and
+/// the `F_GETFL` flags of the descriptors looked up meanwhile.
+pub(crate) type Given = (Vec<Option<io::Error>>, HashMap<RawFd, i32>);
+
+/// For reads into `ops` (`(fd, buffer, offset)`): in the place of each
+/// at an offset other than 0 of a descriptor without offsets (see
+/// [`without_offsets`]), its `ESPIPE`; `None` in the others'. With the
+/// `F_GETFL` flags of each descriptor, looked up once, for the caller.
+pub(crate) fn refused_offsets(ops: &[(RawFd, Bound<'_, PyAny>, u64)]) -> Given {
+    let mut flags: HashMap<RawFd, i32> = HashMap::new();
+    let mut streams: HashMap<RawFd, bool> = HashMap::new();
+    let refused = ops
+        .iter()
+        .map(|(fd, obj, off)| {
+            let stream = *streams.entry(*fd).or_insert_with(|| {
+                let f = fd_flags(*fd);
+                flags.insert(*fd, f);
+                without_offsets(*fd, f)
+            });
+            (stream && *off != 0).then(|| {
+                // (not a buffer: its read names it, if it is made)
+                let size = PyBuffer::<u8>::get(obj).map_or(0, |b| b.len_bytes());
+                offset_refused(*fd, size, *off)
+            })
+        })
+        .collect();
+    (refused, flags)
 }
 
 /// Whether a descriptor with `F_GETFL` `flags` was opened for `events`

@@ -496,6 +496,31 @@ impl FileState {
         FileCall::make(slf, Op::Tell)
     }
 
+    /// One line, with its ``\n`` (``b""`` at end of file); at most
+    /// ``size`` bytes when ``size`` is given. A coroutine (`FileCall`):
+    /// served inline at its first step when the line is all in the read
+    /// buffer (see [`readline_inline`]), else read through the file's call
+    /// queue.
+    #[pyo3(signature = (size = None), text_signature = "($self, size=-1)")]
+    pub(crate) fn readline(
+        slf: &Bound<'_, Self>,
+        size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
+        let size = match size {
+            Some(size) => size.clone().unbind(),
+            None => (-1i64).into_pyobject(slf.py())?.into_any().unbind(),
+        };
+        FileCall::make(slf, Op::Readline(size))
+    }
+
+    /// Writes all of ``data`` at the position; the byte count. A
+    /// coroutine (`FileCall`): served inline at its first step when the
+    /// bytes fit in the write buffer (see [`write_inline`]), else written
+    /// through the file's call queue.
+    pub(crate) fn write(slf: &Bound<'_, Self>, data: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+        FileCall::make(slf, Op::Write(data.clone().unbind()))
+    }
+
     /// Sets `_seeked`: a seek also ends the run of sequential reads (the
     /// next read ahead takes the buffer's size again).
     #[setter(_seeked)]

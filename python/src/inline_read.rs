@@ -3,7 +3,13 @@
 //! bytes asked for are in the page cache; else nothing, and the caller
 //! reads through the engine. A workload that keeps missing (cold data)
 //! stops paying for the tries: after [`MISSES_BEFORE_SKIPPING`] misses in
-//! a row only one read in [`SKIP`] is tried, until one hits.
+//! a row only one read in [`SKIP`] is tried, until one hits. A miss is a
+//! try that found bytes uncached (`EAGAIN`, or cut short before the end of
+//! the file); one refused for what the descriptor is (a pipe's or
+//! socket's `ESPIPE`) counts as neither hit nor miss, since it never can
+//! be served inline. So after a cold run (16 misses or more) up to
+//! [`SKIP`] − 1 reads, cached or not, go to the engine before the next
+//! try, and the first try that hits ends the skipping.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,8 +81,10 @@ impl InlineReads {
             return None;
         }
         let misses = self.try_one()?;
-        let (bytes, n) = unfilled_read(py, fd, off, len)?;
-        self.hit(misses, n == len).then_some(bytes)
+        let (bytes, n) = self.counted_read(py, fd, off, len, misses)?;
+        let full = n == len;
+        self.hit(misses, full || at_end(fd, off, n));
+        full.then_some(bytes)
     }
 
     /// At least `min` and up to `len` bytes (`min` 1 to `len`, `len` at
@@ -96,8 +104,10 @@ impl InlineReads {
             return None;
         }
         let misses = self.try_one()?;
-        let (bytes, n) = unfilled_read(py, fd, off, len)?;
-        if !self.hit(misses, n >= min) {
+        let (bytes, n) = self.counted_read(py, fd, off, len, misses)?;
+        let enough = n >= min;
+        self.hit(misses, enough || at_end(fd, off, n));
+        if !enough {
             return None;
         }
         if n == len {
@@ -133,8 +143,10 @@ impl InlineReads {
         if rest >= INLINE_PIECE {
             return None;
         }
-        let (bytes, n) = unfilled_read(py, fd, off, rest + 1)?;
-        if !self.hit(misses, n == rest) {
+        let (bytes, n) = self.counted_read(py, fd, off, rest + 1, misses)?;
+        // (More than `rest`: the file grew, and what it read was cached.)
+        self.hit(misses, n >= rest || at_end(fd, off, n));
+        if n != rest {
             return None;
         }
         fresh::shrunk(py, bytes.unbind(), n)
@@ -182,18 +194,18 @@ impl InlineReads {
                 .add(at)
         };
         let mut got = 0;
-        let found = loop {
+        let (found, uncached) = loop {
             // SAFETY: `got < len`: `len - got` bytes from `base + got`
             // lie within the object (see above).
             match unsafe { nowait_read(fd, off + got as u64, base.add(got), len - got) } {
-                Some(0) => break Piece::End(got),
-                Some(n) if got + n == len => break Piece::Full,
-                Some(n) => got += n, // (short: the end, or the end of what is cached)
-                None => break Piece::Miss,
+                Ok(0) => break (Piece::End(got), false),
+                Ok(n) if got + n == len => break (Piece::Full, false),
+                Ok(n) => got += n, // (short: the end, or the end of what is cached)
+                Err(failed) => break (Piece::Miss, failed == Failed::Uncached),
             }
         };
         let hit = !matches!(found, Piece::Miss);
-        if first || !hit {
+        if (first && hit) || uncached {
             self.hit(misses, hit);
         }
         found
@@ -212,8 +224,35 @@ impl InlineReads {
         Some(misses)
     }
 
+    /// [`unfilled_read`], whose failure counts as a miss of the try made
+    /// after `misses` misses when it found bytes uncached (`EAGAIN`), and
+    /// as nothing when refused (a pipe's `ESPIPE`: never served inline, it
+    /// says nothing of what is cached) or failed otherwise.
+    fn counted_read<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        off: u64,
+        len: usize,
+        misses: u64,
+    ) -> Option<(Bound<'py, PyBytes>, usize)> {
+        match unfilled_read(py, fd, off, len) {
+            Ok(got) => Some(got),
+            Err(failed) => {
+                if failed == Failed::Uncached {
+                    self.hit(misses, false);
+                }
+                None
+            }
+        }
+    }
+
     /// Records whether an inline read tried after `misses` misses hit (the
-    /// count starts again) or missed; `hit`.
+    /// count starts again) or missed; `hit`. A read that found the end of
+    /// the file (short, or empty) is a hit: nothing it asked for was left
+    /// uncached, though the engine serves it (see [`InlineReads::read`]);
+    /// counted as misses, a run of reads at a file's end (a text file's
+    /// `readline()`s there) would send cached reads after it to the engine.
     fn hit(&self, misses: u64, hit: bool) -> bool {
         if hit {
             self.misses.store(0, Ordering::Relaxed);
@@ -224,14 +263,46 @@ impl InlineReads {
     }
 }
 
+/// Whether a `preadv2(RWF_NOWAIT)` that read `n` bytes at `off` of `fd`
+/// stopped at the end of the file: it read none (the kernel's answer at
+/// or past the end; an uncached page is `EAGAIN`), or a read of one byte
+/// after them finds none. (One more call, only for a read cut short.)
+fn at_end(fd: RawFd, off: u64, n: usize) -> bool {
+    if n == 0 {
+        return true;
+    }
+    let mut byte = 0u8;
+    // SAFETY: `byte` is valid for writes of 1 byte for the call.
+    let next = unsafe { nowait_read(fd, off.saturating_add(n as u64), &mut byte, 1) };
+    next == Ok(0)
+}
+
+/// Why an inline read failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failed {
+    /// `EAGAIN`: not all of it cached (a miss).
+    Uncached,
+    /// Refused (`ESPIPE`, `EBADF`, ...) or not made (no memory): not a miss.
+    Other,
+}
+
+/// The `Failed` of a `preadv2` that returned -1 (from `errno`).
+fn failure() -> Failed {
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
+        Failed::Uncached
+    } else {
+        Failed::Other
+    }
+}
+
 /// One `preadv2(RWF_NOWAIT)` of up to `len` bytes at `off` of `fd` into
-/// `buf`: how many it read, or `None` if it failed (`EAGAIN`: not cached).
+/// `buf`: how many it read, or why it failed.
 ///
 /// # Safety
 ///
 /// `buf` must be valid for writes of `len` bytes.
-unsafe fn nowait_read(fd: RawFd, off: u64, buf: *mut u8, len: usize) -> Option<usize> {
-    let off = libc::off_t::try_from(off).ok()?;
+unsafe fn nowait_read(fd: RawFd, off: u64, buf: *mut u8, len: usize) -> Result<usize, Failed> {
+    let off = libc::off_t::try_from(off).map_err(|_| Failed::Other)?;
     let iov = libc::iovec {
         iov_base: buf.cast(),
         iov_len: len,
@@ -241,13 +312,13 @@ unsafe fn nowait_read(fd: RawFd, off: u64, buf: *mut u8, len: usize) -> Option<u
     // (rustix has no preadv2 flag for RWF_NOWAIT on a raw descriptor
     // number: libc, as `unfilled_read` does.)
     let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
-    usize::try_from(n).ok()
+    usize::try_from(n).map_err(|_| failure())
 }
 
 /// One `preadv2(RWF_NOWAIT)` of up to `len` bytes at `off` of `fd` into a
-/// new bytes object of `len` bytes, and how many it read; `None` if it
-/// failed (`EAGAIN`: not cached) or the object could not be made (the
-/// slow path reports that). Only the first bytes, as many as it read,
+/// new bytes object of `len` bytes, and how many it read; why not if it
+/// failed, or `Failed::Other` if the object could not be made (the slow
+/// path reports that). Only the first bytes, as many as it read,
 /// are set: the caller hands the object out only when it read all of
 /// them, or once shrunk to them.
 fn unfilled_read<'py>(
@@ -255,12 +326,12 @@ fn unfilled_read<'py>(
     fd: RawFd,
     off: u64,
     len: usize,
-) -> Option<(Bound<'py, PyBytes>, usize)> {
-    let off = libc::off_t::try_from(off).ok()?;
+) -> Result<(Bound<'py, PyBytes>, usize), Failed> {
+    let off = libc::off_t::try_from(off).map_err(|_| Failed::Other)?;
     // A bytes object whose contents the read overwrites, made without
     // pyo3's `PyBytes::new_with`, which zero-fills it first (a memset
     // of `len` bytes per read, for bytes the kernel then writes over).
-    let size = pyo3::ffi::Py_ssize_t::try_from(len).ok()?;
+    let size = pyo3::ffi::Py_ssize_t::try_from(len).map_err(|_| Failed::Other)?;
     // SAFETY: with a null pointer, PyBytes_FromStringAndSize allocates a
     // bytes object of `size` bytes (plus its trailing NUL) and returns a
     // new reference, or null with a Python error set; the GIL is held
@@ -268,7 +339,7 @@ fn unfilled_read<'py>(
     let raw = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size) };
     if raw.is_null() {
         drop(PyErr::take(py)); // (out of memory: the slow path reports it)
-        return None;
+        return Err(Failed::Other);
     }
     // SAFETY: `raw` is a new, non-null reference to a bytes object,
     // which the Bound now owns.
@@ -283,5 +354,5 @@ fn unfilled_read<'py>(
     // alive (owned by `bytes`) for the call; preadv2 writes at most
     // `iov_len` bytes into it.
     let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
-    Some((bytes, usize::try_from(n).ok()?))
+    Ok((bytes, usize::try_from(n).map_err(|_| failure())?))
 }

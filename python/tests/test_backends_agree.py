@@ -315,6 +315,117 @@ def test_batch_reads_of_a_pipe_are_refused_at_an_offset_other_than_0_as_os_pread
         os.close(wfd)
 
 
+class _Named:
+    """A file-like object with a name, over descriptor ``fd``."""
+
+    def __init__(self, fd, name):
+        self.fd, self.name = fd, name
+
+    def fileno(self):
+        return self.fd
+
+
+@pytest.mark.parametrize("length", [10, 100_000])  # (the second: a read into its own bytes object)
+def test_a_batch_read_refused_for_its_offset_names_the_read_and_the_file(engine, length):
+    """Each batch API's ``ESPIPE`` for a read at an offset other than 0 of
+    a socket is an ``OSError`` worded as ``os.pread``'s and ``aread``'s:
+    the read's length and offset, the descriptor, "Illegal seek", and the
+    file's name as its ``filename``; raised when the batch does not return
+    exceptions, and nothing taken from the stream."""
+    a, b = socket.socketpair()
+    try:
+        fd = a.fileno()
+        f = _Named(fd, "the-stream")
+        b.sendall(bytes(range(50)))
+        want = f"read of {length} bytes at offset 7 on fd {fd} failed: Illegal seek"
+        buf = bytearray(length)
+
+        def check(e):
+            assert type(e) is OSError and e.errno == errno.ESPIPE, repr(e)
+            assert e.strerror == want and e.filename == "the-stream", repr(e)
+
+        for got in (engine.read_batch(f, offsets=[7], length=length, return_exceptions=True),
+                    engine.readinto_batch([(f, buf, 7)], return_exceptions=True)):
+            check(got[0])
+        with pytest.raises(OSError) as raised:
+            engine.read_batch(f, offsets=[7], length=length)
+        check(raised.value)
+
+        async def main():
+            got = [await engine.aread_batch(f, offsets=[7], length=length, return_exceptions=True),
+                   await engine.areadinto_batch([(f, buf, 7)], return_exceptions=True)]
+            with pytest.raises(OSError) as raised:
+                await engine.areadinto_batch([(f, buf, 7)])
+            return [g[0] for g in got] + [raised.value]
+
+        for e in asyncio.run(main()):
+            check(e)
+        assert engine.read_batch(f, offsets=[0], length=50) == [bytes(range(50))]
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("length", [5, 100_000])  # (the second: a read into its own bytes object)
+def test_a_fifo_opened_by_its_path_is_refused_at_an_offset_other_than_0(engine, tmp_path, length):
+    """A FIFO opened by its path has ``open``'s flags, as a regular file
+    has; still every batch read at an offset other than 0 of it fails with
+    ``ESPIPE`` (as ``os.pread``'s) on both backends, takes nothing from the
+    stream and, the FIFO drained, does not wait for bytes."""
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    r = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    w = os.open(path, os.O_WRONLY)
+    try:
+        with pytest.raises(OSError) as pread:
+            os.pread(r, 5, 7)
+        assert pread.value.errno == errno.ESPIPE
+
+        def refused(got):
+            assert type(got) is OSError and got.errno == errno.ESPIPE, repr(got)
+
+        async def batches():
+            return [(await engine.aread_batch(r, offsets=[7], length=length, return_exceptions=True))[0],
+                    (await engine.areadinto_batch([(r, bytearray(5), 7)], return_exceptions=True))[0]]
+
+        for got in asyncio.run(batches()):  # (drained: a read made would wait)
+            refused(got)
+        os.write(w, b"abcde")
+        got = engine.read_batch(r, offsets=[0, 7], length=length, return_exceptions=True)
+        assert got[0] == b"abcde"  # (all the stream: nothing taken by the read at 7)
+        refused(got[1])
+        os.write(w, b"klmno")
+        refused(engine.readinto_batch([(r, bytearray(5), 7)], return_exceptions=True)[0])
+        for got in asyncio.run(batches()):
+            refused(got)
+        assert os.read(r, 100) == b"klmno"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_an_o_path_descriptor_fails_a_batch_read_with_ebadf_as_os_pread(engine, tmp_path):
+    """An ``O_PATH`` descriptor of a FIFO (``fstat`` sees the FIFO) is not
+    read: ``EBADF``, as ``os.pread``'s, not the ``ESPIPE`` of an offset;
+    and reads into one buffer twice are refused as on any file."""
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    fd = os.open(path, os.O_PATH)
+    try:
+        with pytest.raises(OSError) as pread:
+            os.pread(fd, 5, 7)
+        assert pread.value.errno == errno.EBADF
+        got = engine.read_batch(fd, offsets=[7], length=5, return_exceptions=True)
+        assert type(got[0]) is OSError and got[0].errno == errno.EBADF, repr(got[0])
+        buf = bytearray(5)
+        got = engine.readinto_batch([(fd, buf, 7)], return_exceptions=True)
+        assert type(got[0]) is OSError and got[0].errno == errno.EBADF, repr(got[0])
+        with pytest.raises(ValueError):
+            engine.readinto_batch([(fd, buf, 7), (fd, buf, 7)], return_exceptions=True)
+    finally:
+        os.close(fd)
+
+
 def test_a_character_device_with_offsets_is_read_at_any_offset(engine):
     """``/dev/zero`` takes ``pread`` at any offset: so does ``aread`` on
     both backends, one read of the length asked (past 64 KiB too)."""

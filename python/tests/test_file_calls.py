@@ -1,4 +1,4 @@
-"""A binary file's ``read``, ``seek`` and ``tell`` return a ``FileCall``
+"""A binary file's ``read``, ``seek``, ``tell``, ``readline`` and ``write`` return a ``FileCall``
 (``python/src/call.rs``), a coroutine object whose first step serves the
 call inline (returning at once) or runs the queued call's coroutine. It
 must pass for a coroutine wherever one is taken: ``await``, asyncio's tasks
@@ -11,6 +11,7 @@ import asyncio
 import collections.abc
 import gc
 import inspect
+import os
 import tracemalloc
 import warnings
 from unittest import mock
@@ -90,6 +91,38 @@ def test_calls_not_served_inline_run_the_queued_call(path, engine, loop_name):
             return told, how, got
 
     assert run(loop_name, main) == (6, "yielded", DATA[6:10])
+
+
+@LOOPS
+def test_readline_and_write_are_file_calls_served_at_their_first_step(tmp_path, engine, loop_name):
+    """``readline`` and ``write`` return a ``FileCall`` too, named as its
+    method: a line in the read buffer, and bytes that go into the write
+    buffer, are served at the call's first step; else the queued call
+    runs (the first line, which fills the buffer; the first write after a
+    seek), in order with the file's other calls."""
+    p = tmp_path / "lines.bin"
+    p.write_bytes(b"one\ntwo\nthree\n")
+
+    async def main():
+        async with blockio.open(p, "r+b", engine=engine) as f:
+            first = f.readline()
+            assert type(first) is FileCall
+            assert (first.__name__, first.__qualname__) == ("readline", "AsyncFile.readline")
+            assert await first == b"one\n"
+            set_turn_count(0)
+            got = [first_step(f.readline())]  # (in the buffer)
+            await f.seek(0, os.SEEK_END)
+            w = f.write(b"four\n")
+            assert type(w) is FileCall
+            assert (w.__name__, w.__qualname__) == ("write", "AsyncFile.write")
+            assert await w == 5
+            set_turn_count(0)
+            got.append(first_step(f.write(b"five\n")))  # (into the buffer)
+            got.append(await f.tell())
+        return got
+
+    assert run(loop_name, main) == [("returned", b"two\n"), ("returned", 5), 24]
+    assert p.read_bytes() == b"one\ntwo\nthree\nfour\nfive\n"
 
 
 @LOOPS
@@ -295,7 +328,7 @@ def test_a_files_methods_are_coroutine_functions_to_inspect_and_asyncio(path, en
     async def main():
         async with blockio.open(path, "r+b", buffering=buffering, engine=engine) as f:
             bound = {m: getattr(f, m) for m in COROUTINE_METHODS}
-            in_class = {m: getattr(type(f), m) for m in ("read", "seek", "tell")}
+            in_class = {m: getattr(type(f), m) for m in ("read", "seek", "tell", "readline", "write")}
             assert [m for m, b in bound.items() if not inspect.iscoroutinefunction(b)] == []
             assert [m for m, b in bound.items() if not asyncio.iscoroutinefunction(b)] == []
             assert [m for m, b in in_class.items() if not inspect.iscoroutinefunction(b)] == []
@@ -304,6 +337,8 @@ def test_a_files_methods_are_coroutine_functions_to_inspect_and_asyncio(path, en
             assert str(inspect.signature(f.read)) == "(size=-1)"
             assert str(inspect.signature(f.seek)) == "(offset, whence=0)"
             assert str(inspect.signature(f.tell)) == "()"
+            assert str(inspect.signature(f.readline)) == "(size=-1)"
+            assert str(inspect.signature(f.write)) == "(data)"
             assert (f.read.__name__, f.read.__qualname__) == ("read", "AsyncFile.read")
             # (taken as values, called later, through the class, by keyword)
             read, seek = f.read, f.seek
@@ -321,11 +356,32 @@ def test_a_files_methods_are_coroutine_functions_to_inspect_and_asyncio(path, en
     asyncio.run(main())
 
 
+def test_readline_and_write_called_wrongly_say_so_counting_the_file(path, engine):
+    """A wrong call of ``readline`` or ``write`` raises the ``TypeError``
+    the ``async def``s they were raised (and the built-in's bound methods
+    do): the file counted among the positional arguments."""
+    async def main():
+        async with blockio.open(path, "r+b", engine=engine) as f:
+            for call, message in [
+                (lambda: f.write(b"a", b"b"), "AsyncFile.write() takes 2 positional arguments but 3 were given"),
+                (lambda: f.write(), "AsyncFile.write() missing 1 required positional argument: 'data'"),
+                (lambda: f.readline(1, 2),
+                 "AsyncFile.readline() takes from 1 to 2 positional arguments but 3 were given"),
+                (lambda: f.write(b"x", self=f), "AsyncFile.write() got multiple values for argument 'self'"),
+            ]:
+                with pytest.raises(TypeError) as raised:
+                    call()
+                assert str(raised.value) == message
+            assert await f.readline(size=3) == DATA[:3]  # (by keyword still)
+
+    asyncio.run(main())
+
+
 def test_an_async_mock_specced_on_a_file_makes_awaitable_methods(path, engine):
     async def main():
         async with blockio.open(path, "rb", engine=engine) as f:
             m = mock.AsyncMock(spec=f)
-            assert all(isinstance(getattr(m, n), mock.AsyncMock) for n in ("read", "seek", "tell"))
+            assert all(isinstance(getattr(m, n), mock.AsyncMock) for n in ("read", "seek", "tell", "readline", "write"))
             m.read.return_value = b"abc"
             m.seek.return_value = 1
             got = [await m.read(3), await m.seek(1)]

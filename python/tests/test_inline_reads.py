@@ -20,6 +20,11 @@ BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 pytestmark = pytest.mark.usefixtures("turns_by_count")
 
 
+#: More reads in a row than the inline reads' bound on misses before they
+#: skip (``MISSES_BEFORE_SKIPPING``, 16, in ``python/src/inline_read.rs``).
+MANY = 40
+
+
 LOOPS = pytest.mark.parametrize("loop_factory", list(loop_kinds.FACTORIES.values()), ids=loop_kinds.NAMES)
 
 
@@ -58,6 +63,81 @@ def test_read_inline_serves_only_whole_cached_reads(data_file, backend):
             os.close(d)
         e.close()
         assert e._core.read_inline(fd, 0, 4096) is None
+
+
+#: Of the reads after that many misses, at most one in this many is tried
+#: inline (``SKIP``, 32, in ``python/src/inline_read.rs``).
+SKIP = 32
+
+
+@BACKENDS
+def test_stream_reads_leave_the_cached_reads_after_them_inline(data_file, backend):
+    """``Engine.aread`` of a pipe is refused inline (``ESPIPE``: a pipe has
+    no page cache) and read through the engine; those refusals are not
+    misses, so after many of them every cached read of a file on the same
+    engine is still served inline (none through the engine)."""
+    path, data = data_file
+    with blockio.Engine(backend=backend) as e, open(path, "rb") as f:
+        fd = f.fileno()
+        f.read()  # in the page cache
+        r, w = os.pipe()
+
+        async def main():
+            for _ in range(MANY):
+                os.write(w, b"abcdefghij")
+                assert await e.aread(r, offset=0, length=10) == b"abcdefghij"
+            before = e._core.reads_started
+            for i in range(MANY):
+                off = (i * 7919) % (len(data) - 4096)
+                assert await e.aread(fd, offset=off, length=4096) == data[off:off + 4096]
+            return e._core.reads_started - before
+
+        try:
+            assert asyncio.run(main()) == 0
+        finally:
+            os.close(r)
+            os.close(w)
+
+
+@BACKENDS
+def test_reads_at_the_end_are_not_misses(data_file, backend):
+    """Reads at the file's end (past it: empty; or cut short by it) are not
+    misses: after many of them the next cached read is served inline."""
+    path, data = data_file
+    with blockio.Engine(backend=backend) as e, open(path, "rb") as f:
+        fd = f.fileno()
+        f.read()  # in the page cache
+        for _ in range(MANY):
+            assert e._core.read_inline(fd, len(data) + 5, 10) is None
+            assert e._core.read_inline(fd, len(data) - 10, 4096) is None
+        assert e._core.read_inline(fd, 0, 4096) == data[:4096]
+
+
+@BACKENDS
+def test_after_uncached_reads_a_cached_read_is_served_inline_within_the_bound(tmp_path, backend):
+    """Uncached reads (``EAGAIN``) are misses: after 16 in a row the tries
+    are skipped, so the cached reads right after a cold run may go to the
+    engine, but no more than ``SKIP`` - 1 of them: one is tried within
+    ``SKIP`` reads, hits, and from it on all are served inline again."""
+    cold, warm = tmp_path / "cold.bin", tmp_path / "warm.bin"
+    cold.write_bytes(os.urandom(8 << 20))
+    data = os.urandom(1 << 20)
+    warm.write_bytes(data)
+    with blockio.Engine(backend=backend) as e, open(cold, "rb") as c, open(warm, "rb") as f:
+        os.fsync(c.fileno())
+        f.read()  # in the page cache
+        tried = []
+        for i in range(2 * MANY):
+            # (each try evicts again, and asks for a page no earlier one
+            # read ahead: see test_evicted_pages_are_not_served_inline)
+            os.posix_fadvise(c.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            tried.append(e._core.read_inline(c.fileno(), (i * 37 % 64) << 17, 4096))
+        served = [e._core.read_inline(f.fileno(), (i * 7919) % (len(data) - 4096), 4096) is not None
+                  for i in range(2 * SKIP)]
+        assert True in served[:SKIP]  # (tried within the bound, and hit)
+        assert all(served[served.index(True):])  # (the skipping ended)
+        if all(t is None for t in tried):  # (16 misses at least: the tries were skipped)
+            assert not served[0]
 
 
 def test_evicted_pages_are_not_served_inline(tmp_path):
@@ -285,6 +365,53 @@ def test_reads_ahead_to_the_end_of_the_file_stay_inline(tmp_path, loop_factory, 
             assert b"".join(got) == data
             assert wakeups == []
             assert await f.read(4096) == b""
+
+    try:
+        run(main(), loop_factory)
+    finally:
+        e.close()
+
+
+@LOOPS
+@BACKENDS
+@pytest.mark.parametrize("mode", ["rb", "r"])
+def test_reads_at_a_files_end_leave_the_cached_reads_after_them_inline(tmp_path, loop_factory, backend, mode):
+    """Reads at a file's end, empty or cut short by it (``readline()`` and
+    ``read(n)`` there, many in a row), are not misses of the inline reads:
+    the cached reads after them, on another file of the same engine, are
+    all still served on the calling thread (none through the engine, none
+    on the loop's ring)."""
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"one\ntwo\nthree\n")
+    data = os.urandom(1 << 20)
+    big = tmp_path / "big.bin"
+    big.write_bytes(data)
+    e = blockio.Engine(backend=backend)
+
+    def reads_not_inline():
+        loop = asyncio.get_running_loop()
+        ring = getattr(getattr(loop, "_proactor", None), "_ring", None)
+        return e._core.reads_started + (ring.file_reads if ring is not None else 0)
+
+    async def main():
+        empty = b"" if mode == "rb" else ""
+        async with blockio.open(small, mode, engine=e) as f:
+            for _ in range(MANY):
+                await f.seek(0)
+                assert len(await f.read()) == 14
+                assert await f.readline() == empty  # (at the end: empty)
+                assert await f.read(100) == empty
+        async with blockio.open(small, "rb", buffering=0, engine=e) as f:
+            for _ in range(MANY):
+                await f.seek(10)
+                assert await f.read(100) == b"ree\n"  # (cut short by the end)
+        async with blockio.open(big, "rb", buffering=0, engine=e) as f:
+            before = reads_not_inline()
+            for i in range(2 * MANY):
+                off = (i * 7919) % (len(data) - 4096)
+                await f.seek(off)
+                assert await f.read(4096) == data[off:off + 4096]
+            assert reads_not_inline() == before
 
     try:
         run(main(), loop_factory)
