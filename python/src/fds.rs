@@ -120,7 +120,15 @@ pub(crate) fn without_offsets(fd: RawFd, flags: i32) -> bool {
     let Ok(st) = rustix::fs::fstat(fd) else {
         return false; // (the read reports what is wrong with the descriptor)
     };
-    match FileType::from_raw_mode(st.st_mode) {
+    is_stream(fd, FileType::from_raw_mode(st.st_mode))
+}
+
+/// Whether `fd`, of `kind` (from its `fstat`), has no offsets: a pipe,
+/// FIFO or socket, or a character device whose `lseek` fails with
+/// `ESPIPE` (a terminal; `/dev/zero` has offsets).
+pub(crate) fn is_stream(fd: rustix::fd::BorrowedFd<'_>, kind: rustix::fs::FileType) -> bool {
+    use rustix::fs::FileType;
+    match kind {
         FileType::Fifo | FileType::Socket => true,
         FileType::CharacterDevice => {
             rustix::fs::seek(fd, rustix::fs::SeekFrom::Current(0)) == Err(rustix::io::Errno::SPIPE)

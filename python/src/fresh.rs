@@ -251,13 +251,7 @@ pub(crate) fn shape(fd: RawFd, whole: bool) -> Shape {
     let regular = kind == FileType::RegularFile;
     // (a character device with offsets, `/dev/zero`, is no stream: its
     // reads may stop short anywhere, and are read on; a terminal has none)
-    let stream = match kind {
-        FileType::Fifo | FileType::Socket => true,
-        FileType::CharacterDevice => {
-            rustix::fs::seek(fd, rustix::fs::SeekFrom::Current(0)) == Err(rustix::io::Errno::SPIPE)
-        }
-        _ => false,
-    };
+    let stream = crate::fds::is_stream(fd, kind);
     if stream && !whole {
         return Shape {
             lanes: 1,

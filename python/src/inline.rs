@@ -463,11 +463,7 @@ impl FileState {
         slf: &Bound<'_, Self>,
         size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyObject> {
-        let size = match size {
-            Some(size) => size.clone().unbind(),
-            None => (-1i64).into_pyobject(slf.py())?.into_any().unbind(),
-        };
-        FileCall::make(slf, Op::Read(size))
+        FileCall::make(slf, Op::Read(size_or_all(slf.py(), size)?))
     }
 
     /// Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
@@ -506,11 +502,7 @@ impl FileState {
         slf: &Bound<'_, Self>,
         size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyObject> {
-        let size = match size {
-            Some(size) => size.clone().unbind(),
-            None => (-1i64).into_pyobject(slf.py())?.into_any().unbind(),
-        };
-        FileCall::make(slf, Op::Readline(size))
+        FileCall::make(slf, Op::Readline(size_or_all(slf.py(), size)?))
     }
 
     /// Writes all of ``data`` at the position; the byte count. A
@@ -565,6 +557,15 @@ impl FileState {
         self.reader = None;
         self.pieces = None;
     }
+}
+
+/// A `read`'s or `readline`'s `size` as the call was given it: `-1`
+/// (all of the rest, or the whole line) when it was left out.
+fn size_or_all(py: Python<'_>, size: Option<&Bound<'_, PyAny>>) -> PyResult<PyObject> {
+    Ok(match size {
+        Some(size) => size.clone().unbind(),
+        None => (-1i64).into_pyobject(py)?.into_any().unbind(),
+    })
 }
 
 /// The empty `bytes` (the read-ahead buffer holding nothing).
