@@ -1147,3 +1147,131 @@ fn cached_reads_polled_once_and_dropped_when_pending_make_progress() {
     }
     assert!(done >= 500, "only {done} of 1000 reads completed");
 }
+
+/// Drops `path`'s pages from the page cache (the file is synced, so its
+/// clean pages go).
+fn evict(path: &std::path::Path) {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: posix_fadvise only advises the kernel about an open
+    // descriptor; it touches no memory of this process.
+    let rc = unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    assert_eq!(rc, 0, "posix_fadvise(DONTNEED) on {}", path.display());
+}
+
+/// Where one read of `len` bytes at `off` went: (served inline, handed to
+/// the driver), after checking its bytes against `data`.
+fn one_read(
+    engine: &AsyncEngine,
+    file: &AsyncFile,
+    data: &[u8],
+    off: usize,
+    len: usize,
+) -> (u64, u64) {
+    let before = (engine.served_inline(), engine.reads_to_driver());
+    let (r, b) = futures::executor::block_on(file.read_at(vec![0u8; len], off as u64));
+    assert_eq!(r.unwrap(), len, "read at {off}");
+    assert!(b == data[off..off + len], "bytes of the read at {off}");
+    (
+        engine.served_inline() - before.0,
+        engine.reads_to_driver() - before.1,
+    )
+}
+
+/// A read of cached data is served on the polling thread and never reaches
+/// the driver; a read of data not in the page cache goes to the driver
+/// (its `RWF_NOWAIT` try found the page missing, so the polling thread
+/// never waits for the disk), with the same bytes; after that miss the
+/// file's next read goes to the driver untried, and the one after is
+/// tried, and served, again. On an engine with its own driver and on one
+/// the tokio runtime drives.
+#[test]
+fn cached_reads_never_reach_the_driver_and_uncached_ones_do() {
+    let (path, data) = data_file(64 << 10, 66);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let engines = [
+        ("own driver", AsyncEngine::new().unwrap()),
+        ("tokio-driven", {
+            let _on = rt.enter();
+            AsyncEngine::new().unwrap()
+        }),
+    ];
+    for (how, engine) in &engines {
+        // Cached: every read inline.
+        std::fs::read(&path).unwrap();
+        let file = AsyncFile::open(engine, &path).unwrap();
+        for i in 0..16 {
+            let got = one_read(engine, &file, &data, (i * 7 % 16) * 4096, 4096);
+            assert_eq!(got, (1, 0), "{how}: cached read {i}");
+        }
+        // Not cached: to the driver.
+        evict(&path);
+        let got = one_read(engine, &file, &data, 8 * 4096, 4096);
+        assert_eq!(got, (0, 1), "{how}: the read of an evicted page");
+        // The back-off after one miss: one read untried, then tried again.
+        std::fs::read(&path).unwrap();
+        let got = one_read(engine, &file, &data, 0, 4096);
+        assert_eq!(got, (0, 1), "{how}: the read after a miss");
+        let got = one_read(engine, &file, &data, 4096, 4096);
+        assert_eq!(got, (1, 0), "{how}: the second read after a miss");
+    }
+}
+
+/// The warm shape of `blockio-bench read`'s `async` rows: 64 tasks on
+/// tokio's multi-thread runtime, whose engine the runtime drives, reading
+/// cached 4 KiB blocks. Every read is served on the polling threads,
+/// none through the ring (or the pool), including those after each
+/// thread's yield to the executor every 128 reads.
+#[test]
+fn many_tasks_reading_cached_data_never_use_the_driver() {
+    let (path, data) = data_file(256 << 10, 67);
+    std::fs::read(&path).unwrap();
+    let data = Arc::new(data);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let engine = {
+        let _on = rt.enter();
+        AsyncEngine::new().unwrap()
+    };
+    let file = Arc::new(AsyncFile::open(&engine, &path).unwrap());
+    const TASKS: u64 = 64;
+    const READS: u64 = 200;
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (file, data) = (file.clone(), data.clone());
+                tokio::spawn(async move {
+                    let mut rng = Rng(0x60_67 + t);
+                    let mut buf = vec![0u8; 4096];
+                    for _ in 0..READS {
+                        let off = rng.below(64) as usize * 4096;
+                        let (r, b) = file.read_at(buf, off as u64).await;
+                        assert_eq!(r.unwrap(), 4096);
+                        assert!(b == data[off..off + 4096], "bytes at {off}");
+                        buf = b;
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert_eq!(
+        (engine.served_inline(), engine.reads_to_driver()),
+        (TASKS * READS, 0)
+    );
+}
