@@ -679,9 +679,13 @@ impl AsyncEngine {
     /// reads went: a read of cached data is served inline and never
     /// counted here; one whose data is not all in the page cache (the
     /// polling thread's `RWF_NOWAIT` try found it missing, or the file's
-    /// back-off skipped the try) is counted here and waits in the driver,
-    /// not on the polling thread. A read refused before submission (an
-    /// offset past `i64::MAX`, a misaligned direct read) is in neither.
+    /// back-off skipped the try) is counted here, and the polling thread
+    /// does not wait for the read itself. A failed try may still sleep
+    /// while the kernel starts read-ahead, and that read-ahead now and
+    /// then brings the page in time for the try to be served inline after
+    /// all: such a read is counted in `served_inline`. A read refused
+    /// before submission (an offset past `i64::MAX`, a misaligned direct
+    /// read) is in neither.
     ///
     /// # Examples
     ///
