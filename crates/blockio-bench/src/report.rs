@@ -301,40 +301,7 @@ pub fn summarise(
             .find(|(q, _)| *q == p)
             .map(|(_, r)| r.clone())
             .unwrap_or_default();
-        let find = |prof: Profile, st: Strategy, qd: usize| {
-            rows.iter()
-                .find(|r| r.profile == prof && r.strategy == st && r.qd == qd)
-                .map(|r| r.iops)
-        };
-        let async_api = ours()
-            .filter(|r| r.strategy == Strategy::Async)
-            .map(|r| {
-                let tfs_profile = if p == Profile::Direct {
-                    Profile::Cold
-                } else {
-                    p
-                };
-                // Paired per round where both ran in this profile's rounds;
-                // else the ratio of the median rounds.
-                let paired = pair.async_api.iter().find(|x| x.tasks == r.qd);
-                let median_of = |x: Option<Paired>, st| {
-                    x.map(|x| x.median)
-                        .or_else(|| find(p, st, r.qd).map(|b| r.iops / b))
-                };
-                let spread_of = |x: Option<Paired>| x.map(|x| [x.min, x.max]);
-                let sb = paired.and_then(|x| x.vs_spawn_blocking);
-                let batch = paired.and_then(|x| x.vs_sync_batch);
-                AsyncComparison {
-                    tasks: r.qd,
-                    iops: r.iops,
-                    vs_tokio_fs: find(tfs_profile, Strategy::PoolTokioFs, r.qd).map(|x| r.iops / x),
-                    vs_spawn_blocking: median_of(sb, Strategy::PoolBlocking),
-                    vs_spawn_blocking_spread: spread_of(sb),
-                    vs_sync_batch: median_of(batch, Strategy::Uring),
-                    vs_sync_batch_spread: spread_of(batch),
-                }
-            })
-            .collect();
+        let async_api = async_comparisons(rows, p, &pair);
         out.push(Summary {
             profile: p,
             auto_iops: auto,
@@ -353,6 +320,46 @@ pub fn summarise(
         });
     }
     out
+}
+
+/// The async API's rows of profile `p` against the other strategies at
+/// its task count: paired per round where `pair` has them, else the ratio
+/// of the median rounds in `rows`.
+fn async_comparisons(rows: &[Row], p: Profile, pair: &PairedRatios) -> Vec<AsyncComparison> {
+    let find = |prof: Profile, st: Strategy, qd: usize| {
+        rows.iter()
+            .find(|r| r.profile == prof && r.strategy == st && r.qd == qd)
+            .map(|r| r.iops)
+    };
+    rows.iter()
+        .filter(|r| r.profile == p && r.strategy == Strategy::Async)
+        .map(|r| {
+            let tfs_profile = if p == Profile::Direct {
+                Profile::Cold
+            } else {
+                p
+            };
+            // Paired per round where both ran in this profile's rounds;
+            // else the ratio of the median rounds.
+            let paired = pair.async_api.iter().find(|x| x.tasks == r.qd);
+            let median_of = |x: Option<Paired>, st| {
+                x.map(|x| x.median)
+                    .or_else(|| find(p, st, r.qd).map(|b| r.iops / b))
+            };
+            let spread_of = |x: Option<Paired>| x.map(|x| [x.min, x.max]);
+            let sb = paired.and_then(|x| x.vs_spawn_blocking);
+            let batch = paired.and_then(|x| x.vs_sync_batch);
+            AsyncComparison {
+                tasks: r.qd,
+                iops: r.iops,
+                vs_tokio_fs: find(tfs_profile, Strategy::PoolTokioFs, r.qd).map(|x| r.iops / x),
+                vs_spawn_blocking: median_of(sb, Strategy::PoolBlocking),
+                vs_spawn_blocking_spread: spread_of(sb),
+                vs_sync_batch: median_of(batch, Strategy::Uring),
+                vs_sync_batch_spread: spread_of(batch),
+            }
+        })
+        .collect()
 }
 
 fn opt(x: Option<f64>, decimals: usize) -> String {
