@@ -1272,6 +1272,7 @@ fn cached_reads_never_reach_the_driver_and_uncached_ones_do() {
                 missed = true;
                 break;
             }
+            eprintln!("{how}: an evicted page's read was served inline; again");
         }
         assert!(missed, "{how}: 50 reads of an evicted page served inline");
         // The back-off after one miss: one read untried, then tried again.
