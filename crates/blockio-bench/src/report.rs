@@ -154,11 +154,16 @@ pub struct AsyncComparison {
     /// tokio::fs cannot do O_DIRECT, against tokio::fs on the cold profile:
     /// what a tokio::fs user gets on the same uncached data.
     pub vs_tokio_fs: Option<f64>,
-    /// Against spawn_blocking + pread (target ≥ 1.5).
+    /// Against spawn_blocking + pread (target ≥ 1.5): paired per round,
+    /// median over rounds, as `auto`'s ratios are.
     pub vs_spawn_blocking: Option<f64>,
+    /// The lowest and highest round of `vs_spawn_blocking`.
+    pub vs_spawn_blocking_spread: Option<[f64; 2]>,
     /// Against the engine's synchronous batch API at this queue depth from
-    /// one thread (target ≥ 0.9).
+    /// one thread (target ≥ 0.9): paired per round, median over rounds.
     pub vs_sync_batch: Option<f64>,
+    /// The lowest and highest round of `vs_sync_batch`.
+    pub vs_sync_batch_spread: Option<[f64; 2]>,
 }
 
 /// A ratio paired within each round: its median over rounds, and the
@@ -187,12 +192,26 @@ impl Paired {
 }
 
 /// What [`paired_ratios`] found in one profile's rounds.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct PairedRatios {
     /// `auto` against the best strategy.
     pub auto_vs_best: Option<Paired>,
     /// `auto` at queue depth 1 against `sync` at queue depth 1.
     pub auto_qd1_vs_sync: Option<Paired>,
+    /// The async API at each task count against the alternatives at the
+    /// same concurrency.
+    pub async_api: Vec<AsyncPaired>,
+}
+
+/// The async API at one task count, each ratio paired per round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AsyncPaired {
+    /// Concurrent tasks.
+    pub tasks: usize,
+    /// Against `pool-blocking` with as many tasks.
+    pub vs_spawn_blocking: Option<Paired>,
+    /// Against `uring` at a queue depth of the task count.
+    pub vs_sync_batch: Option<Paired>,
 }
 
 /// `auto` (its best configuration, as a user would pick it) over the best
@@ -220,12 +239,31 @@ pub fn paired_ratios(rounds: &[Vec<Row>]) -> PairedRatios {
         .iter()
         .filter(|v| is(v, Strategy::Auto))
         .max_by(by_median);
+    let at = |st: Strategy, qd: usize| {
+        rounds
+            .iter()
+            .find(|v| is(v, st) && v.first().is_some_and(|r| r.qd == qd))
+    };
+    let async_api = rounds
+        .iter()
+        .filter(|v| is(v, Strategy::Async))
+        .filter_map(|a| {
+            let tasks = a.first()?.qd;
+            let vs = |st| at(st, tasks).and_then(|b| Paired::of(a, b));
+            Some(AsyncPaired {
+                tasks,
+                vs_spawn_blocking: vs(Strategy::PoolBlocking),
+                vs_sync_batch: vs(Strategy::Uring),
+            })
+        })
+        .collect();
     let best = rounds.iter().filter(|v| !v.is_empty()).max_by(by_median);
     PairedRatios {
         auto_vs_best: auto.zip(best).and_then(|(a, b)| Paired::of(a, b)),
         auto_qd1_vs_sync: at_qd1(Strategy::Auto)
             .zip(at_qd1(Strategy::Sync))
             .and_then(|(a, s)| Paired::of(a, s)),
+        async_api,
     }
 }
 
@@ -261,30 +299,9 @@ pub fn summarise(
         let pair = paired
             .iter()
             .find(|(q, _)| *q == p)
-            .map(|(_, r)| *r)
+            .map(|(_, r)| r.clone())
             .unwrap_or_default();
-        let find = |prof: Profile, st: Strategy, qd: usize| {
-            rows.iter()
-                .find(|r| r.profile == prof && r.strategy == st && r.qd == qd)
-                .map(|r| r.iops)
-        };
-        let async_api = ours()
-            .filter(|r| r.strategy == Strategy::Async)
-            .map(|r| {
-                let tfs_profile = if p == Profile::Direct {
-                    Profile::Cold
-                } else {
-                    p
-                };
-                AsyncComparison {
-                    tasks: r.qd,
-                    iops: r.iops,
-                    vs_tokio_fs: find(tfs_profile, Strategy::PoolTokioFs, r.qd).map(|x| r.iops / x),
-                    vs_spawn_blocking: find(p, Strategy::PoolBlocking, r.qd).map(|x| r.iops / x),
-                    vs_sync_batch: find(p, Strategy::Uring, r.qd).map(|x| r.iops / x),
-                }
-            })
-            .collect();
+        let async_api = async_comparisons(rows, p, &pair);
         out.push(Summary {
             profile: p,
             auto_iops: auto,
@@ -303,6 +320,46 @@ pub fn summarise(
         });
     }
     out
+}
+
+/// The async API's rows of profile `p` against the other strategies at
+/// its task count: paired per round where `pair` has them, else the ratio
+/// of the median rounds in `rows`.
+fn async_comparisons(rows: &[Row], p: Profile, pair: &PairedRatios) -> Vec<AsyncComparison> {
+    let find = |prof: Profile, st: Strategy, qd: usize| {
+        rows.iter()
+            .find(|r| r.profile == prof && r.strategy == st && r.qd == qd)
+            .map(|r| r.iops)
+    };
+    rows.iter()
+        .filter(|r| r.profile == p && r.strategy == Strategy::Async)
+        .map(|r| {
+            let tfs_profile = if p == Profile::Direct {
+                Profile::Cold
+            } else {
+                p
+            };
+            // Paired per round where both ran in this profile's rounds;
+            // else the ratio of the median rounds.
+            let paired = pair.async_api.iter().find(|x| x.tasks == r.qd);
+            let median_of = |x: Option<Paired>, st| {
+                x.map(|x| x.median)
+                    .or_else(|| find(p, st, r.qd).map(|b| r.iops / b))
+            };
+            let spread_of = |x: Option<Paired>| x.map(|x| [x.min, x.max]);
+            let sb = paired.and_then(|x| x.vs_spawn_blocking);
+            let batch = paired.and_then(|x| x.vs_sync_batch);
+            AsyncComparison {
+                tasks: r.qd,
+                iops: r.iops,
+                vs_tokio_fs: find(tfs_profile, Strategy::PoolTokioFs, r.qd).map(|x| r.iops / x),
+                vs_spawn_blocking: median_of(sb, Strategy::PoolBlocking),
+                vs_spawn_blocking_spread: spread_of(sb),
+                vs_sync_batch: median_of(batch, Strategy::Uring),
+                vs_sync_batch_spread: spread_of(batch),
+            }
+        })
+        .collect()
 }
 
 fn opt(x: Option<f64>, decimals: usize) -> String {
@@ -389,19 +446,21 @@ fn summary_lines(s: &mut String, summary: &[Summary]) {
     if summary.iter().any(|x| !x.async_api.is_empty()) {
         let _ = writeln!(
             s,
-            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the batch API;\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT):"
+            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the batch API;\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT;\nspawn_blocking and the batch API paired per round, median (lowest-highest round), truncated):"
         );
         for x in summary {
             for a in &x.async_api {
                 let _ = writeln!(
                     s,
-                    "  {:<7} {:>4} tasks {:>10.0} IOPS   vs tokio::fs {:>6}   vs spawn_blocking {:>5}   vs batch API {:>5}",
+                    "  {:<7} {:>4} tasks {:>10.0} IOPS   vs tokio::fs {:>6}   vs spawn_blocking {:>5}{:<14}   vs batch API {:>5}{}",
                     x.profile.to_string(),
                     a.tasks,
                     a.iops,
-                    opt(a.vs_tokio_fs, 2),
-                    opt(a.vs_spawn_blocking, 2),
-                    opt(a.vs_sync_batch, 2),
+                    opt(a.vs_tokio_fs.map(truncate3), 3),
+                    opt(a.vs_spawn_blocking.map(truncate3), 3),
+                    spread(a.vs_spawn_blocking_spread),
+                    opt(a.vs_sync_batch.map(truncate3), 3),
+                    spread(a.vs_sync_batch_spread),
                 );
             }
         }
@@ -492,6 +551,37 @@ mod tests {
         let rounds = vec![plan(Strategy::Uring, 64, &[100.0])];
         let r = paired_ratios(&rounds);
         assert_eq!((r.auto_vs_best, r.auto_qd1_vs_sync), (None, None));
+    }
+
+    #[test]
+    fn the_async_api_is_paired_per_round_with_the_batch_api_and_spawn_blocking_at_its_task_count() {
+        let rounds = vec![
+            plan(Strategy::Async, 64, &[90.0, 40.0, 100.0]),
+            plan(Strategy::Async, 256, &[100.0, 100.0, 100.0]),
+            plan(Strategy::Uring, 64, &[100.0, 20.0, 100.0]),
+            plan(Strategy::Uring, 256, &[50.0, 200.0, 100.0]),
+            plan(Strategy::PoolBlocking, 64, &[45.0, 40.0, 50.0]),
+        ];
+        let r = paired_ratios(&rounds).async_api;
+        let at = |t: usize| r.iter().find(|x| x.tasks == t).copied().unwrap();
+        // Rounds 90/100, 40/20, 100/100: median 1.0, where the median
+        // rounds alone (90 against 100) give 0.9.
+        let b = at(64).vs_sync_batch.unwrap();
+        assert_eq!((b.median, b.min, b.max), (1.0, 0.9, 2.0));
+        let sb = at(64).vs_spawn_blocking.unwrap();
+        assert_eq!((sb.median, sb.min, sb.max), (2.0, 1.0, 2.0));
+        let b = at(256).vs_sync_batch.unwrap();
+        assert_eq!((b.median, b.min, b.max), (1.0, 0.5, 2.0));
+        assert_eq!(at(256).vs_spawn_blocking, None, "no pool-blocking at 256");
+
+        // The summary takes the paired figures and their spread.
+        let mut rows: Vec<Row> = rounds.iter().map(|v| v[1].clone()).collect();
+        let paired = [(Profile::Cold, paired_ratios(&rounds))];
+        let s = summarise(&mut rows, &[Profile::Cold], &paired);
+        let a = s[0].async_api.iter().find(|x| x.tasks == 64).unwrap();
+        assert_eq!(a.vs_sync_batch, Some(1.0));
+        assert_eq!(a.vs_sync_batch_spread, Some([0.9, 2.0]));
+        assert_eq!(a.vs_spawn_blocking, Some(2.0));
     }
 
     #[test]

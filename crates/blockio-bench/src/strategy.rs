@@ -182,7 +182,7 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
         Strategy::Async | Strategy::AsyncSubmit | Strategy::AsyncThread => {
             let (m, engine) = pool(plan, w, seconds)?;
             let engine = engine.context("the async strategies build an engine")?;
-            Ok((m, engine.backend().to_string()))
+            Ok((m, async_served_by(&engine)))
         }
         Strategy::Uring | Strategy::UringMt | Strategy::Auto => {
             let per_thread = (plan.qd / plan.threads).max(1);
@@ -224,6 +224,18 @@ fn served_by(engine: &Engine) -> String {
     let s = engine.stats();
     let inline = s.served_inline + s.served_inline_blocking;
     match (inline > 0, s.sent_to_backend > 0) {
+        (true, false) => "inline".to_string(),
+        (true, true) => format!("{} + inline", engine.backend()),
+        _ => engine.backend().to_string(),
+    }
+}
+
+/// What served an async engine's reads: its driver's backend, the polling
+/// threads ("inline": page-cache hits, see [`AsyncEngine::served_inline`]),
+/// or both.
+fn async_served_by(engine: &AsyncEngine) -> String {
+    let (inline, driver) = (engine.served_inline(), engine.reads_to_driver());
+    match (inline > 0, driver > 0) {
         (true, false) => "inline".to_string(),
         (true, true) => format!("{} + inline", engine.backend()),
         _ => engine.backend().to_string(),

@@ -1147,3 +1147,188 @@ fn cached_reads_polled_once_and_dropped_when_pending_make_progress() {
     }
     assert!(done >= 500, "only {done} of 1000 reads completed");
 }
+
+/// Whether the page of `path` holding byte `off` is in the page cache,
+/// from `mincore` over a read-only mapping of that one page.
+fn page_resident(path: &std::path::Path, off: usize) -> bool {
+    let f = std::fs::File::open(path).unwrap();
+    let page = 4096;
+    let start = (off / page * page) as libc::off_t;
+    // SAFETY: a fresh shared read-only mapping of one page of an open
+    // file, checked below and unmapped before return; nothing reads it.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            page,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            start,
+        )
+    };
+    assert!(map != libc::MAP_FAILED, "mmap of {}", path.display());
+    let mut vec = [0u8; 1];
+    // SAFETY: `map` is a live mapping of one page and `vec` has one byte,
+    // as mincore requires for one page; mincore never touches the page.
+    let rc = unsafe { libc::mincore(map, page, vec.as_mut_ptr()) };
+    // SAFETY: unmapping the mapping made above, used by nothing else.
+    unsafe { libc::munmap(map, page) };
+    assert_eq!(rc, 0, "mincore on {}", path.display());
+    vec[0] & 1 != 0
+}
+
+/// Drops `path`'s pages from the page cache (the file is synced, so its
+/// clean pages go) until `mincore` shows the page holding `off` gone:
+/// `POSIX_FADV_DONTNEED` is advice, and a page still mapped or locked
+/// for a moment stays. Fails after 100 tries.
+fn evict(path: &std::path::Path, off: usize) {
+    let f = std::fs::File::open(path).unwrap();
+    for _ in 0..100 {
+        // SAFETY: posix_fadvise only advises the kernel about an open
+        // descriptor; it touches no memory of this process.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+                0,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        assert_eq!(rc, 0, "posix_fadvise(DONTNEED) on {}", path.display());
+        if !page_resident(path, off) {
+            return;
+        }
+        std::thread::yield_now();
+    }
+    panic!("the page at {off} of {} stayed cached", path.display());
+}
+
+/// Where one read of `len` bytes at `off` went: (served inline, handed to
+/// the driver), after checking its bytes against `data`.
+fn one_read(
+    engine: &AsyncEngine,
+    file: &AsyncFile,
+    data: &[u8],
+    off: usize,
+    len: usize,
+) -> (u64, u64) {
+    let before = (engine.served_inline(), engine.reads_to_driver());
+    let (r, b) = futures::executor::block_on(file.read_at(vec![0u8; len], off as u64));
+    assert_eq!(r.unwrap(), len, "read at {off}");
+    assert!(b == data[off..off + len], "bytes of the read at {off}");
+    (
+        engine.served_inline() - before.0,
+        engine.reads_to_driver() - before.1,
+    )
+}
+
+/// A read of cached data is served on the polling thread and never reaches
+/// the driver; a read of data not in the page cache goes to the driver
+/// (its `RWF_NOWAIT` try found the page missing, so the polling thread does
+/// not wait for the read itself), with the same bytes; after that miss the
+/// file's next read goes to the driver untried, and the one after is
+/// tried, and served, again. On an engine with its own driver and on one
+/// the tokio runtime drives.
+///
+/// A failed `RWF_NOWAIT` try starts read-ahead itself, so a try on an
+/// evicted page is now and then served inline after all (about 1 in 200
+/// beside a busy loop): the cold arm evicts, checks with `mincore` that
+/// the page is gone, and reads, up to 50 times, until one read reaches
+/// the driver; only the steps after such a miss check the back-off.
+#[test]
+fn cached_reads_never_reach_the_driver_and_uncached_ones_do() {
+    let (path, data) = data_file(64 << 10, 66);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let engines = [
+        ("own driver", AsyncEngine::new().unwrap()),
+        ("tokio-driven", {
+            let _on = rt.enter();
+            AsyncEngine::new().unwrap()
+        }),
+    ];
+    for (how, engine) in &engines {
+        // Cached: every read inline.
+        std::fs::read(&path).unwrap();
+        let file = AsyncFile::open(engine, &path).unwrap();
+        for i in 0..16 {
+            let got = one_read(engine, &file, &data, (i * 7 % 16) * 4096, 4096);
+            assert_eq!(got, (1, 0), "{how}: cached read {i}");
+        }
+        // Not cached: to the driver. A try that raced read-ahead and was
+        // served inline is (1, 0); anything else is wrong at once.
+        let mut missed = false;
+        for _ in 0..50 {
+            evict(&path, 8 * 4096);
+            let got = one_read(engine, &file, &data, 8 * 4096, 4096);
+            assert!(
+                got == (0, 1) || got == (1, 0),
+                "{how}: the read of an evicted page went {got:?}"
+            );
+            if got == (0, 1) {
+                missed = true;
+                break;
+            }
+            eprintln!("{how}: an evicted page's read was served inline; again");
+        }
+        assert!(missed, "{how}: 50 reads of an evicted page served inline");
+        // The back-off after one miss: one read untried, then tried again.
+        std::fs::read(&path).unwrap();
+        let got = one_read(engine, &file, &data, 0, 4096);
+        assert_eq!(got, (0, 1), "{how}: the read after a miss");
+        let got = one_read(engine, &file, &data, 4096, 4096);
+        assert_eq!(got, (1, 0), "{how}: the second read after a miss");
+    }
+}
+
+/// The warm shape of `blockio-bench read`'s `async` rows: 64 tasks on
+/// tokio's multi-thread runtime, whose engine the runtime drives, reading
+/// cached 4 KiB blocks. Every read is served on the polling threads,
+/// none through the ring (or the pool), including those after each
+/// thread's yield to the executor every 128 reads.
+#[test]
+fn many_tasks_reading_cached_data_never_use_the_driver() {
+    let (path, data) = data_file(256 << 10, 67);
+    std::fs::read(&path).unwrap();
+    let data = Arc::new(data);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let engine = {
+        let _on = rt.enter();
+        AsyncEngine::new().unwrap()
+    };
+    let file = Arc::new(AsyncFile::open(&engine, &path).unwrap());
+    const TASKS: u64 = 64;
+    const READS: u64 = 200;
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (file, data) = (file.clone(), data.clone());
+                tokio::spawn(async move {
+                    let mut rng = Rng(0x60_67 + t);
+                    let mut buf = vec![0u8; 4096];
+                    for _ in 0..READS {
+                        let off = rng.below(64) as usize * 4096;
+                        let (r, b) = file.read_at(buf, off as u64).await;
+                        assert_eq!(r.unwrap(), 4096);
+                        assert!(b == data[off..off + 4096], "bytes at {off}");
+                        buf = b;
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert_eq!(
+        (engine.served_inline(), engine.reads_to_driver()),
+        (TASKS * READS, 0)
+    );
+}

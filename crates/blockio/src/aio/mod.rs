@@ -181,6 +181,8 @@ struct EngineCore {
     read_path: ReadPath,
     /// Reads served on the polling thread (see [`AsyncEngine::served_inline`]).
     served_inline: StripedCounter,
+    /// Reads handed to the driver (see [`AsyncEngine::reads_to_driver`]).
+    reads_to_driver: StripedCounter,
 }
 
 impl EngineCore {
@@ -555,6 +557,7 @@ impl AsyncEngineBuilder {
                 tokio_drivers: relay::TokioDrivers::default(),
                 read_path: self.read_path,
                 served_inline: StripedCounter::default(),
+                reads_to_driver: StripedCounter::default(),
             }),
         })
     }
@@ -667,6 +670,47 @@ impl AsyncEngine {
     /// Counts a read served on the polling thread.
     pub(crate) fn count_inline(&self) {
         self.core.served_inline.increment();
+    }
+
+    /// Reads of files (plain and vectored, from [`AsyncFile`]'s positional
+    /// calls, its batches and its stream) handed to the driver so far: to
+    /// the ring on io_uring, to a pool thread on the fallback. With
+    /// [`served_inline`](Self::served_inline) it says where an engine's
+    /// reads went: a read of cached data is served inline and never
+    /// counted here; one whose data is not all in the page cache (the
+    /// polling thread's `RWF_NOWAIT` try found it missing, or the file's
+    /// back-off skipped the try) is counted here, and the polling thread
+    /// does not wait for the read itself. A failed try may still sleep
+    /// while the kernel starts read-ahead, and that read-ahead now and
+    /// then brings the page in time for the try to be served inline after
+    /// all: such a read is counted in `served_inline`. A read refused
+    /// before submission (an offset past `i64::MAX`, a misaligned direct
+    /// read) is in neither.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::open(&engine, &path)?;
+    /// file.read_at(vec![0u8; 5], 0).await.0?;
+    /// let reads = engine.served_inline() + engine.reads_to_driver();
+    /// assert_eq!(reads, 1);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn reads_to_driver(&self) -> u64 {
+        self.core.reads_to_driver.sum()
+    }
+
+    /// Counts a read handed to the driver.
+    pub(crate) fn count_read_to_driver(&self) {
+        self.core.reads_to_driver.increment();
     }
 
     /// Where the readiness sets' events were taken so far (the thread

@@ -828,6 +828,9 @@ impl<B: Send + 'static> OpFuture<B> {
             return None;
         }
         self.site = Some(op.site());
+        if crate::engine::inline::reads_file_data(op.kind()) {
+            self.admission.engine().count_read_to_driver();
+        }
         Some(Request {
             op,
             done: self.target().clone(),

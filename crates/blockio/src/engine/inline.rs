@@ -202,8 +202,9 @@ pub(crate) enum InlineBlocking {
 
 /// Whether an operation of `kind` reads a file's data into memory, the
 /// only kind this module serves on the calling thread. Every kind is
-/// named, so a new one is served inline only where it says so.
-fn reads_file_data(kind: OpKind) -> bool {
+/// named, so a new one is served inline only where it says so. The async
+/// engine counts the reads of these kinds it hands to its driver.
+pub(crate) fn reads_file_data(kind: OpKind) -> bool {
     use OpKind::*;
     match kind {
         Read | ReadVectored => true,

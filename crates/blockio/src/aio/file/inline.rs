@@ -6,8 +6,11 @@
 //! a thread hop on the thread pool). So the first poll of a read of a
 //! buffered regular file tries `preadv2(RWF_NOWAIT)` — as the batch engine's
 //! [`ReadPath::Auto`] does for reads in small batches — which copies the
-//! data if all of it is cached and otherwise returns `EAGAIN` at once
-//! (having started readahead). Only a read that comes back complete is
+//! data if all of it is cached and otherwise returns `EAGAIN` without
+//! waiting for the read itself: it starts readahead first, may sleep while
+//! submitting it (milliseconds on a busy disk), and now and then that
+//! readahead brings the page in time to serve the try after all. Only a
+//! read that comes back complete is
 //! settled so; a short read (a range partly cached, or end of file) and
 //! any error go to the driver untouched, which performs the read as it
 //! would have: results are the driver's.
