@@ -432,7 +432,7 @@ fn cp_within(dir: &Path, kib: u64, args: &str) -> (Option<i32>, String) {
 /// `tests/cp/link-heap.sh`).
 #[test]
 fn more_threads_fit_within_an_address_space_limit_one_thread_fits() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tree_dir();
     let d = dir.path();
     let a = d.join("e").join("a");
     fs::create_dir_all(&a).unwrap();
@@ -670,17 +670,17 @@ fn cp_a_and_r_of_a_directory_of_40000_files_fit_within_4_mb_of_one_files_copy() 
     }
 }
 
-/// A temporary directory on `/dev/shm` (a tmpfs) for the trees of tens of
-/// thousands of files below. On an ext4 disk shared with other work,
-/// making, copying and removing such a tree took up to a minute a copy
-/// (GNU's `cp -a` of 40,000 empty files: 50 s, 2 s on tmpfs), and the
-/// floors are found by copying it a dozen times. The address space the
-/// copies need is the same there: GNU's `cp -a` floor for that tree is
-/// 6,311 KiB on both, blockio's (debug build) 10,504 KiB on tmpfs and
-/// between 10,505 and 10,600 on ext4.
+/// A temporary directory on `/dev/shm` (a tmpfs) for the trees that the
+/// tests here copy again and again under `ulimit -v` (1,500 to 40,000
+/// entries). On an ext4 disk shared with other work, making, copying and
+/// removing such a tree took up to a minute a copy (GNU's `cp -a` of
+/// 40,000 empty files: 50 s, 2 s on tmpfs), and a floor is found by
+/// copying it a dozen times. The address space the copies need hardly
+/// differs there: GNU's `cp -a` floor for 40,000 files is 6,311 KiB on
+/// both, blockio's (debug build) 10,504 KiB on tmpfs and between 10,505
+/// and 10,600 on ext4.
 fn tree_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in("/dev/shm")
-        .expect("/dev/shm, a tmpfs, for the cp tests' trees of 40,000 files")
+    tempfile::tempdir_in("/dev/shm").expect("/dev/shm, a tmpfs, for the cp tests' large trees")
 }
 
 /// `d/e`, a directory of 40,000 empty files named `f00001` on.
