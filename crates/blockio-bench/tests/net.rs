@@ -2,7 +2,10 @@
 //! (HTTP from wrk on one and two server threads, HTTP beside idle
 //! keep-alive connections, echo, the checksum stream) without errors
 //! (an idle connection the server dropped is one), the checksum stream's digests match, and the
-//! report has every figure, the targets and the SVG.
+//! report has every figure, the targets and the SVG. The system calls
+//! are counted in the rounds there (`--calls-in-rounds`, a run fewer per
+//! runtime and workload); a second, short run (echo, two runtimes) counts
+//! them as by default, in a run of their own after the rounds.
 
 use std::process::Command;
 
@@ -47,6 +50,7 @@ fn every_runtime_serves_every_workload_without_errors() {
             "0",
             "--client-cpu",
             "0",
+            "--calls-in-rounds",
             "--json",
             "--svg",
         ])
@@ -56,6 +60,7 @@ fn every_runtime_serves_every_workload_without_errors() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["syscalls_counted_in_rounds"], true);
     let rows = doc["rows"].as_array().unwrap();
     for label in [
         "http 8c",
@@ -79,6 +84,48 @@ fn every_runtime_serves_every_workload_without_errors() {
     let _ = std::fs::remove_file(&svg);
     assert!(chart.starts_with("<svg") && chart.trim_end().ends_with("</svg>"));
     assert_eq!(chart.matches("<polyline").count(), 4 * RUNTIMES.len());
+    system_calls_are_counted_after_the_rounds_by_default();
+}
+
+/// Without `--calls-in-rounds` (echo on tokio and blockio, the short
+/// workload) the calls come from a run of their own after the rounds.
+fn system_calls_are_counted_after_the_rounds_by_default() {
+    let o = Command::new(env!("CARGO_BIN_EXE_blockio-bench"))
+        .args([
+            "net",
+            "--seconds",
+            "1",
+            "--rounds",
+            "1",
+            "--workloads",
+            "echo",
+            "--echo-sizes",
+            "4096",
+            "--echo-connections",
+            "4",
+            "--runtimes",
+            "tokio,blockio",
+            "--server-cpu",
+            "0",
+            "--client-cpu",
+            "0",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["syscalls_counted_in_rounds"], false);
+    let rows = doc["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["runtime"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["tokio", "blockio"]);
+    for r in rows {
+        row_has_every_figure_and_no_error(r);
+    }
 }
 
 /// One row of the report (a runtime on a workload): every figure is
@@ -111,8 +158,9 @@ fn row_has_every_figure_and_no_error(r: &serde_json::Value) {
         assert!(r["rate_vs_tokio"][0].as_f64().unwrap() > 0.0, "{r}");
     }
     // perf is installed by scripts/install-deps, and root may read
-    // tracepoints. The calls come from a run of their own: the rounds,
-    // whose rates are compared, run with no tracepoint attached.
+    // tracepoints. The calls come from a run of their own after the
+    // rounds, or from the rounds with --calls-in-rounds; either way the
+    // report gives them per runtime, not per round.
     assert!(r["syscalls_per_unit"].as_f64().unwrap() > 0.0, "{r}");
     for round in r["rounds"].as_array().unwrap() {
         assert!(round.get("syscalls_per_unit").is_none(), "{round}");

@@ -432,7 +432,7 @@ fn cp_within(dir: &Path, kib: u64, args: &str) -> (Option<i32>, String) {
 /// `tests/cp/link-heap.sh`).
 #[test]
 fn more_threads_fit_within_an_address_space_limit_one_thread_fits() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tree_dir();
     let d = dir.path();
     let a = d.join("e").join("a");
     fs::create_dir_all(&a).unwrap();
@@ -642,7 +642,7 @@ fn out_of_memory_names_blockio_cp_from_the_first_allocation() {
 /// failed" under `ulimit -v 20000`, leaving part of the tree.
 #[test]
 fn cp_a_and_r_of_a_directory_of_40000_files_fit_within_4_mb_of_one_files_copy() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tree_dir();
     let d = dir.path();
     let src = forty_thousand_empty_files(d);
     fs::write(d.join("f"), b"").unwrap();
@@ -668,6 +668,19 @@ fn cp_a_and_r_of_a_directory_of_40000_files_fit_within_4_mb_of_one_files_copy() 
         names.sort();
         assert_eq!(names, want, "cp {opt}");
     }
+}
+
+/// A temporary directory on `/dev/shm` (a tmpfs) for the trees that the
+/// tests here copy again and again under `ulimit -v` (1,500 to 40,000
+/// entries). On an ext4 disk shared with other work, making, copying and
+/// removing such a tree took up to a minute a copy (GNU's `cp -a` of
+/// 40,000 empty files: 50 s, 2 s on tmpfs), and a floor is found by
+/// copying it a dozen times. The address space the copies need hardly
+/// differs there: GNU's `cp -a` floor for 40,000 files is 6,311 KiB on
+/// both, blockio's (debug build) 10,504 KiB on tmpfs and between 10,505
+/// and 10,600 on ext4.
+fn tree_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").expect("/dev/shm, a tmpfs, for the cp tests' large trees")
 }
 
 /// `d/e`, a directory of 40,000 empty files named `f00001` on.
@@ -700,7 +713,7 @@ fn long_named_files(d: &Path, n: usize) -> PathBuf {
 /// (SIGABRT, exit status 134).
 #[test]
 fn cp_out_of_memory_says_memory_exhausted_and_exits_1() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tree_dir();
     let d = dir.path();
     long_named_files(d, 30_000);
     fs::write(d.join("f"), b"").unwrap();
@@ -722,7 +735,7 @@ fn cp_out_of_memory_says_memory_exhausted_and_exits_1() {
 /// some 30 MB more than one file's.
 #[test]
 fn cp_al_of_a_directory_of_20000_entries_fits_within_4_mb_of_one_files_copy() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tree_dir();
     let d = dir.path();
     let (a, b) = (d.join("e").join("a"), d.join("e").join("b"));
     fs::create_dir_all(&a).unwrap();
@@ -849,7 +862,7 @@ const DEBUG_BUILD_ALLOWANCE_KIB: u64 = 2_048;
 /// failure.
 #[test]
 fn cp_a_of_40000_empty_files_fits_where_gnu_cp_a_does() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tree_dir();
     let d = dir.path();
     forty_thousand_empty_files(d);
     let gnu = gnu_floor(d, "-a e c", &d.join("c"));
@@ -874,7 +887,7 @@ fn cp_a_of_40000_empty_files_fits_where_gnu_cp_a_does() {
 /// directory copied.
 #[test]
 fn a_directory_too_large_for_the_address_space_ends_as_gnu_cp_ends() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tree_dir();
     let d = dir.path();
     long_named_files(d, 36_000);
     for opt in ["-a", "-r", "-al"] {

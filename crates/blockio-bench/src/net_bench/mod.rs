@@ -14,7 +14,9 @@
 //! `docs/benchmarks.md`, "System calls counted outside the rounds").
 //! Counted inside the rounds, it tilts every rate
 //! ratio toward the runtime making fewer calls, and slows the load
-//! generator too.
+//! generator too. `--calls-in-rounds` counts them in the rounds instead,
+//! a run fewer per runtime, for a quick check that every runtime runs and
+//! is reported (the tests' run) when the rates are not compared.
 //!
 //! The targets the benchmark was built for are checked at the end
 //! ([`verdict`]); `--svg` draws requests per second and the latency CDFs
@@ -111,6 +113,13 @@ pub struct NetBenchArgs {
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Count system calls in the rounds themselves, not in one more run
+    /// per runtime after them: a run fewer per runtime and workload, but
+    /// the counting slows each runtime in proportion to the calls it
+    /// makes, so the rates and their ratios are tilted. For checking that
+    /// everything runs and is reported, not for comparing runtimes.
+    #[arg(long)]
+    pub calls_in_rounds: bool,
 }
 
 impl NetBenchArgs {
@@ -224,7 +233,8 @@ pub struct Row {
     /// Median server context switches per unit.
     pub switches_per_unit: f64,
     /// The server's system calls per unit, from one counting run after
-    /// the rounds (`None` without `perf`).
+    /// the rounds, or with `--calls-in-rounds` the median over the rounds
+    /// (`None` without `perf`).
     pub syscalls_per_unit: Option<f64>,
     /// Median CPUs the server kept busy.
     pub server_cpus: f64,
@@ -262,7 +272,8 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
     } else {
         args.runtimes.clone()
     };
-    let runs_per_runtime = args.rounds + usize::from(count_calls);
+    let calls_in_rounds = count_calls && args.calls_in_rounds;
+    let runs_per_runtime = args.rounds + usize::from(count_calls && !calls_in_rounds);
     let total = workloads.len() * runs_per_runtime * runtimes.len();
     let bar = if args.json {
         ProgressBar::hidden()
@@ -272,6 +283,7 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
     let mut rows = Vec::new();
     for w in &workloads {
         let mut per: Vec<Vec<Round>> = vec![Vec::new(); runtimes.len()];
+        let mut counted: Vec<Vec<f64>> = vec![Vec::new(); runtimes.len()];
         for round in 0..args.rounds {
             let mut order: Vec<usize> = (0..runtimes.len()).collect();
             if round % 2 == 1 {
@@ -280,12 +292,17 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
             for i in order {
                 let rt = runtimes[i];
                 bar.set_message(format!("{}: {}", w.label(), rt.name()));
-                per[i].push(measure(args, w, rt)?);
+                let (round, calls) = measure(args, w, rt, calls_in_rounds)?;
+                per[i].push(round);
+                counted[i].extend(calls);
                 bar.inc(1);
             }
         }
-        let mut calls = vec![None; runtimes.len()];
-        if count_calls {
+        let mut calls: Vec<Option<f64>> = counted
+            .iter()
+            .map(|c| (c.len() == args.rounds).then(|| median(c)))
+            .collect();
+        if count_calls && !calls_in_rounds {
             for (i, &rt) in runtimes.iter().enumerate() {
                 bar.set_message(format!(
                     "{}: {}, counting system calls",
@@ -308,10 +325,11 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
             "rows": rows,
             "targets": verdict::check(&rows),
             "syscalls_counted": count_calls,
+            "syscalls_counted_in_rounds": calls_in_rounds,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print!("{}", table(args, &rows, count_calls));
+        print!("{}", table(args, &rows, count_calls, calls_in_rounds));
         print!("{}", verdict::report(&verdict::check(&rows)));
     }
     Ok(())
@@ -365,12 +383,20 @@ fn run_once(args: &NetBenchArgs, w: &Workload, rt: Runtime, count_calls: bool) -
     })
 }
 
-/// One round of `w` on `rt`, with nothing attached to the server: the
-/// client's figures and the server's costs.
-fn measure(args: &NetBenchArgs, w: &Workload, rt: Runtime) -> Result<Round> {
-    let run = run_once(args, w, rt, false)?;
+/// One round of `w` on `rt`: the client's figures and the server's costs,
+/// with nothing attached to the server unless `count_calls`
+/// (`--calls-in-rounds`), when the server's system calls per unit come
+/// with them.
+fn measure(
+    args: &NetBenchArgs,
+    w: &Workload,
+    rt: Runtime,
+    count_calls: bool,
+) -> Result<(Round, Option<f64>)> {
+    let run = run_once(args, w, rt, count_calls)?;
     let seconds = run.outcome.seconds;
-    Ok(Round {
+    let calls = run.calls.map(|c| c / run.units);
+    let round = Round {
         rate: run.units / seconds,
         cpu_us_per_unit: run.server.cpu_us / run.units,
         switches_per_unit: run.server.switches / run.units,
@@ -378,7 +404,8 @@ fn measure(args: &NetBenchArgs, w: &Workload, rt: Runtime) -> Result<Round> {
         client_cpus: run.client.cpu_us / 1e6 / seconds,
         peak_rss_mib: run.peak_rss_mib,
         outcome: run.outcome,
-    })
+    };
+    Ok((round, calls))
 }
 
 /// The server's system calls per unit of `w` on `rt`, from a run of its
@@ -504,12 +531,12 @@ fn median_cdf(rounds: &[Round]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn table(args: &NetBenchArgs, rows: &[Row], count_calls: bool) -> String {
+fn table(args: &NetBenchArgs, rows: &[Row], count_calls: bool, calls_in_rounds: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
         "Servers: one thread on CPU {} (client on CPU {}), or two threads unpinned (http ... 2t, two wrk threads);\n{} rounds of {} s, alternating; medians, ratios paired per round (lowest-highest);\nCPU/u, cs/u, calls/u: the server's CPU us, context switches and system calls per unit (req, msg, MB){};
-calls/u from one more run per runtime after the rounds, since counting them slows every system call;\nsrv, cli: CPUs the server and the client kept busy (1.00: one CPU all the time);\npeak MiB: the server process's peak resident memory over a run (the client is another process).\n",
+{};\nsrv, cli: CPUs the server and the client kept busy (1.00: one CPU all the time);\npeak MiB: the server process's peak resident memory over a run (the client is another process).\n",
         args.server_cpu,
         args.client_cpu,
         args.rounds,
@@ -518,6 +545,11 @@ calls/u from one more run per runtime after the rounds, since counting them slow
             ""
         } else {
             "; calls not counted: perf is missing or may not read tracepoints"
+        },
+        if calls_in_rounds {
+            "calls/u counted in the rounds (--calls-in-rounds): the counting slowed every system call, so rates and ratios are tilted"
+        } else {
+            "calls/u from one more run per runtime after the rounds, since counting them slows every system call"
         }
     );
     let _ = writeln!(
