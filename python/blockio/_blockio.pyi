@@ -142,7 +142,7 @@ class FileState:
         """``seek`` and ``tell`` may be served inline."""
     @property
     def _inline_read(self) -> bool:
-        """``read`` and ``readline`` may be served inline."""
+        """``read``, ``readinto`` and ``readline`` may be served inline."""
     @property
     def _inline_write(self) -> bool:
         """``write`` may be served inline (into a write buffer holding
@@ -163,6 +163,10 @@ class FileState:
     def write(self, data: Buffer) -> "FileCall[int]":
         """Writes all of ``data``; the byte count (served inline at the
         first step when it goes into the write buffer)."""
+    def readinto(self, buf: Buffer) -> "FileCall[int]":
+        """Reads into ``buf`` until it is full or the file ends; the byte
+        count (served inline at the first step, straight into ``buf``, when
+        the bytes are in the read buffer or all in the page cache)."""
     def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int, wbufsize: int) -> None:
         """What the calls served inline need: the call queue's ``free``
         list, the engine's core, the descriptor's number, the buffer size."""

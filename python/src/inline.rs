@@ -2,8 +2,8 @@
 //! file's whole state (position, read-ahead and write buffers, mode, the
 //! descriptor, engine and call queue it uses), kept once, and its most
 //! frequent calls served from it without suspending: [`seek_inline`],
-//! [`read_inline`], [`readline_inline`], [`tell_inline`] and
-//! [`write_inline`].
+//! [`read_inline`], [`readinto_inline`], [`readline_inline`],
+//! [`tell_inline`] and [`write_inline`].
 //!
 //! A random read is a `seek` and a `read` of a cached block, so these two
 //! calls are what a random-access workload pays per block besides the
@@ -27,6 +27,7 @@
 
 use std::os::fd::RawFd;
 
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList, PyTuple};
 use pyo3::PyTraverseError;
@@ -121,7 +122,7 @@ pub(crate) struct FileState {
     /// [`FileState::_set_inline`]).
     #[pyo3(get, name = "_inline")]
     inline: bool,
-    /// `read` and `readline` may be served inline: `inline`, and the file
+    /// `read`, `readinto` and `readline` may be served inline: `inline`, and the file
     /// reads.
     #[pyo3(get, name = "_inline_read")]
     inline_read: bool,
@@ -513,6 +514,15 @@ impl FileState {
         FileCall::make(slf, Op::Write(data.clone().unbind()))
     }
 
+    /// Reads into ``buf`` (any writable buffer) at the position, until it
+    /// is full or the file ends; the byte count. A coroutine
+    /// (`FileCall`): served inline at its first step when the bytes are in
+    /// the read buffer or all in the page cache, straight into ``buf``
+    /// (see [`readinto_inline`]), else read through the file's call queue.
+    pub(crate) fn readinto(slf: &Bound<'_, Self>, buf: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+        FileCall::make(slf, Op::Readinto(buf.clone().unbind()))
+    }
+
     /// Sets `_seeked`: a seek also ends the run of sequential reads (the
     /// next read ahead takes the buffer's size again).
     #[setter(_seeked)]
@@ -659,6 +669,21 @@ impl FileState {
         }
         self.moved_to(to);
         Some(out.into_any().unbind())
+    }
+
+    /// Moves past the next `n` bytes of the read-ahead buffer (`n` of them
+    /// there, out of the `len` it holds in all), and the position with them.
+    fn skip_held(&mut self, py: Python<'_>, len: usize, n: usize) -> Option<()> {
+        let to = self.pos.checked_add(i64::try_from(n).ok()?)?;
+        let end = self.roff + n;
+        if end == len {
+            self.rbuf = nothing(py);
+            self.roff = 0;
+        } else {
+            self.roff = end;
+        }
+        self.moved_to(to);
+        Some(())
     }
 
     /// `size` bytes (not 0) read at the position if they are all in the
@@ -938,6 +963,76 @@ pub(crate) fn readline_inline(
     };
     turns::served(n);
     st.take(py, &held, n)
+}
+
+/// `file.readinto(buf)` served inline, if it can be: `buf` a writable
+/// C-contiguous buffer of bytes (`bytearray`, a `memoryview` of one, a
+/// `uint8` array...) of at most [`INLINE_PIECE`] bytes, no call on the
+/// file in progress, the thread's turn of the event loop not due (see
+/// [`turns`]), and the bytes all in the file's read-ahead buffer, or,
+/// nothing being held there, all in the page cache up to `buf`'s length
+/// or the file's end: those are read straight into `buf` by one
+/// `preadv2(RWF_NOWAIT)`, no `bytes` made. The byte count, or `None`
+/// (nothing changed but, at most, bytes of `buf` past what a read through
+/// the queue puts there: the queued `readinto` reads, takes its turn, or
+/// refuses the buffer).
+pub(crate) fn readinto_inline(
+    file: &Bound<'_, FileState>,
+    buf: &Bound<'_, PyAny>,
+) -> Option<usize> {
+    let py = file.py();
+    let view = PyBuffer::<u8>::get(buf).ok()?;
+    if view.readonly() || !view.is_c_contiguous() {
+        return None;
+    }
+    let len = view.len_bytes();
+    let base = view.buf_ptr().cast::<u8>();
+    if len > INLINE_PIECE {
+        return None;
+    }
+    let mut st = file.try_borrow_mut().ok()?;
+    if !st.inline_read || !st.free(py) || turns::is_due() {
+        return None;
+    }
+    let held = st.rbuf.bind(py).downcast::<PyBytes>().ok()?.clone();
+    let all = held.as_bytes();
+    if !all.is_empty() {
+        let from = all.get(st.roff..)?;
+        if from.len() < len {
+            return None; // (the rest is read after them, through the queue)
+        }
+        // SAFETY: `view` holds `buf`'s buffer exported, writable and
+        // contiguous, `len` bytes at `base`, for as long as it lives; the
+        // read-ahead buffer is an immutable `bytes` object, another
+        // object's memory, of at least `len` bytes from `from`. The GIL
+        // is held throughout: no Python code touches either meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), base, len) };
+        turns::served(len);
+        st.skip_held(py, all.len(), len)?;
+        return Some(len);
+    }
+    if len == 0 {
+        return Some(0);
+    }
+    let reader = st.reader.as_ref()?.bind(py).borrow();
+    // SAFETY: `view` holds `buf`'s buffer exported, writable and
+    // contiguous, `len` bytes at `base`, until it is dropped after this;
+    // the GIL is held throughout, so no Python code reads or writes them
+    // meanwhile.
+    let found = unsafe { reader.read_raw_inline(st.num, st.pos, base, len) };
+    drop(reader);
+    drop(view);
+    let n = match found {
+        Piece::Full => len,
+        Piece::End(n) => n,
+        Piece::Miss => return None,
+    };
+    let to = st.pos.checked_add(i64::try_from(n).ok()?)?;
+    turns::served(n);
+    st.seeked = false;
+    st.fill = 0;
+    st.moved_to(to);
+    Some(n)
 }
 
 /// `file.tell()` served inline, if it can be: no call on the file in
