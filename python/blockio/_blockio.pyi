@@ -145,8 +145,8 @@ class FileState:
         """``read``, ``readinto`` and ``readline`` may be served inline."""
     @property
     def _inline_write(self) -> bool:
-        """``write`` may be served inline (into a write buffer holding
-        bytes already)."""
+        """``write`` may be served inline (into the write buffer; the
+        first bytes after a flush only while ``_inline``)."""
     def __new__(cls, *_args: object, **_kwargs: object) -> "FileState": ...
     def read(self, size: Optional[int] = -1) -> "FileCall[bytes]":
         """Up to ``size`` bytes (all the rest when negative or None),

@@ -126,9 +126,9 @@ pub(crate) struct FileState {
     /// reads.
     #[pyo3(get, name = "_inline_read")]
     inline_read: bool,
-    /// `write` may be served inline when the write buffer holds bytes
-    /// already: a buffered seekable file, open, writing, not in append
-    /// mode.
+    /// `write` may be served inline: a buffered seekable file, open,
+    /// writing, not in append mode (the first bytes after a flush only
+    /// while `inline` too: see [`write_inline`]).
     #[pyo3(get, name = "_inline_write")]
     inline_write: bool,
     /// The descriptor's number is known outside the file: its offset is
@@ -1052,12 +1052,13 @@ pub(crate) fn tell_inline(file: &Bound<'_, FileState>) -> Option<i64> {
 
 /// `file.write(data)` served inline, if it can be: `data` a `bytes` or
 /// `bytearray` (not empty), no call on the file in progress, and the
-/// bytes joining others already in the file's write buffer without
-/// filling it,
+/// bytes fitting in the file's write buffer without filling it,
 /// and the thread's turn of the event loop not due (see [`turns`]). The
 /// byte count, or `None` (nothing changed: the queued `write` writes
-/// them, or takes the turn). The first write after a flush is never served
-/// here: it sets where the buffered bytes go (`_wpos`).
+/// them, or takes the turn). The first write after a flush is served
+/// here only while the position is known and nothing else is held
+/// (`inline`): it sets where the buffered bytes go (`_wpos`), and ends
+/// the inline `seek`, `tell` and reads until the buffer is flushed.
 #[pyfunction]
 pub(crate) fn write_inline(file: &Bound<'_, FileState>, data: &Bound<'_, PyAny>) -> Option<usize> {
     let py = file.py();
@@ -1072,7 +1073,7 @@ pub(crate) fn write_inline(file: &Bound<'_, FileState>, data: &Bound<'_, PyAny>)
     let wbuf = st.wbuf.bind(py).clone();
     let held = wbuf.len();
     let room = usize::try_from(st.wbufsize).unwrap_or(0);
-    if n == 0 || held == 0 || held.checked_add(n)? >= room || data.is(&wbuf) {
+    if n == 0 || held.checked_add(n)? >= room || data.is(&wbuf) {
         return None;
     }
     if !st
@@ -1089,6 +1090,19 @@ pub(crate) fn write_inline(file: &Bound<'_, FileState>, data: &Bound<'_, PyAny>)
         return None;
     }
     let to = st.pos.checked_add(i64::try_from(n).ok()?)?;
+    if held == 0 {
+        // The first bytes since the buffer was flushed: they go where the
+        // position is, if it is known (`inline`: nothing buffered, not at
+        // an end still to look up); from now on `seek`, `tell` and reads
+        // are not served inline, as the queue's `settle` would have it,
+        // until a queued call flushes the buffer.
+        if !st.inline {
+            return None;
+        }
+        st.wpos = st.pos;
+        st.inline = false;
+        st.inline_read = false;
+    }
     wbuf.call_method1(pyo3::intern!(py, "extend"), (data,))
         .ok()?;
     turns::served(n);

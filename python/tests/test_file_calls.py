@@ -178,6 +178,40 @@ def test_readinto_is_a_file_call_served_straight_into_the_buffer(path, engine, l
 
 
 @LOOPS
+def test_the_first_write_after_a_flush_is_served_at_its_first_step(tmp_path, engine, loop_name):
+    """A buffered file's write that fits its empty buffer, the position
+    known, is served inline, the queued ``_write_queued`` never called:
+    it sets where the buffer goes, and ``seek``, ``tell`` and reads after
+    it flush the buffer first (queued), as the built-in's. Not in append
+    mode, where the position is the end still to look up."""
+    p = tmp_path / "w.bin"
+    p.write_bytes(b"0123456789")
+    calls = []
+    queued = blockio.AsyncFile._write_queued
+
+    def counted(self, data):
+        calls.append(bytes(data))
+        return queued(self, data)
+
+    async def main():
+        with mock.patch.object(blockio.AsyncFile, "_write_queued", counted):
+            async with blockio.open(p, "r+b", engine=engine) as f:
+                await f.seek(3)
+                set_turn_count(0)
+                got = [first_step(f.write(b"ab")), f._inline, f._inline_read]
+                got += [await f.tell(), await f.read(2), await f.seek(0), await f.read(5)]
+                got.append(first_step(f.write(b"Z")))  # (after a read: the buffer, flushed)
+            async with blockio.open(p, "ab", engine=engine) as f:
+                assert await f.write(b"!") == 1
+        return got
+
+    got = run(loop_name, main)
+    assert got == [("returned", 2), False, False, 5, b"56", 0, b"012ab", ("returned", 1)]
+    assert calls == [b"!"]
+    assert p.read_bytes() == b"012abZ6789!"
+
+
+@LOOPS
 def test_file_calls_run_as_asyncio_tasks(path, engine, loop_name):
     async def main():
         async with blockio.open(path, "rb", buffering=0, engine=engine) as f:
