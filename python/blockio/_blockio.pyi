@@ -175,6 +175,10 @@ class FileState:
         event loop, holding the call queue: the bytes, from the buffer or
         the page cache (counting only what it copies), or None; True if the
         read goes on in pieces (see ``_next_piece``)."""
+    def _readinto_cached(self, buf: Buffer) -> Optional[int]:
+        """``readinto(buf)`` by its queued call, holding the call queue,
+        nothing held: the page cache's bytes read straight into ``buf``
+        (counting what it copies), their count; or None."""
     def _next_piece(self) -> Union[bytes, None, Literal[True]]:
         """The next piece of the read served in pieces under way, after a
         turn of the event loop: its bytes once the last is read, True while

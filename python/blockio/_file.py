@@ -1677,6 +1677,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             return n + more
         await self._flush_writes()
         await self._position()
+        # (cached bytes straight into `buf`, on this thread, as the call
+        # served inline reads them: after a turn, or behind another call)
+        done = self._readinto_cached(buf)
+        if done is not None:
+            return done
         return await self._read_into(memoryview(_flat(buf)))
 
     async def _read_into(self, view: memoryview) -> int:

@@ -339,6 +339,19 @@ impl FileState {
         self.take(py, &held, size)
     }
 
+    /// `readinto(buf)` by its queued call, holding the call queue, the
+    /// writes flushed and the position known (`AsyncFile._readinto`),
+    /// nothing being held: served as [`readinto_inline`] serves it, from
+    /// the page cache straight into `buf`, counting the bytes it copies;
+    /// or `None`, and the queued call reads through the engine.
+    fn _readinto_cached(&mut self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> Option<usize> {
+        if !self.inline_read || !self.held(py).is_empty() {
+            return None;
+        }
+        let view = PyBuffer::<u8>::get(buf).ok()?;
+        self.read_cached_into(py, &view, true)
+    }
+
     /// The next piece of the read served in pieces under way (see
     /// [`FileState::read_pieces`]), by the call that holds the file's
     /// queue and has just taken its turn of the event loop for it: the
@@ -686,6 +699,51 @@ impl FileState {
         Some(())
     }
 
+    /// Reads into `view` at the position, nothing being held, if the
+    /// bytes are all in the page cache up to its length or the file's end
+    /// (one `preadv2(RWF_NOWAIT)` straight into it: see
+    /// [`Core::read_raw_inline`]), moving the position past them; the
+    /// byte count, or `None` (nothing moved). Counted as a call served
+    /// (see [`turns`]), or, by a call that has taken its turn
+    /// (`after_turn`), as bytes copied.
+    fn read_cached_into(
+        &mut self,
+        py: Python<'_>,
+        view: &PyBuffer<u8>,
+        after_turn: bool,
+    ) -> Option<usize> {
+        let len = view.len_bytes();
+        if view.readonly() || !view.is_c_contiguous() || len > INLINE_PIECE {
+            return None;
+        }
+        if len == 0 {
+            return Some(0);
+        }
+        let base = view.buf_ptr().cast::<u8>();
+        let reader = self.reader.as_ref()?.bind(py).borrow();
+        // SAFETY: `view` holds a buffer exported, writable and contiguous
+        // (checked above), `len` bytes at `base`, for as long as it lives,
+        // past this call; the GIL is held throughout, so no Python code
+        // reads or writes them meanwhile.
+        let found = unsafe { reader.read_raw_inline(self.num, self.pos, base, len) };
+        drop(reader);
+        let n = match found {
+            Piece::Full => len,
+            Piece::End(n) => n,
+            Piece::Miss => return None,
+        };
+        let to = self.pos.checked_add(i64::try_from(n).ok()?)?;
+        if after_turn {
+            turns::count_copied(n);
+        } else {
+            turns::served(n);
+        }
+        self.seeked = false;
+        self.fill = 0;
+        self.moved_to(to);
+        Some(n)
+    }
+
     /// `size` bytes (not 0) read at the position if they are all in the
     /// page cache (see [`Core::read_ahead_inline`]), reading ahead to fill
     /// the buffer unless this is the first read since a seek (as far as
@@ -1011,28 +1069,7 @@ pub(crate) fn readinto_inline(
         st.skip_held(py, all.len(), len)?;
         return Some(len);
     }
-    if len == 0 {
-        return Some(0);
-    }
-    let reader = st.reader.as_ref()?.bind(py).borrow();
-    // SAFETY: `view` holds `buf`'s buffer exported, writable and
-    // contiguous, `len` bytes at `base`, until it is dropped after this;
-    // the GIL is held throughout, so no Python code reads or writes them
-    // meanwhile.
-    let found = unsafe { reader.read_raw_inline(st.num, st.pos, base, len) };
-    drop(reader);
-    drop(view);
-    let n = match found {
-        Piece::Full => len,
-        Piece::End(n) => n,
-        Piece::Miss => return None,
-    };
-    let to = st.pos.checked_add(i64::try_from(n).ok()?)?;
-    turns::served(n);
-    st.seeked = false;
-    st.fill = 0;
-    st.moved_to(to);
-    Some(n)
+    st.read_cached_into(py, &view, false)
 }
 
 /// `file.tell()` served inline, if it can be: no call on the file in

@@ -134,7 +134,8 @@ def test_readinto_is_a_file_call_served_straight_into_the_buffer(path, engine, l
     the queued ``_readinto`` never called; at the file's end it stops
     short, as the built-in's. A buffer of another format, a turn due and
     a read-only buffer go through the queued call, with the built-in's
-    results and errors."""
+    results and errors; after its turn, it too reads cached bytes into
+    the buffer itself, not through the engine."""
     calls = []
     queued = blockio.AsyncFile._readinto
 
@@ -164,7 +165,10 @@ def test_readinto_is_a_file_call_served_straight_into_the_buffer(path, engine, l
                 assert await f.readinto(a) == 8 and a.tobytes() == DATA[:8]
                 set_turn_count(TURN_BUDGET - 1)  # (the turn is due: queued)
                 c = bytearray(4)
+                before = engine._core.reads_started
                 assert await f.readinto(c) == 4 and c == DATA[8:12]
+                # (read from the page cache after its turn, not by the engine)
+                assert engine._core.reads_started == before
                 set_turn_count(0)
                 with pytest.raises(TypeError, match="read-write bytes-like object"):
                     await f.readinto(b"read-only")
