@@ -343,7 +343,10 @@ impl FileState {
     /// writes flushed and the position known (`AsyncFile._readinto`),
     /// nothing being held: served as [`readinto_inline`] serves it, from
     /// the page cache straight into `buf`, counting the bytes it copies;
-    /// or `None`, and the queued call reads through the engine.
+    /// or `None`, the position unmoved, and the queued call reads through
+    /// the engine. On `None` the first bytes of `buf` may already hold the
+    /// file's bytes at the position (the cached part of a range only partly
+    /// cached), and keep them if that read is cancelled or fails.
     fn _readinto_cached(&mut self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> Option<usize> {
         if !self.inline_read || !self.held(py).is_empty() {
             return None;
@@ -1030,10 +1033,13 @@ pub(crate) fn readline_inline(
 /// [`turns`]), and the bytes all in the file's read-ahead buffer, or,
 /// nothing being held there, all in the page cache up to `buf`'s length
 /// or the file's end: those are read straight into `buf` by one
-/// `preadv2(RWF_NOWAIT)`, no `bytes` made. The byte count, or `None`
-/// (nothing changed but, at most, bytes of `buf` past what a read through
-/// the queue puts there: the queued `readinto` reads, takes its turn, or
-/// refuses the buffer).
+/// `preadv2(RWF_NOWAIT)`, no `bytes` made. The byte count, or `None`:
+/// the position, the file's buffers and the turns are unchanged, but the
+/// first bytes of `buf` may have been overwritten by the file's bytes at
+/// the position (the cached part of a range only partly cached: the
+/// kernel copies it before it finds the rest uncached), and stay so if
+/// the queued `readinto` that then reads, takes its turn, or refuses the
+/// buffer is cancelled or fails.
 pub(crate) fn readinto_inline(
     file: &Bound<'_, FileState>,
     buf: &Bound<'_, PyAny>,
