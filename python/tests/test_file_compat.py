@@ -929,6 +929,58 @@ def test_append_mode_over_a_descriptor_without_o_append_writes_at_the_end_as_the
     assert got.read_bytes() == want.read_bytes() == b"HEADER\nb1\nx1\nx2\n"
 
 
+@pytest.mark.parametrize("mode,buffering", [("rb+", 0), ("rb+", -1), ("rb+", 8192), ("r+", -1)])
+@pytest.mark.parametrize("how", ["fd", "opener"])
+def test_a_descriptor_with_o_append_in_another_writing_mode_tells_the_end_after_a_flush_as_the_builtin(
+        tmp_path, mode, buffering, how):
+    # The kernel puts each write of an O_APPEND descriptor at the end
+    # whatever the offset; the position stayed where the write was asked
+    # (tell() 4 where the built-in says 12), and the reads after it came
+    # from there.
+    def fd(p, flags=0):
+        return os.open(p, os.O_RDWR | os.O_APPEND)
+
+    data = (b"ab", b"cd") if "b" in mode else ("ab", "cd")
+
+    def calls(f):
+        out = [f.seek(2)]
+        f.write(data[0])
+        f.flush()
+        out.append(f.tell())
+        f.write(data[1])
+        f.flush()
+        out += [f.tell(), f.read(), f.seek(0), f.read()]
+        return out
+
+    def builtin(p):
+        f = open(fd(p), mode, buffering=buffering) if how == "fd" else open(p, mode, buffering=buffering, opener=fd)
+        with f:
+            return calls(f)
+
+    async def ours(p):
+        if how == "fd":
+            f = await blockio.open(fd(p), mode, buffering=buffering)
+        else:
+            f = await blockio.open(p, mode, buffering=buffering, opener=fd)
+        async with f:
+            out = [await f.seek(2)]
+            await f.write(data[0])
+            await f.flush()
+            out.append(await f.tell())
+            await f.write(data[1])
+            await f.flush()
+            out += [await f.tell(), await f.read(), await f.seek(0), await f.read()]
+            return out
+
+    want, got = tmp_path / "want", tmp_path / "got"
+    for p in (want, got):
+        p.write_bytes(b"0123456789")
+    expected = builtin(want)
+    assert run(ours(got)) == expected
+    assert expected[1] == 12
+    assert got.read_bytes() == b"0123456789abcd"
+
+
 def _pipe_fed_in_two_parts(first, second, reader_took_first):
     """A pipe whose writer thread sends ``first``, waits (at most 20 s,
     the way out of a test that would hang) until ``reader_took_first()``
