@@ -1645,7 +1645,10 @@ class AsyncFile(FileState, LineReader[bytes]):
         try:
             with memoryview(buf) as view:
                 size = -1 if view.readonly or not view.c_contiguous else view.nbytes
-        except TypeError:
+        except Exception:
+            # Any object that cannot export a buffer now (not a buffer, a
+            # closed mmap's ValueError): TypeError, as the built-in's
+            # argument parsing raises whatever the export's own error.
             size = -1
         if size < 0:
             # (FileIO's words, unbuffered, from Python 3.12 on: "argument 1")
