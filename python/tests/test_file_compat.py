@@ -981,6 +981,30 @@ def test_a_descriptor_with_o_append_in_another_writing_mode_tells_the_end_after_
     assert got.read_bytes() == b"0123456789abcd"
 
 
+@pytest.mark.parametrize("buffering", [0, -1, 8192])
+def test_append_mode_after_reads_writes_only_the_bytes_written_as_the_unbuffered_builtin(tmp_path, buffering):
+    # read, write, read, write in "ab+": the built-in's buffered file
+    # (BufferedRandom, CPython gh-64281) appends the byte the second read
+    # took along with the two written, so it is no reference here; its
+    # unbuffered FileIO, which every buffering of blockio's matches, is.
+    start = bytes(range(256)) * 4
+
+    def builtin(p):
+        with open(p, "ab+", buffering=0) as f:
+            return [f.seek(100), f.read(50), f.write(b"A"), f.read(1), f.write(b"B"), f.tell()]
+
+    async def ours(p):
+        async with blockio.open(p, "ab+", buffering=buffering) as f:
+            return [await f.seek(100), await f.read(50), await f.write(b"A"), await f.read(1),
+                    await f.write(b"B"), await f.tell()]
+
+    want, got = tmp_path / "want", tmp_path / "got"
+    for p in (want, got):
+        p.write_bytes(start)
+    assert run(ours(got)) == builtin(want) == [100, start[100:150], 1, b"", 1, len(start) + 2]
+    assert got.read_bytes() == want.read_bytes() == start + b"AB"
+
+
 def _pipe_fed_in_two_parts(first, second, reader_took_first):
     """A pipe whose writer thread sends ``first``, waits (at most 20 s,
     the way out of a test that would hang) until ``reader_took_first()``
