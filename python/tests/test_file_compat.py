@@ -932,7 +932,7 @@ def test_append_mode_over_a_descriptor_without_o_append_writes_at_the_end_as_the
 @pytest.mark.parametrize("mode,buffering", [("rb+", 0), ("rb+", -1), ("rb+", 8192), ("r+", -1)])
 @pytest.mark.parametrize("how", ["fd", "opener"])
 def test_a_descriptor_with_o_append_in_another_writing_mode_tells_the_end_after_a_flush_as_the_builtin(
-        tmp_path, mode, buffering, how):
+        tmp_path, engine, mode, buffering, how):
     # The kernel puts each write of an O_APPEND descriptor at the end
     # whatever the offset; the position stayed where the write was asked
     # (tell() 4 where the built-in says 12), and the reads after it came
@@ -959,9 +959,9 @@ def test_a_descriptor_with_o_append_in_another_writing_mode_tells_the_end_after_
 
     async def ours(p):
         if how == "fd":
-            f = await blockio.open(fd(p), mode, buffering=buffering)
+            f = await blockio.open(fd(p), mode, buffering=buffering, engine=engine)
         else:
-            f = await blockio.open(p, mode, buffering=buffering, opener=fd)
+            f = await blockio.open(p, mode, buffering=buffering, opener=fd, engine=engine)
         async with f:
             out = [await f.seek(2)]
             await f.write(data[0])
@@ -982,7 +982,7 @@ def test_a_descriptor_with_o_append_in_another_writing_mode_tells_the_end_after_
 
 
 @pytest.mark.parametrize("buffering", [0, -1, 8192])
-def test_append_mode_after_reads_writes_only_the_bytes_written_as_the_unbuffered_builtin(tmp_path, buffering):
+def test_append_mode_after_reads_writes_only_the_bytes_written_as_the_unbuffered_builtin(tmp_path, engine, buffering):
     # read, write, read, write in "ab+": the built-in's buffered file
     # (BufferedRandom, CPython gh-64281) appends the byte the second read
     # took along with the two written, so it is no reference here; its
@@ -994,7 +994,7 @@ def test_append_mode_after_reads_writes_only_the_bytes_written_as_the_unbuffered
             return [f.seek(100), f.read(50), f.write(b"A"), f.read(1), f.write(b"B"), f.tell()]
 
     async def ours(p):
-        async with blockio.open(p, "ab+", buffering=buffering) as f:
+        async with blockio.open(p, "ab+", buffering=buffering, engine=engine) as f:
             return [await f.seek(100), await f.read(50), await f.write(b"A"), await f.read(1),
                     await f.write(b"B"), await f.tell()]
 
