@@ -16,7 +16,10 @@ in order, ``await f.write(SIZE bytes)`` alone), ``open-write-seek`` (the
 same, each write followed by ``await f.seek(-SIZE, os.SEEK_CUR)``, a seek
 not served inline: its cost is this one's less ``open-write``'s) or
 ``builtin-write`` (an ``os.write`` loop, its floor); ``open-buffered-write``
-(``open-write`` on a buffered file: most writes go into its buffer) or
+(``open-write`` on a buffered file: most writes go into its buffer),
+``open-readinto-seq`` (``open-seq`` with ``await f.readinto(buf)`` into
+one ``bytearray`` of SIZE bytes), ``builtin-readinto-seq`` (its floor, an
+``os.preadv`` loop into one buffer) or
 ``open-readline`` (``await f.readline()`` of a buffered file of lines of
 SIZE bytes, made anew as ``--file``, ``per-readline.dat`` by default,
 wrapping round at its end). SIZE is ``--size`` (4096 by default; the
@@ -157,6 +160,36 @@ async def _open_seq(path: str, reads: int, size: int) -> int:
     return got
 
 
+async def _open_readinto_seq(path: str, reads: int, size: int) -> int:
+    import blockio
+
+    got, buf = 0, bytearray(size)
+    f = await blockio.open(path, "rb")
+    for _ in range(reads):
+        n = await f.readinto(buf)
+        if n < size:
+            await f.seek(0)
+            n = await f.readinto(buf)
+        got += n
+    await f.close()
+    return got
+
+
+async def _builtin_readinto_seq(path: str, reads: int, size: int) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    pos = got = 0
+    buf = bytearray(size)
+    for _ in range(reads):
+        n = os.preadv(fd, [buf], pos)
+        if n < size:
+            pos = 0
+            n = os.preadv(fd, [buf], pos)
+        pos += n
+        got += n
+    os.close(fd)
+    return got
+
+
 async def _seek_and_read(opener: "Callable[[], Any]", path: str, reads: int) -> int:
     """64 tasks, a file object each from ``opener``, ``seek`` + ``read(4096)``."""
     offs, got = _offsets(path, reads), [0]
@@ -192,7 +225,8 @@ CONTENDERS = {
     "aread": _aread, "open": _open, "open-seq": _open_seq, "turbofile": _turbofile, "builtin": _builtin,
     "builtin-seq": _builtin_seq, "open-write": _open_write, "builtin-write": _builtin_write,
     "open-write-seek": _open_write_seek, "open-readline": _open_readline,
-    "open-buffered-write": _open_write_buffered,
+    "open-buffered-write": _open_write_buffered, "open-readinto-seq": _open_readinto_seq,
+    "builtin-readinto-seq": _builtin_readinto_seq,
 }
 
 

@@ -142,11 +142,11 @@ class FileState:
         """``seek`` and ``tell`` may be served inline."""
     @property
     def _inline_read(self) -> bool:
-        """``read`` and ``readline`` may be served inline."""
+        """``read``, ``readinto`` and ``readline`` may be served inline."""
     @property
     def _inline_write(self) -> bool:
-        """``write`` may be served inline (into a write buffer holding
-        bytes already)."""
+        """``write`` may be served inline (into the write buffer; the
+        first bytes after a flush only while ``_inline``)."""
     def __new__(cls, *_args: object, **_kwargs: object) -> "FileState": ...
     def read(self, size: Optional[int] = -1) -> "FileCall[bytes]":
         """Up to ``size`` bytes (all the rest when negative or None),
@@ -163,6 +163,10 @@ class FileState:
     def write(self, data: Buffer) -> "FileCall[int]":
         """Writes all of ``data``; the byte count (served inline at the
         first step when it goes into the write buffer)."""
+    def readinto(self, buf: Buffer) -> "FileCall[int]":
+        """Reads into ``buf`` until it is full or the file ends; the byte
+        count (served inline at the first step, straight into ``buf``, when
+        the bytes are in the read buffer or all in the page cache)."""
     def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int, wbufsize: int) -> None:
         """What the calls served inline need: the call queue's ``free``
         list, the engine's core, the descriptor's number, the buffer size."""
@@ -171,6 +175,10 @@ class FileState:
         event loop, holding the call queue: the bytes, from the buffer or
         the page cache (counting only what it copies), or None; True if the
         read goes on in pieces (see ``_next_piece``)."""
+    def _readinto_cached(self, buf: Buffer) -> Optional[int]:
+        """``readinto(buf)`` by its queued call, holding the call queue,
+        nothing held: the page cache's bytes read straight into ``buf``
+        (counting what it copies), their count; or None."""
     def _next_piece(self) -> Union[bytes, None, Literal[True]]:
         """The next piece of the read served in pieces under way, after a
         turn of the event loop: its bytes once the last is read, True while

@@ -753,10 +753,11 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     # -- positioning ----------------------------------------------------------
 
-    # `tell`, `seek` and `read` are the core's (`FileState`; see `call.rs`):
-    # each returns a coroutine object whose first step serves the common
-    # case inline, or else runs the queued call below (`_tell`, `_seek`,
-    # `_read`, `_read_after_a_turn`). The class holds each as a
+    # `tell`, `seek`, `read`, `readinto`, `readline` and `write` are the
+    # core's (`FileState`; see `call.rs`): each returns a coroutine object
+    # whose first step serves the common case inline, or else runs the
+    # queued call below (`_tell`, `_seek`, `_read`, `_read_after_a_turn`,
+    # `_readinto`, ...). The class holds each as a
     # `coroutine_method` (see `coromethod.rs`) of the `async def` below,
     # which gives its signature and code: `inspect.iscoroutinefunction`
     # and `asyncio.iscoroutinefunction` are true of `f.read`, as of
@@ -796,6 +797,13 @@ class AsyncFile(FileState, LineReader[bytes]):
             it until the buffer fills, :meth:`flush` or close."""
             return await FileState.write(self, data)
 
+        @coroutine_method
+        async def readinto(self, buf):
+            """Reads into ``buf`` (any writable buffer) at the position, until
+            it is full or the file ends (one read, unbuffered); the byte
+            count. Cached bytes go straight into ``buf``."""
+            return await FileState.readinto(self, buf)
+
     else:
         # (for the type checker, coroutine functions, as `LineReader`'s
         # `readline`, which the core's stubs (`FileCall`) would conflict with)
@@ -804,6 +812,9 @@ class AsyncFile(FileState, LineReader[bytes]):
             ...
 
         async def write(self, data: Buffer) -> int:  # type: ignore[override, empty-body]
+            ...
+
+        async def readinto(self, buf: Buffer) -> int:  # type: ignore[override, empty-body]
             ...
 
     # (in append mode after a write, the end is taken by a mark in the
@@ -1625,15 +1636,19 @@ class AsyncFile(FileState, LineReader[bytes]):
         return b"".join([head, *got])
 
     @one_at_a_time_taking_turns
-    async def readinto(self, buf: Buffer) -> int:
-        """Reads into ``buf`` (any writable buffer) without an extra copy
-        when nothing is buffered; the byte count."""
+    async def _readinto(self, buf: Buffer) -> int:
+        """The queued ``readinto(buf)`` not served inline: reads into
+        ``buf`` (any writable buffer) without an extra copy when nothing is
+        buffered; the byte count."""
         # Before anything is read, and before the mode is checked, as the
         # built-in's: no byte is taken for a buffer that cannot hold it.
         try:
             with memoryview(buf) as view:
                 size = -1 if view.readonly or not view.c_contiguous else view.nbytes
-        except TypeError:
+        except Exception:
+            # Any object that cannot export a buffer now (not a buffer, a
+            # closed mmap's ValueError): TypeError, as the built-in's
+            # argument parsing raises whatever the export's own error.
             size = -1
         if size < 0:
             # (FileIO's words, unbuffered, from Python 3.12 on: "argument 1")
@@ -1665,6 +1680,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             return n + more
         await self._flush_writes()
         await self._position()
+        # (cached bytes straight into `buf`, on this thread, as the call
+        # served inline reads them: after a turn, or behind another call)
+        done = self._readinto_cached(buf)
+        if done is not None:
+            return done
         return await self._read_into(memoryview(_flat(buf)))
 
     async def _read_into(self, view: memoryview) -> int:

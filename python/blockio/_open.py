@@ -198,6 +198,13 @@ async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: 
             if isinstance(file, int) and closefd:
                 os.close(fd)
             raise io.UnsupportedOperation("File or stream is not seekable.")
+        if "a" not in mode and raw._writable and not raw._stream and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
+            # A descriptor with O_APPEND in another writing mode (handed
+            # in, or made by an opener): the kernel puts every write at the
+            # end whatever the offset, so the position follows it there, as
+            # the built-in's does once its buffer is flushed; reads start at
+            # the descriptor's offset all the same.
+            raw._append = True
         if "a" in mode:
             if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
                 # A descriptor without O_APPEND (handed in, or made by an

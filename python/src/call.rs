@@ -1,8 +1,8 @@
-//! `read`, `seek`, `tell`, `readline` and `write` of a `blockio.open`
-//! binary file: each returns a [`FileCall`], a coroutine object written
+//! `read`, `readinto`, `seek`, `tell`, `readline` and `write` of a
+//! `blockio.open` binary file: each returns a [`FileCall`], a coroutine object written
 //! in Rust, whose first step serves the call inline when it can (see
 //! [`crate::inline`]) and returns at once, and otherwise runs the file's
-//! queued coroutine for it (`_read`, `_seek`, `_tell`, `_readline`,
+//! queued coroutine for it (`_read`, `_readinto`, `_seek`, `_tell`, `_readline`,
 //! `_write_queued`, or `_read_after_a_turn` when the thread's turn of the
 //! event loop is due: see [`crate::turns`]; `_read_pieces` when a read
 //! served inline goes on in pieces), passing its steps through.
@@ -32,13 +32,16 @@ use pyo3::types::{PyBool, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyTypeInfo, PyVisit};
 
 use crate::inline::{
-    read_inline, readline_inline, seek_inline, tell_inline, write_inline, FileState,
+    read_inline, readinto_inline, readline_inline, seek_inline, tell_inline, write_inline,
+    FileState,
 };
 
 /// The call and its arguments, as given.
 pub(crate) enum Op {
     /// `read(size)`.
     Read(PyObject),
+    /// `readinto(buf)`.
+    Readinto(PyObject),
     /// `seek(offset, whence)`.
     Seek(PyObject, PyObject),
     /// `tell()`.
@@ -71,8 +74,8 @@ enum Step {
     Return(PyObject),
 }
 
-/// A call on a `blockio.open` binary file (`read`, `seek`, `tell`,
-/// `readline`, `write`): a
+/// A call on a `blockio.open` binary file (`read`, `readinto`, `seek`,
+/// `tell`, `readline`, `write`): a
 /// coroutine object, for every user of one: `await`, asyncio's tasks
 /// (`create_task`, `ensure_future`, `wait_for`, `gather`;
 /// `asyncio.iscoroutine` is true of it, as `collections.abc.Coroutine`
@@ -87,7 +90,7 @@ enum Step {
 #[pyclass(frozen, module = "blockio._blockio")]
 pub(crate) struct FileCall {
     state: Mutex<State>,
-    /// The method's name (`read`, `seek`, `tell`, `readline`, `write`), for `__name__` and
+    /// The method's name (`read`, `readinto`, `seek`, `tell`, `readline`, `write`), for `__name__` and
     /// `__qualname__`, which asyncio puts in a task's repr.
     name: &'static str,
 }
@@ -97,6 +100,7 @@ impl FileCall {
     pub(crate) fn make(file: &Bound<'_, FileState>, op: Op) -> PyResult<PyObject> {
         let name = match op {
             Op::Read(_) => "read",
+            Op::Readinto(_) => "readinto",
             Op::Seek(..) => "seek",
             Op::Tell => "tell",
             Op::Readline(_) => "readline",
@@ -218,7 +222,7 @@ enum Served<'py> {
 }
 
 /// Serves `op` on `file` inline if it can be (see [`read_inline`],
-/// [`seek_inline`], [`tell_inline`], [`readline_inline`],
+/// [`readinto_inline`], [`seek_inline`], [`tell_inline`], [`readline_inline`],
 /// [`write_inline`]), else makes its queued coroutine.
 fn serve<'py>(file: &Bound<'py, FileState>, op: Op) -> PyResult<Served<'py>> {
     let py = file.py();
@@ -237,6 +241,13 @@ fn serve<'py>(file: &Bound<'py, FileState>, op: Op) -> PyResult<Served<'py>> {
                 }
                 Some(got) => Ok(Served::Now(got)),
                 None => queued(intern!(py, "_read"), PyTuple::new(py, [size])?),
+            }
+        }
+        Op::Readinto(buf) => {
+            let buf = buf.into_bound(py);
+            match readinto_inline(file, &buf) {
+                Some(n) => Ok(Served::Now(n.into_pyobject(py)?.into_any().unbind())),
+                None => queued(intern!(py, "_readinto"), PyTuple::new(py, [buf])?),
             }
         }
         Op::Seek(offset, whence) => {
@@ -332,7 +343,9 @@ impl FileCall {
                         args.push(whence.clone_ref(py));
                     }
                     Op::Tell => {}
-                    Op::Readline(arg) | Op::Write(arg) => args.push(arg.clone_ref(py)),
+                    Op::Readinto(arg) | Op::Readline(arg) | Op::Write(arg) => {
+                        args.push(arg.clone_ref(py))
+                    }
                 }
                 Found::Start(args)
             }
@@ -449,7 +462,7 @@ impl FileCall {
                         visit.call(whence)
                     }
                     Op::Tell => Ok(()),
-                    Op::Readline(arg) | Op::Write(arg) => visit.call(arg),
+                    Op::Readinto(arg) | Op::Readline(arg) | Op::Write(arg) => visit.call(arg),
                 }
             }
             State::Queued(coro) => visit.call(coro),

@@ -1,4 +1,4 @@
-//! `read`, `seek`, `tell`, `readline` and `write` as a `blockio.open`
+//! `read`, `readinto`, `seek`, `tell`, `readline` and `write` as a `blockio.open`
 //! binary file's class holds them: each a [`CoroutineMethod`], which frameworks and mocks take for a
 //! coroutine function, as they take aiofiles' `async def` methods, while a
 //! call costs what the core's method costs.
@@ -41,6 +41,7 @@ enum Kind {
     Tell,
     Readline,
     Write,
+    Readinto,
 }
 
 impl Kind {
@@ -52,6 +53,7 @@ impl Kind {
             "tell" => Some(Kind::Tell),
             "readline" => Some(Kind::Readline),
             "write" => Some(Kind::Write),
+            "readinto" => Some(Kind::Readinto),
             _ => None,
         }
     }
@@ -62,10 +64,12 @@ impl Kind {
     }
 }
 
-/// Each kind's template (`read`, `seek`, `tell`, `readline`, `write`), once a
+/// Each kind's template (`read`, `seek`, `tell`, `readline`, `write`,
+/// `readinto`), once a
 /// [`CoroutineMethod`] of it is made: the code a [`FileCall`]'s `cr_code`
 /// gives, and the function its `cr_frame` is made from before it starts.
-static TEMPLATES: [GILOnceCell<PyObject>; 5] = [
+static TEMPLATES: [GILOnceCell<PyObject>; 6] = [
+    GILOnceCell::new(),
     GILOnceCell::new(),
     GILOnceCell::new(),
     GILOnceCell::new(),
@@ -74,7 +78,7 @@ static TEMPLATES: [GILOnceCell<PyObject>; 5] = [
 ];
 
 /// The template of the method named `name` (`read`, `seek`, `tell`,
-/// `readline`, `write`), if
+/// `readline`, `write`, `readinto`), if
 /// its [`CoroutineMethod`] was made.
 pub(crate) fn template_of<'py>(py: Python<'py>, name: &str) -> Option<&'py Bound<'py, PyAny>> {
     let kind = Kind::named(name)?;
@@ -135,17 +139,25 @@ static WRITE: FunctionDescription = FunctionDescription {
     required_positional_parameters: 2,
     keyword_only_parameters: &[],
 };
+static READINTO: FunctionDescription = FunctionDescription {
+    cls_name: Some("AsyncFile"),
+    func_name: "readinto",
+    positional_parameter_names: &["self", "buf"],
+    positional_only_parameters: 0,
+    required_positional_parameters: 2,
+    keyword_only_parameters: &[],
+};
 
 /// `CoroutineMethod(template)`: the method whose signature, code and
 /// names are those of `template`, an `async def` named `read`, `seek`,
-/// `tell`, `readline` or `write`.
+/// `tell`, `readline`, `write` or `readinto`.
 #[pyfunction]
 pub(crate) fn coroutine_method(template: &Bound<'_, PyAny>) -> PyResult<Py<CoroutineMethod>> {
     let py = template.py();
     let name: String = template.getattr(intern!(py, "__name__"))?.extract()?;
     let kind = Kind::named(&name).ok_or_else(|| {
         PyTypeError::new_err(format!(
-            "coroutine_method: no method {name:?} (read, seek, tell, readline or write)"
+            "coroutine_method: no method {name:?} (read, seek, tell, readline, write or readinto)"
         ))
     })?;
     let flags: u32 = template
@@ -252,6 +264,7 @@ impl CoroutineMethod {
             Kind::Tell => "tell",
             Kind::Readline => "readline",
             Kind::Write => "write",
+            Kind::Readinto => "readinto",
         };
         format!("<coroutine method {name:?} of blockio's AsyncFile>")
     }
@@ -321,8 +334,8 @@ type Args = (
 
 /// `file`'s `FileCall` of the method `kind`, its arguments parsed from
 /// `all` (the file first). `read`, `seek` and `tell` count their
-/// arguments after the file (as their pyo3 methods did), `readline` and
-/// `write` with it (as the `async def`s they were, and the built-in's
+/// arguments after the file (as their pyo3 methods did), `readline`,
+/// `write` and `readinto` with it (as the `async def`s they were, and the built-in's
 /// methods).
 ///
 /// # Safety
@@ -373,6 +386,14 @@ unsafe fn file_call(
                 .as_deref()
                 .ok_or_else(|| PyTypeError::new_err("write() missing its data"))?;
             FileState::write(file, data)
+        }
+        Kind::Readinto => {
+            // SAFETY: see above: the arguments are as `parse` needs.
+            let [_, buf] = unsafe { parse(py, &READINTO, all) }?;
+            let buf = buf
+                .as_deref()
+                .ok_or_else(|| PyTypeError::new_err("readinto() missing its buffer"))?;
+            FileState::readinto(file, buf)
         }
     }
 }

@@ -358,6 +358,32 @@ impl Core {
         self.inline.read_piece(fd, off, obj, at, len, first)
     }
 
+    /// Reads `len` bytes at `offset` of `fd` into the memory at `base`,
+    /// served inline if they are all in the page cache (see
+    /// [`InlineReads::read_raw`]); a miss otherwise, and the caller reads
+    /// through the engine.
+    ///
+    /// # Safety
+    ///
+    /// `base` must be valid for writes of `len` bytes for the call, and
+    /// nothing else may read or write them meanwhile.
+    pub(crate) unsafe fn read_raw_inline(
+        &self,
+        fd: RawFd,
+        offset: i64,
+        base: *mut u8,
+        len: usize,
+    ) -> crate::inline_read::Piece {
+        let Ok(off) = u64::try_from(offset) else {
+            return crate::inline_read::Piece::Miss;
+        };
+        if self.born.forked() || self.closed() {
+            return crate::inline_read::Piece::Miss;
+        }
+        // SAFETY: the caller's promise, which `read_raw` needs.
+        unsafe { self.inline.read_raw(fd, off, base, len, true) }
+    }
+
     /// At least `min` and up to `len` bytes at `offset` of `fd`, served
     /// inline if the first `min` are in the page cache (see
     /// [`InlineReads::read_ahead`]); else `None`, and the caller reads

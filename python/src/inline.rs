@@ -2,8 +2,8 @@
 //! file's whole state (position, read-ahead and write buffers, mode, the
 //! descriptor, engine and call queue it uses), kept once, and its most
 //! frequent calls served from it without suspending: [`seek_inline`],
-//! [`read_inline`], [`readline_inline`], [`tell_inline`] and
-//! [`write_inline`].
+//! [`read_inline`], [`readinto_inline`], [`readline_inline`],
+//! [`tell_inline`] and [`write_inline`].
 //!
 //! A random read is a `seek` and a `read` of a cached block, so these two
 //! calls are what a random-access workload pays per block besides the
@@ -27,6 +27,7 @@
 
 use std::os::fd::RawFd;
 
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList, PyTuple};
 use pyo3::PyTraverseError;
@@ -121,13 +122,13 @@ pub(crate) struct FileState {
     /// [`FileState::_set_inline`]).
     #[pyo3(get, name = "_inline")]
     inline: bool,
-    /// `read` and `readline` may be served inline: `inline`, and the file
+    /// `read`, `readinto` and `readline` may be served inline: `inline`, and the file
     /// reads.
     #[pyo3(get, name = "_inline_read")]
     inline_read: bool,
-    /// `write` may be served inline when the write buffer holds bytes
-    /// already: a buffered seekable file, open, writing, not in append
-    /// mode.
+    /// `write` may be served inline: a buffered seekable file, open,
+    /// writing, not in append mode (the first bytes after a flush only
+    /// while `inline` too: see [`write_inline`]).
     #[pyo3(get, name = "_inline_write")]
     inline_write: bool,
     /// The descriptor's number is known outside the file: its offset is
@@ -338,6 +339,22 @@ impl FileState {
         self.take(py, &held, size)
     }
 
+    /// `readinto(buf)` by its queued call, holding the call queue, the
+    /// writes flushed and the position known (`AsyncFile._readinto`),
+    /// nothing being held: served as [`readinto_inline`] serves it, from
+    /// the page cache straight into `buf`, counting the bytes it copies;
+    /// or `None`, the position unmoved, and the queued call reads through
+    /// the engine. On `None` the first bytes of `buf` may already hold the
+    /// file's bytes at the position (the cached part of a range only partly
+    /// cached), and keep them if that read is cancelled or fails.
+    fn _readinto_cached(&mut self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> Option<usize> {
+        if !self.inline_read || !self.held(py).is_empty() {
+            return None;
+        }
+        let view = PyBuffer::<u8>::get(buf).ok()?;
+        self.read_cached_into(py, &view, true)
+    }
+
     /// The next piece of the read served in pieces under way (see
     /// [`FileState::read_pieces`]), by the call that holds the file's
     /// queue and has just taken its turn of the event loop for it: the
@@ -513,6 +530,15 @@ impl FileState {
         FileCall::make(slf, Op::Write(data.clone().unbind()))
     }
 
+    /// Reads into ``buf`` (any writable buffer) at the position, until it
+    /// is full or the file ends; the byte count. A coroutine
+    /// (`FileCall`): served inline at its first step when the bytes are in
+    /// the read buffer or all in the page cache, straight into ``buf``
+    /// (see [`readinto_inline`]), else read through the file's call queue.
+    pub(crate) fn readinto(slf: &Bound<'_, Self>, buf: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+        FileCall::make(slf, Op::Readinto(buf.clone().unbind()))
+    }
+
     /// Sets `_seeked`: a seek also ends the run of sequential reads (the
     /// next read ahead takes the buffer's size again).
     #[setter(_seeked)]
@@ -659,6 +685,66 @@ impl FileState {
         }
         self.moved_to(to);
         Some(out.into_any().unbind())
+    }
+
+    /// Moves past the next `n` bytes of the read-ahead buffer (`n` of them
+    /// there, out of the `len` it holds in all), and the position with them.
+    fn skip_held(&mut self, py: Python<'_>, len: usize, n: usize) -> Option<()> {
+        let to = self.pos.checked_add(i64::try_from(n).ok()?)?;
+        let end = self.roff + n;
+        if end == len {
+            self.rbuf = nothing(py);
+            self.roff = 0;
+        } else {
+            self.roff = end;
+        }
+        self.moved_to(to);
+        Some(())
+    }
+
+    /// Reads into `view` at the position, nothing being held, if the
+    /// bytes are all in the page cache up to its length or the file's end
+    /// (one `preadv2(RWF_NOWAIT)` straight into it: see
+    /// [`Core::read_raw_inline`]), moving the position past them; the
+    /// byte count, or `None` (nothing moved). Counted as a call served
+    /// (see [`turns`]), or, by a call that has taken its turn
+    /// (`after_turn`), as bytes copied.
+    fn read_cached_into(
+        &mut self,
+        py: Python<'_>,
+        view: &PyBuffer<u8>,
+        after_turn: bool,
+    ) -> Option<usize> {
+        let len = view.len_bytes();
+        if view.readonly() || !view.is_c_contiguous() || len > INLINE_PIECE {
+            return None;
+        }
+        if len == 0 {
+            return Some(0);
+        }
+        let base = view.buf_ptr().cast::<u8>();
+        let reader = self.reader.as_ref()?.bind(py).borrow();
+        // SAFETY: `view` holds a buffer exported, writable and contiguous
+        // (checked above), `len` bytes at `base`, for as long as it lives,
+        // past this call; the GIL is held throughout, so no Python code
+        // reads or writes them meanwhile.
+        let found = unsafe { reader.read_raw_inline(self.num, self.pos, base, len) };
+        drop(reader);
+        let n = match found {
+            Piece::Full => len,
+            Piece::End(n) => n,
+            Piece::Miss => return None,
+        };
+        let to = self.pos.checked_add(i64::try_from(n).ok()?)?;
+        if after_turn {
+            turns::count_copied(n);
+        } else {
+            turns::served(n);
+        }
+        self.seeked = false;
+        self.fill = 0;
+        self.moved_to(to);
+        Some(n)
     }
 
     /// `size` bytes (not 0) read at the position if they are all in the
@@ -940,6 +1026,58 @@ pub(crate) fn readline_inline(
     st.take(py, &held, n)
 }
 
+/// `file.readinto(buf)` served inline, if it can be: `buf` a writable
+/// C-contiguous buffer of bytes (`bytearray`, a `memoryview` of one, a
+/// `uint8` array...) of at most [`INLINE_PIECE`] bytes, no call on the
+/// file in progress, the thread's turn of the event loop not due (see
+/// [`turns`]), and the bytes all in the file's read-ahead buffer, or,
+/// nothing being held there, all in the page cache up to `buf`'s length
+/// or the file's end: those are read straight into `buf` by one
+/// `preadv2(RWF_NOWAIT)`, no `bytes` made. The byte count, or `None`:
+/// the position, the file's buffers and the turns are unchanged, but the
+/// first bytes of `buf` may have been overwritten by the file's bytes at
+/// the position (the cached part of a range only partly cached: the
+/// kernel copies it before it finds the rest uncached), and stay so if
+/// the queued `readinto` that then reads, takes its turn, or refuses the
+/// buffer is cancelled or fails.
+pub(crate) fn readinto_inline(
+    file: &Bound<'_, FileState>,
+    buf: &Bound<'_, PyAny>,
+) -> Option<usize> {
+    let py = file.py();
+    let view = PyBuffer::<u8>::get(buf).ok()?;
+    if view.readonly() || !view.is_c_contiguous() {
+        return None;
+    }
+    let len = view.len_bytes();
+    let base = view.buf_ptr().cast::<u8>();
+    if len > INLINE_PIECE {
+        return None;
+    }
+    let mut st = file.try_borrow_mut().ok()?;
+    if !st.inline_read || !st.free(py) || turns::is_due() {
+        return None;
+    }
+    let held = st.rbuf.bind(py).downcast::<PyBytes>().ok()?.clone();
+    let all = held.as_bytes();
+    if !all.is_empty() {
+        let from = all.get(st.roff..)?;
+        if from.len() < len {
+            return None; // (the rest is read after them, through the queue)
+        }
+        // SAFETY: `view` holds `buf`'s buffer exported, writable and
+        // contiguous, `len` bytes at `base`, for as long as it lives; the
+        // read-ahead buffer is an immutable `bytes` object, another
+        // object's memory, of at least `len` bytes from `from`. The GIL
+        // is held throughout: no Python code touches either meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), base, len) };
+        turns::served(len);
+        st.skip_held(py, all.len(), len)?;
+        return Some(len);
+    }
+    st.read_cached_into(py, &view, false)
+}
+
 /// `file.tell()` served inline, if it can be: no call on the file in
 /// progress, the position known and nothing to flush, and the thread's
 /// turn of the event loop not due (see [`turns`]). The position, or `None`
@@ -957,12 +1095,13 @@ pub(crate) fn tell_inline(file: &Bound<'_, FileState>) -> Option<i64> {
 
 /// `file.write(data)` served inline, if it can be: `data` a `bytes` or
 /// `bytearray` (not empty), no call on the file in progress, and the
-/// bytes joining others already in the file's write buffer without
-/// filling it,
+/// bytes fitting in the file's write buffer without filling it,
 /// and the thread's turn of the event loop not due (see [`turns`]). The
 /// byte count, or `None` (nothing changed: the queued `write` writes
-/// them, or takes the turn). The first write after a flush is never served
-/// here: it sets where the buffered bytes go (`_wpos`).
+/// them, or takes the turn). The first write after a flush is served
+/// here only while the position is known and nothing else is held
+/// (`inline`): it sets where the buffered bytes go (`_wpos`), and ends
+/// the inline `seek`, `tell` and reads until the buffer is flushed.
 #[pyfunction]
 pub(crate) fn write_inline(file: &Bound<'_, FileState>, data: &Bound<'_, PyAny>) -> Option<usize> {
     let py = file.py();
@@ -977,7 +1116,7 @@ pub(crate) fn write_inline(file: &Bound<'_, FileState>, data: &Bound<'_, PyAny>)
     let wbuf = st.wbuf.bind(py).clone();
     let held = wbuf.len();
     let room = usize::try_from(st.wbufsize).unwrap_or(0);
-    if n == 0 || held == 0 || held.checked_add(n)? >= room || data.is(&wbuf) {
+    if n == 0 || held.checked_add(n)? >= room || data.is(&wbuf) {
         return None;
     }
     if !st
@@ -994,6 +1133,19 @@ pub(crate) fn write_inline(file: &Bound<'_, FileState>, data: &Bound<'_, PyAny>)
         return None;
     }
     let to = st.pos.checked_add(i64::try_from(n).ok()?)?;
+    if held == 0 {
+        // The first bytes since the buffer was flushed: they go where the
+        // position is, if it is known (`inline`: nothing buffered, not at
+        // an end still to look up); from now on `seek`, `tell` and reads
+        // are not served inline, as the queue's `settle` would have it,
+        // until a queued call flushes the buffer.
+        if !st.inline {
+            return None;
+        }
+        st.wpos = st.pos;
+        st.inline = false;
+        st.inline_read = false;
+    }
     wbuf.call_method1(pyo3::intern!(py, "extend"), (data,))
         .ok()?;
     turns::served(n);

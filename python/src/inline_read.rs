@@ -173,7 +173,40 @@ impl InlineReads {
     ) -> Piece {
         let room = obj.as_bytes().len();
         let fits = at.checked_add(len).is_some_and(|end| end <= room);
-        if len == 0 || len > INLINE_PIECE || !fits || obj.get_refcnt() != 1 {
+        if !fits || obj.get_refcnt() != 1 {
+            return Piece::Miss;
+        }
+        // SAFETY: `obj` is a bytes object at least `at + len` bytes long,
+        // of which the caller holds the only reference (both checked
+        // above): nobody else sees its buffer, which from `at` on is ours
+        // to write.
+        unsafe {
+            let base = pyo3::ffi::PyBytes_AsString(obj.as_ptr())
+                .cast::<u8>()
+                .add(at);
+            self.read_raw(fd, off, base, len, first)
+        }
+    }
+
+    /// Reads `len` bytes (1 to [`INLINE_PIECE`]) at `off` of `fd` into the
+    /// memory at `base`, if they are all cached (see [`Piece`]); `first`:
+    /// the first piece of its read, which counts as a try (see
+    /// [`MISSES_BEFORE_SKIPPING`]), where a later piece only counts a miss.
+    /// On a miss some of the bytes may have been written there already.
+    ///
+    /// # Safety
+    ///
+    /// `base` must be valid for writes of `len` bytes for the call, and
+    /// nothing else may read or write them meanwhile.
+    pub(crate) unsafe fn read_raw(
+        &self,
+        fd: RawFd,
+        off: u64,
+        base: *mut u8,
+        len: usize,
+        first: bool,
+    ) -> Piece {
+        if len == 0 || len > INLINE_PIECE {
             return Piece::Miss;
         }
         let misses = if first {
@@ -184,19 +217,10 @@ impl InlineReads {
         } else {
             0
         };
-        // SAFETY: `obj` is a bytes object at least `at + len` bytes long,
-        // of which the caller holds the only reference (both checked
-        // above): nobody else sees its buffer, which from `at` on is ours
-        // to write.
-        let base = unsafe {
-            pyo3::ffi::PyBytes_AsString(obj.as_ptr())
-                .cast::<u8>()
-                .add(at)
-        };
         let mut got = 0;
         let (found, uncached) = loop {
             // SAFETY: `got < len`: `len - got` bytes from `base + got`
-            // lie within the object (see above).
+            // are valid for writes (the caller's promise).
             match unsafe { nowait_read(fd, off + got as u64, base.add(got), len - got) } {
                 Ok(0) => break (Piece::End(got), false),
                 Ok(n) if got + n == len => break (Piece::Full, false),

@@ -1,4 +1,4 @@
-"""A binary file's ``read``, ``seek``, ``tell``, ``readline`` and ``write`` return a ``FileCall``
+"""A binary file's ``read``, ``readinto``, ``seek``, ``tell``, ``readline`` and ``write`` return a ``FileCall``
 (``python/src/call.rs``), a coroutine object whose first step serves the
 call inline (returning at once) or runs the queued call's coroutine. It
 must pass for a coroutine wherever one is taken: ``await``, asyncio's tasks
@@ -7,6 +7,7 @@ must pass for a coroutine wherever one is taken: ``await``, asyncio's tasks
 and, as a coroutine, do nothing until it is first stepped. Both backends;
 asyncio, uvloop, trio and anyio on both."""
 
+import array
 import asyncio
 import collections.abc
 import gc
@@ -123,6 +124,95 @@ def test_readline_and_write_are_file_calls_served_at_their_first_step(tmp_path, 
 
     assert run(loop_name, main) == [("returned", b"two\n"), ("returned", 5), 24]
     assert p.read_bytes() == b"one\ntwo\nthree\nfour\nfive\n"
+
+
+@LOOPS
+def test_readinto_is_a_file_call_served_straight_into_the_buffer(path, engine, loop_name):
+    """``readinto`` returns a ``FileCall`` named as its method; into a
+    writable buffer of bytes (a ``bytearray``, a ``memoryview`` of one),
+    cached bytes and bytes in the read buffer are read at its first step,
+    the queued ``_readinto`` never called; at the file's end it stops
+    short, as the built-in's. A buffer of another format, a turn due and
+    a read-only buffer go through the queued call, with the built-in's
+    results and errors; after its turn, it too reads cached bytes into
+    the buffer itself, not through the engine."""
+    calls = []
+    queued = blockio.AsyncFile._readinto
+
+    def counted(self, buf):
+        calls.append(len(memoryview(buf).cast("B")))
+        return queued(self, buf)
+
+    async def main():
+        with mock.patch.object(blockio.AsyncFile, "_readinto", counted):
+            async with blockio.open(path, "rb", engine=engine) as f:
+                b = bytearray(100)
+                call = f.readinto(b)
+                assert type(call) is FileCall
+                assert (call.__name__, call.__qualname__) == ("readinto", "AsyncFile.readinto")
+                set_turn_count(0)
+                got = [first_step(call), bytes(b)]
+                assert await f.read(10) == DATA[100:110]  # (reads ahead: bytes held)
+                m = memoryview(bytearray(20))
+                set_turn_count(0)
+                got += [first_step(f.readinto(m)), bytes(m)]  # (from the read buffer)
+                await f.seek(len(DATA) - 5)
+                set_turn_count(0)
+                got += [first_step(f.readinto(b)), bytes(b[:5])]  # (short: the end)
+                assert calls == []
+                await f.seek(0)
+                a = array.array("h", [0] * 4)  # (not of bytes: queued)
+                assert await f.readinto(a) == 8 and a.tobytes() == DATA[:8]
+                set_turn_count(TURN_BUDGET - 1)  # (the turn is due: queued)
+                c = bytearray(4)
+                before = engine._core.reads_started
+                assert await f.readinto(c) == 4 and c == DATA[8:12]
+                # (read from the page cache after its turn, not by the engine)
+                assert engine._core.reads_started == before
+                set_turn_count(0)
+                with pytest.raises(TypeError, match="read-write bytes-like object"):
+                    await f.readinto(b"read-only")
+                return got, calls, await f.tell()
+
+    got, queued_calls, pos = run(loop_name, main)
+    assert got == [("returned", 100), DATA[:100], ("returned", 20), DATA[110:130],
+                   ("returned", 5), DATA[-5:]]
+    assert queued_calls == [8, 4, 9]
+    assert pos == 12
+
+
+@LOOPS
+def test_the_first_write_after_a_flush_is_served_at_its_first_step(tmp_path, engine, loop_name):
+    """A buffered file's write that fits its empty buffer, the position
+    known, is served inline, the queued ``_write_queued`` never called:
+    it sets where the buffer goes, and ``seek``, ``tell`` and reads after
+    it flush the buffer first (queued), as the built-in's. Not in append
+    mode, where the position is the end still to look up."""
+    p = tmp_path / "w.bin"
+    p.write_bytes(b"0123456789")
+    calls = []
+    queued = blockio.AsyncFile._write_queued
+
+    def counted(self, data):
+        calls.append(bytes(data))
+        return queued(self, data)
+
+    async def main():
+        with mock.patch.object(blockio.AsyncFile, "_write_queued", counted):
+            async with blockio.open(p, "r+b", engine=engine) as f:
+                await f.seek(3)
+                set_turn_count(0)
+                got = [first_step(f.write(b"ab")), f._inline, f._inline_read]
+                got += [await f.tell(), await f.read(2), await f.seek(0), await f.read(5)]
+                got.append(first_step(f.write(b"Z")))  # (after a read: the buffer, flushed)
+            async with blockio.open(p, "ab", engine=engine) as f:
+                assert await f.write(b"!") == 1
+        return got
+
+    got = run(loop_name, main)
+    assert got == [("returned", 2), False, False, 5, b"56", 0, b"012ab", ("returned", 1)]
+    assert calls == [b"!"]
+    assert p.read_bytes() == b"012abZ6789!"
 
 
 @LOOPS

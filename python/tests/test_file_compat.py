@@ -929,6 +929,82 @@ def test_append_mode_over_a_descriptor_without_o_append_writes_at_the_end_as_the
     assert got.read_bytes() == want.read_bytes() == b"HEADER\nb1\nx1\nx2\n"
 
 
+@pytest.mark.parametrize("mode,buffering", [("rb+", 0), ("rb+", -1), ("rb+", 8192), ("r+", -1)])
+@pytest.mark.parametrize("how", ["fd", "opener"])
+def test_a_descriptor_with_o_append_in_another_writing_mode_tells_the_end_after_a_flush_as_the_builtin(
+        tmp_path, engine, mode, buffering, how):
+    # The kernel puts each write of an O_APPEND descriptor at the end
+    # whatever the offset; the position stayed where the write was asked
+    # (tell() 4 where the built-in says 12), and the reads after it came
+    # from there.
+    def fd(p, flags=0):
+        return os.open(p, os.O_RDWR | os.O_APPEND)
+
+    data = (b"ab", b"cd") if "b" in mode else ("ab", "cd")
+
+    def calls(f):
+        out = [f.seek(2)]
+        f.write(data[0])
+        f.flush()
+        out.append(f.tell())
+        f.write(data[1])
+        f.flush()
+        out += [f.tell(), f.read(), f.seek(0), f.read()]
+        return out
+
+    def builtin(p):
+        f = open(fd(p), mode, buffering=buffering) if how == "fd" else open(p, mode, buffering=buffering, opener=fd)
+        with f:
+            return calls(f)
+
+    async def ours(p):
+        if how == "fd":
+            f = await blockio.open(fd(p), mode, buffering=buffering, engine=engine)
+        else:
+            f = await blockio.open(p, mode, buffering=buffering, opener=fd, engine=engine)
+        async with f:
+            out = [await f.seek(2)]
+            await f.write(data[0])
+            await f.flush()
+            out.append(await f.tell())
+            await f.write(data[1])
+            await f.flush()
+            out += [await f.tell(), await f.read(), await f.seek(0), await f.read()]
+            return out
+
+    want, got = tmp_path / "want", tmp_path / "got"
+    for p in (want, got):
+        p.write_bytes(b"0123456789")
+    expected = builtin(want)
+    assert run(ours(got)) == expected
+    assert expected[1] == 12
+    assert got.read_bytes() == b"0123456789abcd"
+
+
+@pytest.mark.parametrize("buffering", [0, -1, 8192])
+def test_append_mode_after_reads_writes_only_the_bytes_written_as_the_unbuffered_builtin(tmp_path, engine, buffering):
+    # read, write, read, write in "ab+": the built-in's buffered file
+    # (BufferedRandom, CPython gh-64281) appends the byte the second read
+    # took along with the two written, so it is no reference here; its
+    # unbuffered FileIO, which every buffering of blockio's matches, is.
+    start = bytes(range(256)) * 4
+
+    def builtin(p):
+        with open(p, "ab+", buffering=0) as f:
+            return [f.seek(100), f.read(50), f.write(b"A"), f.read(1), f.write(b"B"), f.tell()]
+
+    async def ours(p):
+        async with blockio.open(p, "ab+", buffering=buffering, engine=engine) as f:
+            return [await f.seek(100), await f.read(50), await f.write(b"A"), await f.read(1),
+                    await f.write(b"B"), await f.tell()]
+
+    want, got = tmp_path / "want", tmp_path / "got"
+    for p in (want, got):
+        p.write_bytes(start)
+    assert run(ours(got)) == builtin(want) == [100, start[100:150], 1, b"", 1, len(start) + 2]
+    assert got.read_bytes() == want.read_bytes() == start + b"AB"
+
+
 def _pipe_fed_in_two_parts(first, second, reader_took_first):
     """A pipe whose writer thread sends ``first``, waits (at most 20 s,
     the way out of a test that would hang) until ``reader_took_first()``
@@ -994,10 +1070,16 @@ def test_a_buffered_pipe_fills_readinto_as_the_builtin():
 
 @pytest.mark.parametrize("buffering", [0, -1])
 @pytest.mark.parametrize("source", ["pipe", "file"])
-@pytest.mark.parametrize("arg", [b"xxxxx", memoryview(b"xxxxx"), "xxxxx", 5], ids=["bytes", "view", "str", "int"])
+@pytest.mark.parametrize("arg", [b"xxxxx", memoryview(b"xxxxx"), "xxxxx", 5, "closed mmap"],
+                         ids=["bytes", "view", "str", "int", "closed-mmap"])
 def test_readinto_a_read_only_buffer_raises_before_taking_a_byte(tmp_path, buffering, source, arg):
     # The built-in raises TypeError before it reads; reading first lost the
-    # bytes read for the buffer that could not hold them.
+    # bytes read for the buffer that could not hold them. A closed mmap
+    # exports no buffer (ValueError from memoryview): TypeError all the
+    # same, as the built-in's argument parsing raises.
+    if arg == "closed mmap":
+        arg = mmap.mmap(-1, 4096)
+        arg.close()
     def fd():
         if source == "file":
             p = tmp_path / "f"

@@ -6,6 +6,7 @@ engine) goes through the engine. Both backends, asyncio and uvloop."""
 
 import asyncio
 import os
+import random
 
 import pytest
 
@@ -886,3 +887,74 @@ def test_the_call_that_takes_the_turn_counts_its_bytes(data_file, loop_factory, 
         assert run(main(), loop_factory) <= TURN_BUDGET * TURN_UNIT
     finally:
         e.close()
+
+
+def _mixed_steps(rng):
+    """A mix of ``readinto``, ``read``, ``write``, ``seek`` and ``tell``
+    calls over a file of 64 KiB: (name, argument)."""
+    steps = []
+    for _ in range(300):
+        k = rng.random()
+        if k < 0.35:
+            steps.append(("readinto", rng.choice([0, 1, 100, 4095, 4096, 8193, 70_000, 300_000])))
+        elif k < 0.5:
+            steps.append(("read", rng.choice([1, 100, 5000])))
+        elif k < 0.75:
+            steps.append(("write", rng.randbytes(rng.choice([1, 7, 100, 4095, 9000]))))
+        elif k < 0.9:
+            steps.append(("seek", rng.randrange(0, 80_000)))
+        else:
+            steps.append(("tell", None))
+    return steps
+
+
+def _apply(f, name, arg):
+    """One step on a built-in file ``f``: its result (``readinto``: the
+    count and the bytes read)."""
+    if name == "readinto":
+        b = bytearray(arg)
+        n = f.readinto(b)
+        return n, bytes(b[:n])
+    if name == "tell":
+        return f.tell()
+    return getattr(f, name)(arg)
+
+
+async def _apply_async(f, name, arg):
+    if name == "readinto":
+        b = bytearray(arg)
+        n = await f.readinto(b)
+        return n, bytes(b[:n])
+    if name == "tell":
+        return await f.tell()
+    return await getattr(f, name)(arg)
+
+
+@BACKENDS
+@pytest.mark.parametrize("buffering", [-1, 0, 65536])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_readinto_and_writes_mixed_with_other_calls_match_the_builtin(tmp_path, backend, buffering, seed):
+    """``readinto`` served inline (straight into the buffer, from the read
+    buffer or the page cache) and the first write after a flush served
+    inline leave the built-in file's results, positions and bytes, in any
+    order with reads, seeks, tells and other writes; ``readinto`` larger
+    than the bytes held or the file's rest included."""
+    rng = random.Random(seed)
+    steps = _mixed_steps(rng)
+    start = rng.randbytes(65536)
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    mine.write_bytes(start)
+    theirs.write_bytes(start)
+    with open(theirs, "rb+", buffering=buffering) as f:
+        want = [_apply(f, name, arg) for name, arg in steps]
+
+    async def main(e):
+        async with blockio.open(mine, "rb+", buffering=buffering, engine=e) as f:
+            return [await _apply_async(f, name, arg) for name, arg in steps]
+
+    with blockio.Engine(backend=backend) as e:
+        got = asyncio.run(main(e))
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g == w, (i, steps[i][0])
+    assert len(got) == len(want)
+    assert mine.read_bytes() == theirs.read_bytes()
