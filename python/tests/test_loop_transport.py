@@ -405,6 +405,77 @@ def test_no_data_is_received_after_close(loop):
     assert pr.calls == ["made", "data", "lost"]
 
 
+class Buffered(asyncio.BufferedProtocol):
+    """A buffered protocol that keeps what it receives; once it holds
+    ``switch_at`` bytes it hands the transport to ``then``."""
+
+    def __init__(self, switch_at, then):
+        self.data = bytearray()
+        self.buf = bytearray(64)
+        self.switch_at = switch_at
+        self.then = then
+
+    def get_buffer(self, sizehint):
+        return self.buf
+
+    def buffer_updated(self, nbytes):
+        self.data += self.buf[:nbytes]
+        if len(self.data) >= self.switch_at and self.then is not None:
+            then, self.then = self.then, None
+            self.transport.set_protocol(then)
+
+    def data_received(self, data):  # a plain protocol's call, never a buffered one's
+        raise AssertionError(f"data_received({data!r}) on a BufferedProtocol")
+
+
+def test_set_protocol_between_a_plain_and_a_buffered_protocol_sends_each_its_bytes(loop):
+    """A protocol swapped by ``set_protocol`` in the middle of a connection
+    (as ``start_tls`` swaps in its ``SSLProtocol``), from a plain one to a
+    buffered one and back to another plain one: each message reaches the
+    protocol set when it arrives, by that protocol's own calls
+    (``get_buffer``/``buffer_updated`` for the buffered one, which must get
+    no ``data_received``), every byte once and in order."""
+    a, b = socket.socketpair()
+    last = None
+
+    class Switching(Collect):
+        def data_received(self, data):
+            super().data_received(data)
+            if len(self.data) >= len(b"first") and self.then is not None:
+                then, self.then = self.then, None
+                then.transport = self.transport
+                self.transport.set_protocol(then)
+
+    async def main():
+        nonlocal last
+        last = Collect()
+        buffered = Buffered(len(b"second"), last)
+
+        def first():
+            p = Switching()
+            p.then = buffered
+            return p
+
+        tr, pr = await loop.connect_accepted_socket(first, a)
+        b.sendall(b"first")
+        await await_until(lambda: tr.get_protocol() is buffered, "the switch to the buffered protocol")
+        b.sendall(b"second")
+        await await_until(lambda: tr.get_protocol() is last, "the switch back to a plain protocol")
+        b.sendall(b"third")
+        await await_until(lambda: bytes(last.data) == b"third", "the third message")
+        assert tr.is_reading()
+        tr.close()
+        await last.lost
+        return pr, buffered
+
+    pr, buffered = loop.run_until_complete(main())
+    b.close()
+    assert bytes(pr.data) == b"first"
+    assert bytes(buffered.data) == b"second"
+    assert bytes(last.data) == b"third"
+    assert last.calls == ["data", "lost"]
+
+
 def _unread(sock):
     """The bytes waiting in ``sock``'s receive queue (``FIONREAD``)."""
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
