@@ -13,6 +13,7 @@ import collections
 import fcntl
 import gc
 import os
+import random
 import socket
 import struct
 import sys
@@ -474,6 +475,39 @@ def test_set_protocol_between_a_plain_and_a_buffered_protocol_sends_each_its_byt
     assert bytes(buffered.data) == b"second"
     assert bytes(last.data) == b"third"
     assert last.calls == ["data", "lost"]
+
+
+def test_a_bytes_write_larger_than_the_socket_takes_reaches_the_peer_whole_and_in_order(loop):
+    """A ``bytes`` write of 1 MiB to a socket whose buffer takes a few KiB
+    at once (the part taken at once from the object in place, the rest
+    sent later from it), then a ``bytearray`` written behind it: the peer
+    gets every byte once and in order."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setblocking(False)
+    big = random.Random(63).randbytes(1 << 20)
+    tail = bytearray(b"and the tail, written while the rest is on its way")
+    want = len(big) + len(tail)
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        tr.write(big)
+        tr.write(tail)
+        got = bytearray()
+        while len(got) < want:
+            chunk = await asyncio.wait_for(loop.sock_recv(b, 1 << 16), DEADLINE)
+            assert chunk, f"the stream ended after {len(got)} bytes"
+            got += chunk
+        tr.close()
+        await pr.lost
+        return got
+
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert len(got) == want
+    assert got == big + tail
 
 
 def _unread(sock):
