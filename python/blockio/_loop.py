@@ -555,6 +555,13 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 self._data = bytes(data)
                 self._pending_data_length = len(data)
                 return
+            if data and not isinstance(self._protocol, asyncio.BufferedProtocol):
+                # buffer_updated() handed the transport to a plain protocol
+                # (set_protocol): the rest is that protocol's, by its
+                # data_received, as asyncio's selector loop and uvloop hand
+                # it on (they receive the rest after the swap).
+                self._deliver(bytes(data))
+                return
 
 
 class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):

@@ -23,6 +23,7 @@ import threading
 import pytest
 
 import blockio
+import loops as loop_kinds
 from blockio import _proactor
 from waits import DEADLINE, await_until
 
@@ -508,6 +509,162 @@ def test_a_bytes_write_larger_than_the_socket_takes_reaches_the_peer_whole_and_i
         b.close()
     assert len(got) == want
     assert got == big + tail
+
+
+class Small(asyncio.BufferedProtocol):
+    """A buffered protocol whose buffer holds 4 bytes: a receive of more
+    takes several ``get_buffer``/``buffer_updated`` turns. Once it holds
+    ``switch_at`` bytes it hands the transport to ``then``; once it holds
+    ``total`` it resolves ``done``. ``wrong`` is failed by the first call
+    a buffered protocol must not get."""
+
+    def __init__(self, wrong, switch_at=0, then=None, total=0, done=None):
+        self.buf = bytearray(4)
+        self.data = bytearray()
+        self.updates: list[int] = []
+        self.wrong = wrong
+        self.switch_at = switch_at
+        self.then = then
+        self.total = total
+        self.done = done
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def get_buffer(self, sizehint):
+        return self.buf
+
+    def buffer_updated(self, nbytes):
+        self.updates.append(nbytes)
+        self.data += self.buf[:nbytes]
+        if self.then is not None and len(self.data) >= self.switch_at:
+            then, self.then = self.then, None
+            self.transport.set_protocol(then)
+        if self.done is not None and len(self.data) >= self.total and not self.done.done():
+            self.done.set_result(None)
+
+    def data_received(self, data):  # a plain protocol's call, never a buffered one's
+        _fail(self.wrong, f"data_received({data!r}) on a BufferedProtocol")
+
+    def connection_lost(self, exc):
+        _fail(self.wrong, f"connection_lost({exc!r}) before the transport was closed")
+
+
+class Upto(asyncio.Protocol):
+    """A plain protocol that resolves ``done`` once it holds ``want`` and
+    fails ``wrong`` on any byte beyond it or any other call; ``then``, if
+    given, is set as the transport's protocol inside ``data_received``."""
+
+    def __init__(self, want, done, wrong, then=None):
+        self.want, self.done, self.wrong, self.then = want, done, wrong, then
+        self.data = bytearray()
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.data += data
+        if not self.want.startswith(bytes(self.data)):
+            _fail(self.wrong, f"data_received gave {bytes(self.data)!r}, not a start of {self.want!r}")
+        elif bytes(self.data) == self.want and not self.done.done():
+            if self.then is not None:
+                self.then.transport = self.transport
+                self.transport.set_protocol(self.then)
+            self.done.set_result(None)
+
+    def connection_lost(self, exc):
+        _fail(self.wrong, f"connection_lost({exc!r}) before the transport was closed")
+
+
+def _fail(wrong, what):
+    if not wrong.done():
+        wrong.set_exception(AssertionError(what))
+
+
+async def _first_of(done, wrong):
+    """Waits for ``done``; the first wrong delivery (``wrong``) fails at
+    once rather than at the deadline."""
+    await asyncio.wait([done, wrong], timeout=DEADLINE, return_when=asyncio.FIRST_COMPLETED)
+    if wrong.done():
+        wrong.result()  # raises the wrong delivery's AssertionError
+    assert done.done(), f"not within {DEADLINE} s"
+
+
+def _end(tr, wrong):
+    """Aborts ``tr`` once the test has seen what it waited for: the
+    connection_lost that follows is not a wrong delivery."""
+    if not wrong.done():
+        wrong.set_result(None)
+    tr.abort()
+
+
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_plain_protocol_set_inside_buffer_updated_gets_the_rest_of_the_receive(kind):
+    """A buffered protocol with a 4-byte buffer hands the transport to a
+    plain protocol (``set_protocol``) inside its first ``buffer_updated``,
+    the peer having sent 16 bytes at once: the buffered protocol gets the
+    first 4, the plain one the other 12 by ``data_received``, and the
+    connection goes on with no error. On blockio's io_uring loop the 16
+    bytes are one receive that the transport feeds to the protocol itself;
+    asyncio's, uvloop's and blockio's epoll loop (asyncio's selector
+    transport) receive into the protocol's buffer and are the reference."""
+    a, b = socket.socketpair()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        done, wrong = loop.create_future(), loop.create_future()
+        loop.set_exception_handler(lambda _loop, ctx: _fail(wrong, ctx["message"]))
+        plain = Upto(b"EFGHIJKLMNOP", done, wrong)
+        small = Small(wrong, switch_at=1, then=plain)
+        b.sendall(b"ABCDEFGHIJKLMNOP")  # queued before the first receive
+        tr, _ = await loop.connect_accepted_socket(lambda: small, a)
+        await _first_of(done, wrong)
+        assert not tr.is_closing()
+        _end(tr, wrong)
+        return small, plain
+
+    try:
+        small, plain = loop_kinds.run_on(kind, main())
+    finally:
+        b.close()
+    assert bytes(small.data) == b"ABCD"
+    assert small.updates == [4]
+    assert bytes(plain.data) == b"EFGHIJKLMNOP"
+
+
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_buffered_protocol_set_inside_data_received_gets_the_next_bytes_by_get_buffer(kind):
+    """The reverse swap: a plain protocol hands the transport to a buffered
+    one with a 4-byte buffer inside ``data_received``; the peer's next 16
+    bytes, sent at once, reach the buffered protocol by ``get_buffer``/
+    ``buffer_updated`` in 4-byte pieces, in order, and none by
+    ``data_received``. Every loop (asyncio's, uvloop's and blockio's epoll
+    one are the reference for blockio's io_uring transport)."""
+    a, b = socket.socketpair()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        first, done, wrong = loop.create_future(), loop.create_future(), loop.create_future()
+        loop.set_exception_handler(lambda _loop, ctx: _fail(wrong, ctx["message"]))
+        small = Small(wrong, total=16, done=done)
+        plain = Upto(b"ABCD", first, wrong, then=small)
+        tr, _ = await loop.connect_accepted_socket(lambda: plain, a)
+        b.sendall(b"ABCD")
+        await _first_of(first, wrong)
+        assert tr.get_protocol() is small
+        b.sendall(b"EFGHIJKLMNOPQRST")
+        await _first_of(done, wrong)
+        assert not tr.is_closing()
+        _end(tr, wrong)
+        return small, plain
+
+    try:
+        small, plain = loop_kinds.run_on(kind, main())
+    finally:
+        b.close()
+    assert bytes(plain.data) == b"ABCD"
+    assert bytes(small.data) == b"EFGHIJKLMNOPQRST"
+    assert small.updates == [4, 4, 4, 4]
 
 
 def _unread(sock):
