@@ -123,7 +123,9 @@ pub(crate) struct StreamRx {
     token: PyObject,
     /// `token` as a number when it is one: what the dispatch compares a
     /// completion's token with, per message, without converting the
-    /// Python int (about 250 instructions). Set with `token`, always.
+    /// Python int (205 instructions per conversion measured; 223 to 245
+    /// fewer per message in all, `docs/benchmarks.md`). Set with `token`,
+    /// always.
     armed: Option<u64>,
     /// Its cancellation was asked for.
     #[pyo3(get, set)]
