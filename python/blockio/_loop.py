@@ -90,6 +90,9 @@ _UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
 # Arms a socket transport's next receive (RingProactor.receive, in Rust).
 _arm_receive = _blockio.arm_receive
 
+# What a socket transport's _plain is while its protocol is a BufferedProtocol.
+_NOT_PLAIN = object()
+
 
 class _Watch:
     """One ``add_reader``/``add_writer`` registration and its poll.
@@ -298,6 +301,19 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
     # The transport's receive, made at its first (see _receive).
     _rx: Any = None
 
+    # The protocol when it is a plain one (not a BufferedProtocol), kept by
+    # set_protocol; _NOT_PLAIN otherwise. A message asks
+    # `self._protocol is self._plain` rather than isinstance(): a negative
+    # isinstance() looks the protocol's __class__ up by name (about 260
+    # instructions on 3.11), twice per message. A protocol assigned to
+    # _protocol by other means is not this object: its bytes take the
+    # general path (_data_received), which asks isinstance() itself.
+    _plain: Any = _NOT_PLAIN
+
+    def set_protocol(self, protocol: Any) -> None:
+        super().set_protocol(protocol)
+        self._plain = _NOT_PLAIN if isinstance(protocol, asyncio.BufferedProtocol) else protocol
+
     def write(self, data: Any) -> None:
         if self._loop._proactor is None:
             self._write_after_close(data)
@@ -416,7 +432,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 return  # end of stream: no next receive
             if self._closing:
                 return
-            if not self._paused and not isinstance(self._protocol, asyncio.BufferedProtocol):
+            if not self._paused and self._protocol is self._plain:
                 _arm_receive(self._rx, self._received)
                 self._read_fut = self._rx
         except OSError as exc:
@@ -426,7 +442,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 raise
         finally:
             if data is not None:
-                if data and not self._closing and not self._paused and not isinstance(self._protocol, asyncio.BufferedProtocol):
+                if data and not self._closing and not self._paused and self._protocol is self._plain:
                     # _deliver's body, inline: the message's only Python call.
                     try:
                         self._protocol.data_received(data)
@@ -538,6 +554,13 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 # resume_reading, as a whole receive's bytes would.
                 self._data = bytes(data)
                 self._pending_data_length = len(data)
+                return
+            if data and not isinstance(self._protocol, asyncio.BufferedProtocol):
+                # buffer_updated() handed the transport to a plain protocol
+                # (set_protocol): the rest is that protocol's, by its
+                # data_received, as asyncio's selector loop and uvloop hand
+                # it on (they receive the rest after the swap).
+                self._deliver(bytes(data))
                 return
 
 

@@ -13,6 +13,7 @@ import collections
 import fcntl
 import gc
 import os
+import random
 import socket
 import struct
 import sys
@@ -22,6 +23,7 @@ import threading
 import pytest
 
 import blockio
+import loops as loop_kinds
 from blockio import _proactor
 from waits import DEADLINE, await_until
 
@@ -403,6 +405,289 @@ def test_no_data_is_received_after_close(loop):
     b.close()
     assert bytes(pr.data) == b"first"
     assert pr.calls == ["made", "data", "lost"]
+
+
+class Buffered(asyncio.BufferedProtocol):
+    """A buffered protocol that keeps what it receives; once it holds
+    ``switch_at`` bytes it hands the transport to ``then``."""
+
+    def __init__(self, switch_at, then):
+        self.data = bytearray()
+        self.buf = bytearray(64)
+        self.switch_at = switch_at
+        self.then = then
+
+    def get_buffer(self, sizehint):
+        return self.buf
+
+    def buffer_updated(self, nbytes):
+        self.data += self.buf[:nbytes]
+        if len(self.data) >= self.switch_at and self.then is not None:
+            then, self.then = self.then, None
+            self.transport.set_protocol(then)
+
+    def data_received(self, data):  # a plain protocol's call, never a buffered one's
+        raise AssertionError(f"data_received({data!r}) on a BufferedProtocol")
+
+
+def test_set_protocol_between_a_plain_and_a_buffered_protocol_sends_each_its_bytes(loop):
+    """A protocol swapped by ``set_protocol`` in the middle of a connection
+    (as ``start_tls`` swaps in its ``SSLProtocol``), from a plain one to a
+    buffered one and back to another plain one: each message reaches the
+    protocol set when it arrives, by that protocol's own calls
+    (``get_buffer``/``buffer_updated`` for the buffered one, which must get
+    no ``data_received``), every byte once and in order. The first wrong
+    delivery (bytes that are not a start of the protocol's message, or an
+    error the loop reports) fails the test at once. The code under test is
+    the io_uring loop's transport (its ``set_protocol`` and receive path);
+    on the epoll backend the transport is asyncio's selector one, so that
+    case checks the reference behaviour the io_uring one must match."""
+    a, b = socket.socketpair()
+    last = None
+    errors: list[str] = []
+    loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx["message"]))
+
+    class Switching(Collect):
+        def data_received(self, data):
+            super().data_received(data)
+            if len(self.data) >= len(b"first") and self.then is not None:
+                then, self.then = self.then, None
+                then.transport = self.transport
+                self.transport.set_protocol(then)
+
+    async def main():
+        nonlocal last
+        last = Collect()
+        buffered = Buffered(len(b"second"), last)
+
+        def first():
+            p = Switching()
+            p.then = buffered
+            return p
+
+        tr, pr = await loop.connect_accepted_socket(first, a)
+
+        def so_far(cond):
+            # Fails at the first wrong delivery rather than at the deadline.
+            def check():
+                assert not errors, errors
+                assert not tr.is_closing(), "the transport was closed"
+                for p, want in ((pr, b"first"), (buffered, b"second"), (last, b"third")):
+                    got = bytes(p.data)
+                    assert want.startswith(got), f"{type(p).__name__} got {got!r}, not a start of {want!r}"
+                return cond()
+
+            return check
+
+        b.sendall(b"first")
+        await await_until(so_far(lambda: tr.get_protocol() is buffered), "the switch to the buffered protocol")
+        b.sendall(b"second")
+        await await_until(so_far(lambda: tr.get_protocol() is last), "the switch back to a plain protocol")
+        b.sendall(b"third")
+        await await_until(so_far(lambda: bytes(last.data) == b"third"), "the third message")
+        assert tr.is_reading()
+        tr.close()
+        await last.lost
+        return pr, buffered
+
+    pr, buffered = loop.run_until_complete(main())
+    b.close()
+    assert bytes(pr.data) == b"first"
+    assert bytes(buffered.data) == b"second"
+    assert bytes(last.data) == b"third"
+    assert last.calls == ["data", "lost"]
+
+
+def test_a_bytes_write_larger_than_the_socket_takes_reaches_the_peer_whole_and_in_order(loop):
+    """A ``bytes`` write of 1 MiB to a socket whose buffer takes a few KiB
+    at once (the part taken at once from the object in place, the rest
+    sent later from it), then a ``bytearray`` written behind it: the peer
+    gets every byte once and in order. The code under test is the io_uring
+    loop's send (``LoopRing.send``); on the epoll backend the transport is
+    asyncio's selector one, so that case checks the reference behaviour
+    the io_uring one must match."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setblocking(False)
+    big = random.Random(63).randbytes(1 << 20)
+    tail = bytearray(b"and the tail, written while the rest is on its way")
+    want = len(big) + len(tail)
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        tr.write(big)
+        tr.write(tail)
+        got = bytearray()
+        while len(got) < want:
+            chunk = await asyncio.wait_for(loop.sock_recv(b, 1 << 16), DEADLINE)
+            assert chunk, f"the stream ended after {len(got)} bytes"
+            got += chunk
+        tr.close()
+        await pr.lost
+        return got
+
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert len(got) == want
+    assert got == big + tail
+
+
+class Small(asyncio.BufferedProtocol):
+    """A buffered protocol whose buffer holds 4 bytes: a receive of more
+    takes several ``get_buffer``/``buffer_updated`` turns. Once it holds
+    ``switch_at`` bytes it hands the transport to ``then``; once it holds
+    ``total`` it resolves ``done``. ``wrong`` is failed by the first call
+    a buffered protocol must not get."""
+
+    def __init__(self, wrong, switch_at=0, then=None, total=0, done=None):
+        self.buf = bytearray(4)
+        self.data = bytearray()
+        self.updates: list[int] = []
+        self.wrong = wrong
+        self.switch_at = switch_at
+        self.then = then
+        self.total = total
+        self.done = done
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def get_buffer(self, sizehint):
+        return self.buf
+
+    def buffer_updated(self, nbytes):
+        self.updates.append(nbytes)
+        self.data += self.buf[:nbytes]
+        if self.then is not None and len(self.data) >= self.switch_at:
+            then, self.then = self.then, None
+            self.transport.set_protocol(then)
+        if self.done is not None and len(self.data) >= self.total and not self.done.done():
+            self.done.set_result(None)
+
+    def data_received(self, data):  # a plain protocol's call, never a buffered one's
+        _fail(self.wrong, f"data_received({data!r}) on a BufferedProtocol")
+
+    def connection_lost(self, exc):
+        _fail(self.wrong, f"connection_lost({exc!r}) before the transport was closed")
+
+
+class Upto(asyncio.Protocol):
+    """A plain protocol that resolves ``done`` once it holds ``want`` and
+    fails ``wrong`` on any byte beyond it or any other call; ``then``, if
+    given, is set as the transport's protocol inside ``data_received``."""
+
+    def __init__(self, want, done, wrong, then=None):
+        self.want, self.done, self.wrong, self.then = want, done, wrong, then
+        self.data = bytearray()
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.data += data
+        if not self.want.startswith(bytes(self.data)):
+            _fail(self.wrong, f"data_received gave {bytes(self.data)!r}, not a start of {self.want!r}")
+        elif bytes(self.data) == self.want and not self.done.done():
+            if self.then is not None:
+                self.then.transport = self.transport
+                self.transport.set_protocol(self.then)
+            self.done.set_result(None)
+
+    def connection_lost(self, exc):
+        _fail(self.wrong, f"connection_lost({exc!r}) before the transport was closed")
+
+
+def _fail(wrong, what):
+    if not wrong.done():
+        wrong.set_exception(AssertionError(what))
+
+
+async def _first_of(done, wrong):
+    """Waits for ``done``; the first wrong delivery (``wrong``) fails at
+    once rather than at the deadline."""
+    await asyncio.wait([done, wrong], timeout=DEADLINE, return_when=asyncio.FIRST_COMPLETED)
+    if wrong.done():
+        wrong.result()  # raises the wrong delivery's AssertionError
+    assert done.done(), f"not within {DEADLINE} s"
+
+
+def _end(tr, wrong):
+    """Aborts ``tr`` once the test has seen what it waited for: the
+    connection_lost that follows is not a wrong delivery."""
+    if not wrong.done():
+        wrong.set_result(None)
+    tr.abort()
+
+
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_plain_protocol_set_inside_buffer_updated_gets_the_rest_of_the_receive(kind):
+    """A buffered protocol with a 4-byte buffer hands the transport to a
+    plain protocol (``set_protocol``) inside its first ``buffer_updated``,
+    the peer having sent 16 bytes at once: the buffered protocol gets the
+    first 4, the plain one the other 12 by ``data_received``, and the
+    connection goes on with no error. On blockio's io_uring loop the 16
+    bytes are one receive that the transport feeds to the protocol itself;
+    asyncio's, uvloop's and blockio's epoll loop (asyncio's selector
+    transport) receive into the protocol's buffer and are the reference."""
+    a, b = socket.socketpair()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        done, wrong = loop.create_future(), loop.create_future()
+        loop.set_exception_handler(lambda _loop, ctx: _fail(wrong, ctx["message"]))
+        plain = Upto(b"EFGHIJKLMNOP", done, wrong)
+        small = Small(wrong, switch_at=1, then=plain)
+        b.sendall(b"ABCDEFGHIJKLMNOP")  # queued before the first receive
+        tr, _ = await loop.connect_accepted_socket(lambda: small, a)
+        await _first_of(done, wrong)
+        assert not tr.is_closing()
+        _end(tr, wrong)
+        return small, plain
+
+    try:
+        small, plain = loop_kinds.run_on(kind, main())
+    finally:
+        b.close()
+    assert bytes(small.data) == b"ABCD"
+    assert small.updates == [4]
+    assert bytes(plain.data) == b"EFGHIJKLMNOP"
+
+
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_buffered_protocol_set_inside_data_received_gets_the_next_bytes_by_get_buffer(kind):
+    """The reverse swap: a plain protocol hands the transport to a buffered
+    one with a 4-byte buffer inside ``data_received``; the peer's next 16
+    bytes, sent at once, reach the buffered protocol by ``get_buffer``/
+    ``buffer_updated`` in 4-byte pieces, in order, and none by
+    ``data_received``. Every loop (asyncio's, uvloop's and blockio's epoll
+    one are the reference for blockio's io_uring transport)."""
+    a, b = socket.socketpair()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        first, done, wrong = loop.create_future(), loop.create_future(), loop.create_future()
+        loop.set_exception_handler(lambda _loop, ctx: _fail(wrong, ctx["message"]))
+        small = Small(wrong, total=16, done=done)
+        plain = Upto(b"ABCD", first, wrong, then=small)
+        tr, _ = await loop.connect_accepted_socket(lambda: plain, a)
+        b.sendall(b"ABCD")
+        await _first_of(first, wrong)
+        assert tr.get_protocol() is small
+        b.sendall(b"EFGHIJKLMNOPQRST")
+        await _first_of(done, wrong)
+        assert not tr.is_closing()
+        _end(tr, wrong)
+        return small, plain
+
+    try:
+        small, plain = loop_kinds.run_on(kind, main())
+    finally:
+        b.close()
+    assert bytes(plain.data) == b"ABCD"
+    assert bytes(small.data) == b"EFGHIJKLMNOPQRST"
+    assert small.updates == [4, 4, 4, 4]
 
 
 def _unread(sock):

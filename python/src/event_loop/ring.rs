@@ -219,16 +219,38 @@ impl LoopRing {
         data: &Bound<'_, PyAny>,
         socket: bool,
     ) -> PyResult<(Option<u64>, usize)> {
+        // A `bytes` object (a transport's common write) is read in place
+        // for the write made now: no buffer export, whose `Py_buffer` is
+        // allocated and freed per call. Only a rest left for the ring
+        // takes the export, which holds the object until the completion.
+        let sent_now = match data.downcast_exact::<PyBytes>() {
+            Ok(bytes) => {
+                let bytes = bytes.as_bytes();
+                let sent = self.send_inline(fd, bytes, socket)?;
+                if sent == bytes.len() {
+                    return Ok((None, sent));
+                }
+                Some(sent)
+            }
+            Err(_) => None,
+        };
         let b = PyBuffer::<u8>::get(data)?;
         if !b.is_c_contiguous() {
             return Err(PyValueError::new_err("send needs a contiguous buffer"));
         }
         let n = b.len_bytes();
-        // SAFETY: `b` holds the export of a contiguous buffer of `n` bytes,
-        // which stays alive and unresized while held; the GIL is held, so
-        // no Python code changes it during this call.
-        let bytes = unsafe { std::slice::from_raw_parts(b.buf_ptr().cast::<u8>().cast_const(), n) };
-        let sent = self.send_inline(fd, bytes, socket)?;
+        let sent = match sent_now {
+            Some(sent) => sent,
+            None => {
+                // SAFETY: `b` holds the export of a contiguous buffer of
+                // `n` bytes, which stays alive and unresized while held;
+                // the GIL is held, so no Python code changes it during
+                // this call.
+                let bytes =
+                    unsafe { std::slice::from_raw_parts(b.buf_ptr().cast::<u8>().cast_const(), n) };
+                self.send_inline(fd, bytes, socket)?
+            }
+        };
         if sent == n {
             return Ok((None, n));
         }
