@@ -92,7 +92,6 @@
 
 #[cfg(feature = "tokio")]
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -100,6 +99,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::attempt::{attempt, awaits, is_connect, not_ready, short_receive};
 use super::epoll::{EpollSet, Readied};
+use super::key_hash::KeyMap;
 #[cfg(feature = "tokio")]
 use super::readiness_tokio::place_on_runtime;
 use super::ready::{Awaits, ReadyWord};
@@ -212,7 +212,7 @@ pub(super) struct Watcher {
     /// The set of each runtime whose tasks have waited, while its task
     /// reading it lives.
     #[cfg(feature = "tokio")]
-    runtimes: Mutex<HashMap<tokio::runtime::Id, Arc<Place>>>,
+    runtimes: Mutex<KeyMap<tokio::runtime::Id, Arc<Place>>>,
     /// Sets made for runtimes.
     runtime_sets: AtomicU64,
     /// Sockets that joined a set while in another.
@@ -250,14 +250,14 @@ impl Watcher {
 /// set's key for it).
 #[derive(Default)]
 struct Waiting {
-    sockets: HashMap<RawFd, Watched>,
+    sockets: KeyMap<RawFd, Watched>,
     /// The socket each waiting request waits on, by its target's address
     /// ([`target_key`]), so that a cancel finds its request without a
     /// scan of every socket (a server with thousands of idle connections
     /// whose reads time out cancels thousands of requests a second).
     /// Entries leave with their requests; one left behind would only send
     /// a cancel to a socket whose requests it then does not name.
-    fds: HashMap<usize, RawFd>,
+    fds: KeyMap<usize, RawFd>,
     /// The generation the next entry of [`Waiting::sockets`] gets.
     next_gen: u32,
 }
@@ -383,7 +383,7 @@ impl Readiness {
             stop: AtomicBool::new(false),
             on_runtimes,
             #[cfg(feature = "tokio")]
-            runtimes: Mutex::new(HashMap::new()),
+            runtimes: Mutex::new(KeyMap::default()),
             runtime_sets: AtomicU64::new(0),
             moves: AtomicU64::new(0),
             thread_waits: AtomicU64::new(0),
@@ -909,16 +909,19 @@ fn on_event(watcher: &Watcher, place: &Arc<Place>, event_key: u64, r: Readied) {
             Arc::ptr_eq(&r.place, place) && awaits(r.req.op.kind()).map_or(true, |a| ready.is(a))
         };
         // Usually every request is (one, in the direction the event
-        // reports): taken whole, without moving them one by one.
-        let now = if s.reqs.iter().all(now_ready) {
-            std::mem::take(&mut s.reqs)
+        // reports): drained whole, and the socket's list keeps its room,
+        // so that the socket's next wait allocates nothing.
+        let mut taken = Spare::requests();
+        if s.reqs.iter().all(now_ready) {
+            taken.extend(s.reqs.drain(..).map(|r| r.req));
         } else {
             let (now, later): (Vec<Waiter>, Vec<Waiter>) =
                 s.reqs.drain(..).partition(|r| now_ready(r));
             s.reqs = later;
-            now
-        };
-        if now.is_empty() {
+            taken.extend(now.into_iter().map(|r| r.req));
+        }
+        if taken.is_empty() {
+            Spare::keep_requests(taken);
             return;
         }
         // The socket stays in the set while the calls run unlocked (it
@@ -926,7 +929,7 @@ fn on_event(watcher: &Watcher, place: &Arc<Place>, event_key: u64, r: Readied) {
         if let Some(m) = s.member_mut(place) {
             m.retrying += 1;
         }
-        (now.into_iter().map(|r| r.req).collect(), ready.tick())
+        (taken, ready.tick())
     };
     retry(watcher, place, fd, taken, tick);
 }
@@ -939,10 +942,10 @@ fn on_event(watcher: &Watcher, place: &Arc<Place>, event_key: u64, r: Readied) {
 /// set, or in the thread's if the socket left it meanwhile (its runtime
 /// dropped its task, see [`Watcher::leave`]).
 fn retry(watcher: &Watcher, place: &Arc<Place>, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
-    let mut done = Vec::new();
+    let mut done = Spare::completed();
     let mut w = loop {
         let mut again = Vec::new();
-        for req in taken {
+        for req in taken.drain(..) {
             let res = attempt(&req, false);
             if not_ready(&req, res) && !req.abandoned() {
                 again.push(req);
@@ -966,7 +969,7 @@ fn retry(watcher: &Watcher, place: &Arc<Place>, fd: RawFd, mut taken: Vec<Reques
             break w;
         }
         tick = s.ready.tick();
-        taken = again;
+        taken.append(&mut again);
     };
     for (req, _) in &done {
         w.fds.remove(&target_key(&req.done));
@@ -975,11 +978,60 @@ fn retry(watcher: &Watcher, place: &Arc<Place>, fd: RawFd, mut taken: Vec<Reques
     drop(w);
     // On the watching thread: a panicking waker is reported by the panic
     // hook and the thread goes on serving the other sockets.
-    for (req, res) in done {
+    for (req, res) in done.drain(..) {
         let _ = call_user(move || {
             req.done.complete(res);
             drop(req);
         });
+    }
+    Spare::keep_requests(taken);
+    Spare::keep_completed(done);
+}
+
+/// The lists a retry on this thread used, emptied, for the next one
+/// ([`on_event`], [`retry`]): a socket's event then allocates nothing.
+/// A list that grew past [`Spare::KEPT`] is let go instead.
+struct Spare;
+
+thread_local! {
+    static SPARE_REQUESTS: std::cell::Cell<Vec<Request>> = const { std::cell::Cell::new(Vec::new()) };
+    static SPARE_COMPLETED: std::cell::Cell<Vec<(Request, i32)>> =
+        const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Spare {
+    /// The most requests a kept list has room for.
+    const KEPT: usize = 64;
+
+    /// An empty list for the requests an event retries.
+    fn requests() -> Vec<Request> {
+        SPARE_REQUESTS
+            .try_with(std::cell::Cell::take)
+            .unwrap_or_default()
+    }
+
+    /// An empty list for the requests a retry completes.
+    fn completed() -> Vec<(Request, i32)> {
+        SPARE_COMPLETED
+            .try_with(std::cell::Cell::take)
+            .unwrap_or_default()
+    }
+
+    /// Keeps `requests`, empty, for the next event on this thread (a
+    /// thread exiting drops it).
+    fn keep_requests(requests: Vec<Request>) {
+        debug_assert!(requests.is_empty());
+        if requests.capacity() <= Self::KEPT {
+            let _ = SPARE_REQUESTS.try_with(|c| c.set(requests));
+        }
+    }
+
+    /// Keeps `completed`, empty, for the next retry on this thread.
+    fn keep_completed(completed: Vec<(Request, i32)>) {
+        debug_assert!(completed.is_empty());
+        if completed.capacity() <= Self::KEPT {
+            let _ = SPARE_COMPLETED.try_with(|c| c.set(completed));
+        }
     }
 }
 
