@@ -1,7 +1,7 @@
 //! A hasher for map keys the engine picks itself: descriptors (numbers
 //! the kernel hands out, lowest free first), the addresses of
-//! operations' shared state and tokio's runtime ids (a counter). Nobody outside the process chooses them, so
-//! the maps need no protection against keys made to collide, which is
+//! operations' shared state and tokio's runtime ids (a counter). Nobody
+//! outside the process chooses them, so the maps need no protection against keys made to collide, which is
 //! what std's default hasher (SipHash, keyed per process) pays for: on the
 //! thread-pool fallback, where every receive that waits goes through two
 //! such maps several times, SipHash took about 1,300 instructions per
@@ -70,22 +70,34 @@ mod tests {
         BuildHasherDefault::<KeyHasher>::default().hash_one(key)
     }
 
-    #[test]
-    fn consecutive_descriptors_spread_over_the_low_bits() {
-        // 1,024 keys hashed at random fill about 647 of 1,024 buckets
-        // picked by the low 10 bits; keys that pile up fill far fewer
-        // (the identity hash of 16-byte-aligned addresses fills 64).
-        let buckets: std::collections::HashSet<u64> =
-            (0..1024i32).map(|fd| hash(fd) & 1023).collect();
+    /// Asserts that `hashes`, of 1,024 distinct keys, spread like random
+    /// ones over both the buckets the low 10 bits pick and the tags the
+    /// top 7 bits make, which hashbrown compares before the keys: 1,024
+    /// keys hashed at random fill about 647 of 1,024 buckets and all 128
+    /// tags. Keys that pile up fill far fewer (the identity hash of
+    /// 16-byte-aligned addresses fills 64 buckets; of any key below
+    /// 2^57, one tag).
+    fn assert_spread(hashes: impl Iterator<Item = u64>) {
+        let hashes: Vec<u64> = hashes.collect();
+        assert_eq!(hashes.len(), 1024);
+        let buckets: std::collections::HashSet<u64> = hashes.iter().map(|h| h & 1023).collect();
         assert!(buckets.len() > 600, "{} buckets", buckets.len());
+        let tags: std::collections::HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+        assert!(tags.len() > 120, "{} tags", tags.len());
     }
 
     #[test]
-    fn aligned_addresses_spread_over_the_low_bits() {
+    fn consecutive_descriptors_spread_over_the_low_and_top_bits() {
+        // The product's low half alone spreads these as well (it maps the
+        // key's low 10 bits one to one); the fold is for keys whose low
+        // bits are all alike, which the test of addresses checks.
+        assert_spread((0..1024i32).map(hash));
+    }
+
+    #[test]
+    fn aligned_addresses_spread_over_the_low_and_top_bits() {
         let base = 0x7f00_1234_5000usize;
-        let buckets: std::collections::HashSet<u64> =
-            (0..1024usize).map(|i| hash(base + 16 * i) & 1023).collect();
-        assert!(buckets.len() > 600, "{} buckets", buckets.len());
+        assert_spread((0..1024usize).map(|i| hash(base + 16 * i)));
     }
 
     #[test]
