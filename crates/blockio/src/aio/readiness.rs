@@ -306,7 +306,12 @@ fn target_key(done: &Arc<dyn Complete>) -> usize {
 struct Watched {
     /// The requests waiting on it, each with the set it waits in. Each
     /// waits in a direction its [`ready`](Self::ready) word has clear: an
-    /// event of its set that sets it retries them.
+    /// event of its set that sets it retries them. Emptied, the list keeps
+    /// its room for the socket's next wait, which then allocates nothing:
+    /// up to [`Watched::KEPT_WAITERS`] waiters' room (the first
+    /// allocation's, about 225 bytes with malloc's overhead, held by each
+    /// idle socket that ever waited); a list grown past that (many
+    /// requests on one socket at once) is let go when it empties.
     reqs: Vec<Waiter>,
     /// The sets it is in: each set one of its requests waits in or is
     /// retried from, or, while none is, at most one (the last it waited
@@ -536,13 +541,14 @@ impl Readiness {
         // Not found while a retry has it out of the set: the retry
         // completes it, or puts it back to wait (and the cancel's future
         // is gone, so that retry or the next sees it abandoned).
-        let Some(reqs) = w.sockets.get_mut(&fd).map(|s| &mut s.reqs) else {
+        let Some(s) = w.sockets.get_mut(&fd) else {
             return;
         };
-        let Some(i) = reqs.iter().position(|r| c.names(&r.req.done)) else {
+        let Some(i) = s.reqs.iter().position(|r| c.names(&r.req.done)) else {
             return;
         };
-        let req = reqs.remove(i).req;
+        let req = s.reqs.remove(i).req;
+        s.trim_waiters();
         w.fds.remove(&key);
         settle(&mut w, fd);
         drop(w);
@@ -551,6 +557,19 @@ impl Readiness {
 }
 
 impl Watched {
+    /// The most waiters an emptied [`reqs`](Self::reqs) keeps room for:
+    /// the room of its first allocation (`Vec`'s least for items this size).
+    const KEPT_WAITERS: usize = 4;
+
+    /// Lets go of the room of an emptied waiter list grown past
+    /// [`KEPT_WAITERS`](Self::KEPT_WAITERS), so that a socket that once
+    /// had many waiters does not hold their room for life.
+    fn trim_waiters(&mut self) {
+        if self.reqs.is_empty() && self.reqs.capacity() > Self::KEPT_WAITERS {
+            self.reqs = Vec::new();
+        }
+    }
+
     /// Whether the socket is in a set.
     fn in_set(&self) -> bool {
         !self.sets.is_empty()
@@ -909,11 +928,13 @@ fn on_event(watcher: &Watcher, place: &Arc<Place>, event_key: u64, r: Readied) {
             Arc::ptr_eq(&r.place, place) && awaits(r.req.op.kind()).map_or(true, |a| ready.is(a))
         };
         // Usually every request is (one, in the direction the event
-        // reports): drained whole, and the socket's list keeps its room,
-        // so that the socket's next wait allocates nothing.
+        // reports): drained whole, and the socket's list keeps its room
+        // (up to `Watched::KEPT_WAITERS`), so that the socket's next wait
+        // allocates nothing.
         let mut taken = Spare::requests();
         if s.reqs.iter().all(now_ready) {
             taken.extend(s.reqs.drain(..).map(|r| r.req));
+            s.trim_waiters();
         } else {
             let (now, later): (Vec<Waiter>, Vec<Waiter>) =
                 s.reqs.drain(..).partition(|r| now_ready(r));
@@ -1480,6 +1501,66 @@ mod tests {
         (&a_peer).write_all(b"a").unwrap();
         assert_eq!(settled(&first), 1);
         assert_eq!(first.buf[0], b'a');
+        drop(kept);
+    }
+
+    /// The room a socket's waiter list holds once it empties: a list
+    /// that held one waiter keeps its room for the next wait; one that
+    /// held 400 (served by one event, or cancelled one by one) lets go
+    /// of it, down to [`Watched::KEPT_WAITERS`] waiters' room at most.
+    #[test]
+    fn an_emptied_waiter_list_keeps_little_room() {
+        let r = Readiness::new().unwrap();
+        let (a, a_peer) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let n = a.as_raw_fd();
+        let kept = r.keep(n);
+        let room = |r: &Readiness| r.watcher.lock().sockets[&n].reqs.capacity();
+
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(result(&t), None, "the receive did not wait");
+        (&a_peer).write_all(b"a").unwrap();
+        assert_eq!(settled(&t), 1);
+        let after_one = room(&r);
+        assert!(
+            (1..=Watched::KEPT_WAITERS).contains(&after_one),
+            "room for {after_one} waiters after one wait"
+        );
+
+        let waiting = |r: &Readiness| -> Vec<Arc<Received>> {
+            (0..400)
+                .map(|i| {
+                    let (t, req) = recv(&a);
+                    r.submit(req);
+                    assert_eq!(result(&t), None, "receive {i} did not wait");
+                    t
+                })
+                .collect()
+        };
+        let targets = waiting(&r);
+        assert!(room(&r) >= 400);
+        (&a_peer).write_all(&[b'b'; 8 * 400]).unwrap();
+        for t in &targets {
+            assert_eq!(settled(t), 8);
+        }
+        assert!(
+            room(&r) <= Watched::KEPT_WAITERS,
+            "room for {} waiters after an event served 400",
+            room(&r)
+        );
+
+        let targets = waiting(&r);
+        for t in &targets {
+            let name: Arc<dyn Complete> = t.clone();
+            r.cancel(&Cancel(Arc::downgrade(&name)));
+            assert_eq!(result(t), Some(-libc::ECANCELED));
+        }
+        assert!(
+            room(&r) <= Watched::KEPT_WAITERS,
+            "room for {} waiters after 400 cancels",
+            room(&r)
+        );
         drop(kept);
     }
 
