@@ -1,11 +1,12 @@
 //! A hasher for map keys the engine picks itself: descriptors (numbers
 //! the kernel hands out, lowest free first), the addresses of
 //! operations' shared state and tokio's runtime ids (a counter). Nobody
-//! outside the process chooses them, so the maps need no protection against keys made to collide, which is
-//! what std's default hasher (SipHash, keyed per process) pays for: on the
-//! thread-pool fallback, where every receive that waits goes through two
-//! such maps several times, SipHash took about 1,300 instructions per
-//! request under mini-redis (`docs/benchmarks.md`).
+//! outside the process chooses them, so the maps need no protection
+//! against keys made to collide, which is what std's default hasher
+//! (SipHash, keyed per process) pays for: on the thread-pool fallback,
+//! where every receive that waits goes through two such maps several
+//! times, SipHash took about 1,300 instructions per request under
+//! mini-redis (`docs/benchmarks.md`).
 //!
 //! The hash is one 64 × 64 → 128-bit multiplication by an odd constant,
 //! its two halves xor-ed: every bit of the key reaches the low bits that

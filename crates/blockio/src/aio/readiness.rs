@@ -224,7 +224,8 @@ pub(super) struct Watcher {
 }
 
 /// Where the readiness fallback's events were taken so far, for tests
-/// that check which thread did (see [`AsyncEngine::readiness_counts`](super::AsyncEngine::readiness_counts)).
+/// that check which thread did (see
+/// [`AsyncEngine::readiness_counts`](super::AsyncEngine::readiness_counts)).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadinessCounts {
@@ -1010,12 +1011,17 @@ fn retry(watcher: &Watcher, place: &Arc<Place>, fd: RawFd, mut taken: Vec<Reques
 }
 
 /// The lists a retry on this thread used, emptied, for the next one
-/// ([`on_event`], [`retry`]): a socket's event then allocates nothing.
-/// A list that grew past [`Spare::KEPT`] is let go instead.
+/// ([`on_event`], [`retry`]), so that these two are not allocated again
+/// per event. An event whose requests are all ready and all done at the
+/// first try then allocates nothing; one that leaves some waiting (the
+/// list split into those ready and those not) or tries some again
+/// (not ready while more events came) still allocates those lists. A
+/// list that grew past [`Spare::KEPT`] is let go instead.
 struct Spare;
 
 thread_local! {
-    static SPARE_REQUESTS: std::cell::Cell<Vec<Request>> = const { std::cell::Cell::new(Vec::new()) };
+    static SPARE_REQUESTS: std::cell::Cell<Vec<Request>> =
+        const { std::cell::Cell::new(Vec::new()) };
     static SPARE_COMPLETED: std::cell::Cell<Vec<(Request, i32)>> =
         const { std::cell::Cell::new(Vec::new()) };
 }
