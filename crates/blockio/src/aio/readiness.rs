@@ -310,9 +310,10 @@ struct Watched {
     /// event of its set that sets it retries them. Emptied, the list keeps
     /// its room for the socket's next wait, which then allocates nothing:
     /// up to [`Watched::KEPT_WAITERS`] waiters' room (the first
-    /// allocation's, about 225 bytes with malloc's overhead, held by each
-    /// idle socket that ever waited); a list grown past that (many
-    /// requests on one socket at once) is let go when it empties.
+    /// allocation's, held by each idle socket that ever waited: 210-280
+    /// bytes per idle connection in `docs/benchmarks.md`); a list grown
+    /// past that (many requests on one socket at once) is let go when it
+    /// empties.
     reqs: Vec<Waiter>,
     /// The sets it is in: each set one of its requests waits in or is
     /// retried from, or, while none is, at most one (the last it waited
