@@ -88,6 +88,7 @@ mod driving;
 mod epoll;
 mod file;
 mod in_flight;
+mod key_hash;
 pub(crate) mod op;
 #[cfg(feature = "tokio")]
 pub(crate) mod paused_clock;

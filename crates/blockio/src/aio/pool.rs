@@ -71,10 +71,15 @@ impl PoolDriver {
     /// the workers; a request the workers can no longer take (the pool is
     /// shutting down) completes with `ECANCELED`.
     pub(crate) fn submit(&self, reqs: impl IntoIterator<Item = Request>) {
-        let (net, files): (Vec<Request>, Vec<Request>) =
-            reqs.into_iter().partition(|r| r.op.kind().is_socket());
-        for req in net {
-            self.sockets.submit(req);
+        // Sockets as they come, files gathered for the workers: a lone
+        // socket request (most are) allocates no list.
+        let mut files = Vec::new();
+        for req in reqs {
+            if req.op.kind().is_socket() {
+                self.sockets.submit(req);
+            } else {
+                files.push(req);
+            }
         }
         if files.is_empty() {
             return;

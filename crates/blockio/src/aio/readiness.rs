@@ -92,7 +92,6 @@
 
 #[cfg(feature = "tokio")]
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -100,6 +99,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::attempt::{attempt, awaits, is_connect, not_ready, short_receive};
 use super::epoll::{EpollSet, Readied};
+use super::key_hash::KeyMap;
 #[cfg(feature = "tokio")]
 use super::readiness_tokio::place_on_runtime;
 use super::ready::{Awaits, ReadyWord};
@@ -212,7 +212,7 @@ pub(super) struct Watcher {
     /// The set of each runtime whose tasks have waited, while its task
     /// reading it lives.
     #[cfg(feature = "tokio")]
-    runtimes: Mutex<HashMap<tokio::runtime::Id, Arc<Place>>>,
+    runtimes: Mutex<KeyMap<tokio::runtime::Id, Arc<Place>>>,
     /// Sets made for runtimes.
     runtime_sets: AtomicU64,
     /// Sockets that joined a set while in another.
@@ -224,7 +224,8 @@ pub(super) struct Watcher {
 }
 
 /// Where the readiness fallback's events were taken so far, for tests
-/// that check which thread did (see [`AsyncEngine::readiness_counts`](super::AsyncEngine::readiness_counts)).
+/// that check which thread did (see
+/// [`AsyncEngine::readiness_counts`](super::AsyncEngine::readiness_counts)).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadinessCounts {
@@ -250,14 +251,14 @@ impl Watcher {
 /// set's key for it).
 #[derive(Default)]
 struct Waiting {
-    sockets: HashMap<RawFd, Watched>,
+    sockets: KeyMap<RawFd, Watched>,
     /// The socket each waiting request waits on, by its target's address
     /// ([`target_key`]), so that a cancel finds its request without a
     /// scan of every socket (a server with thousands of idle connections
     /// whose reads time out cancels thousands of requests a second).
     /// Entries leave with their requests; one left behind would only send
     /// a cancel to a socket whose requests it then does not name.
-    fds: HashMap<usize, RawFd>,
+    fds: KeyMap<usize, RawFd>,
     /// The generation the next entry of [`Waiting::sockets`] gets.
     next_gen: u32,
 }
@@ -306,7 +307,13 @@ fn target_key(done: &Arc<dyn Complete>) -> usize {
 struct Watched {
     /// The requests waiting on it, each with the set it waits in. Each
     /// waits in a direction its [`ready`](Self::ready) word has clear: an
-    /// event of its set that sets it retries them.
+    /// event of its set that sets it retries them. Emptied, the list keeps
+    /// its room for the socket's next wait, which then allocates nothing:
+    /// up to [`Watched::KEPT_WAITERS`] waiters' room (the first
+    /// allocation's, held by each idle socket that ever waited: 210-280
+    /// bytes per idle connection in `docs/benchmarks.md`); a list grown
+    /// past that (many requests on one socket at once) is let go when it
+    /// empties.
     reqs: Vec<Waiter>,
     /// The sets it is in: each set one of its requests waits in or is
     /// retried from, or, while none is, at most one (the last it waited
@@ -383,7 +390,7 @@ impl Readiness {
             stop: AtomicBool::new(false),
             on_runtimes,
             #[cfg(feature = "tokio")]
-            runtimes: Mutex::new(HashMap::new()),
+            runtimes: Mutex::new(KeyMap::default()),
             runtime_sets: AtomicU64::new(0),
             moves: AtomicU64::new(0),
             thread_waits: AtomicU64::new(0),
@@ -536,13 +543,14 @@ impl Readiness {
         // Not found while a retry has it out of the set: the retry
         // completes it, or puts it back to wait (and the cancel's future
         // is gone, so that retry or the next sees it abandoned).
-        let Some(reqs) = w.sockets.get_mut(&fd).map(|s| &mut s.reqs) else {
+        let Some(s) = w.sockets.get_mut(&fd) else {
             return;
         };
-        let Some(i) = reqs.iter().position(|r| c.names(&r.req.done)) else {
+        let Some(i) = s.reqs.iter().position(|r| c.names(&r.req.done)) else {
             return;
         };
-        let req = reqs.remove(i).req;
+        let req = s.reqs.remove(i).req;
+        s.trim_waiters();
         w.fds.remove(&key);
         settle(&mut w, fd);
         drop(w);
@@ -551,6 +559,19 @@ impl Readiness {
 }
 
 impl Watched {
+    /// The most waiters an emptied [`reqs`](Self::reqs) keeps room for:
+    /// the room of its first allocation (`Vec`'s least for items this size).
+    const KEPT_WAITERS: usize = 4;
+
+    /// Lets go of the room of an emptied waiter list grown past
+    /// [`KEPT_WAITERS`](Self::KEPT_WAITERS), so that a socket that once
+    /// had many waiters does not hold their room for life.
+    fn trim_waiters(&mut self) {
+        if self.reqs.is_empty() && self.reqs.capacity() > Self::KEPT_WAITERS {
+            self.reqs = Vec::new();
+        }
+    }
+
     /// Whether the socket is in a set.
     fn in_set(&self) -> bool {
         !self.sets.is_empty()
@@ -909,16 +930,21 @@ fn on_event(watcher: &Watcher, place: &Arc<Place>, event_key: u64, r: Readied) {
             Arc::ptr_eq(&r.place, place) && awaits(r.req.op.kind()).map_or(true, |a| ready.is(a))
         };
         // Usually every request is (one, in the direction the event
-        // reports): taken whole, without moving them one by one.
-        let now = if s.reqs.iter().all(now_ready) {
-            std::mem::take(&mut s.reqs)
+        // reports): drained whole, and the socket's list keeps its room
+        // (up to `Watched::KEPT_WAITERS`), so that the socket's next wait
+        // allocates nothing.
+        let mut taken = Spare::requests();
+        if s.reqs.iter().all(now_ready) {
+            taken.extend(s.reqs.drain(..).map(|r| r.req));
+            s.trim_waiters();
         } else {
             let (now, later): (Vec<Waiter>, Vec<Waiter>) =
                 s.reqs.drain(..).partition(|r| now_ready(r));
             s.reqs = later;
-            now
-        };
-        if now.is_empty() {
+            taken.extend(now.into_iter().map(|r| r.req));
+        }
+        if taken.is_empty() {
+            Spare::keep_requests(taken);
             return;
         }
         // The socket stays in the set while the calls run unlocked (it
@@ -926,7 +952,7 @@ fn on_event(watcher: &Watcher, place: &Arc<Place>, event_key: u64, r: Readied) {
         if let Some(m) = s.member_mut(place) {
             m.retrying += 1;
         }
-        (now.into_iter().map(|r| r.req).collect(), ready.tick())
+        (taken, ready.tick())
     };
     retry(watcher, place, fd, taken, tick);
 }
@@ -939,10 +965,10 @@ fn on_event(watcher: &Watcher, place: &Arc<Place>, event_key: u64, r: Readied) {
 /// set, or in the thread's if the socket left it meanwhile (its runtime
 /// dropped its task, see [`Watcher::leave`]).
 fn retry(watcher: &Watcher, place: &Arc<Place>, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
-    let mut done = Vec::new();
+    let mut done = Spare::completed();
     let mut w = loop {
         let mut again = Vec::new();
-        for req in taken {
+        for req in taken.drain(..) {
             let res = attempt(&req, false);
             if not_ready(&req, res) && !req.abandoned() {
                 again.push(req);
@@ -966,7 +992,7 @@ fn retry(watcher: &Watcher, place: &Arc<Place>, fd: RawFd, mut taken: Vec<Reques
             break w;
         }
         tick = s.ready.tick();
-        taken = again;
+        taken.append(&mut again);
     };
     for (req, _) in &done {
         w.fds.remove(&target_key(&req.done));
@@ -975,11 +1001,65 @@ fn retry(watcher: &Watcher, place: &Arc<Place>, fd: RawFd, mut taken: Vec<Reques
     drop(w);
     // On the watching thread: a panicking waker is reported by the panic
     // hook and the thread goes on serving the other sockets.
-    for (req, res) in done {
+    for (req, res) in done.drain(..) {
         let _ = call_user(move || {
             req.done.complete(res);
             drop(req);
         });
+    }
+    Spare::keep_requests(taken);
+    Spare::keep_completed(done);
+}
+
+/// The lists a retry on this thread used, emptied, for the next one
+/// ([`on_event`], [`retry`]), so that these two are not allocated again
+/// per event. An event whose requests are all ready and all done at the
+/// first try then allocates nothing; one that leaves some waiting (the
+/// list split into those ready and those not) or tries some again
+/// (not ready while more events came) still allocates those lists. A
+/// list that grew past [`Spare::KEPT`] is let go instead.
+struct Spare;
+
+thread_local! {
+    static SPARE_REQUESTS: std::cell::Cell<Vec<Request>> =
+        const { std::cell::Cell::new(Vec::new()) };
+    static SPARE_COMPLETED: std::cell::Cell<Vec<(Request, i32)>> =
+        const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Spare {
+    /// The most requests a kept list has room for.
+    const KEPT: usize = 64;
+
+    /// An empty list for the requests an event retries.
+    fn requests() -> Vec<Request> {
+        SPARE_REQUESTS
+            .try_with(std::cell::Cell::take)
+            .unwrap_or_default()
+    }
+
+    /// An empty list for the requests a retry completes.
+    fn completed() -> Vec<(Request, i32)> {
+        SPARE_COMPLETED
+            .try_with(std::cell::Cell::take)
+            .unwrap_or_default()
+    }
+
+    /// Keeps `requests`, empty, for the next event on this thread (a
+    /// thread exiting drops it).
+    fn keep_requests(requests: Vec<Request>) {
+        debug_assert!(requests.is_empty());
+        if requests.capacity() <= Self::KEPT {
+            let _ = SPARE_REQUESTS.try_with(|c| c.set(requests));
+        }
+    }
+
+    /// Keeps `completed`, empty, for the next retry on this thread.
+    fn keep_completed(completed: Vec<(Request, i32)>) {
+        debug_assert!(completed.is_empty());
+        if completed.capacity() <= Self::KEPT {
+            let _ = SPARE_COMPLETED.try_with(|c| c.set(completed));
+        }
     }
 }
 
@@ -1428,6 +1508,66 @@ mod tests {
         (&a_peer).write_all(b"a").unwrap();
         assert_eq!(settled(&first), 1);
         assert_eq!(first.buf[0], b'a');
+        drop(kept);
+    }
+
+    /// The room a socket's waiter list holds once it empties: a list
+    /// that held one waiter keeps its room for the next wait; one that
+    /// held 400 (served by one event, or cancelled one by one) lets go
+    /// of it, down to [`Watched::KEPT_WAITERS`] waiters' room at most.
+    #[test]
+    fn an_emptied_waiter_list_keeps_little_room() {
+        let r = Readiness::new().unwrap();
+        let (a, a_peer) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let n = a.as_raw_fd();
+        let kept = r.keep(n);
+        let room = |r: &Readiness| r.watcher.lock().sockets[&n].reqs.capacity();
+
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(result(&t), None, "the receive did not wait");
+        (&a_peer).write_all(b"a").unwrap();
+        assert_eq!(settled(&t), 1);
+        let after_one = room(&r);
+        assert!(
+            (1..=Watched::KEPT_WAITERS).contains(&after_one),
+            "room for {after_one} waiters after one wait"
+        );
+
+        let waiting = |r: &Readiness| -> Vec<Arc<Received>> {
+            (0..400)
+                .map(|i| {
+                    let (t, req) = recv(&a);
+                    r.submit(req);
+                    assert_eq!(result(&t), None, "receive {i} did not wait");
+                    t
+                })
+                .collect()
+        };
+        let targets = waiting(&r);
+        assert!(room(&r) >= 400);
+        (&a_peer).write_all(&[b'b'; 8 * 400]).unwrap();
+        for t in &targets {
+            assert_eq!(settled(t), 8);
+        }
+        assert!(
+            room(&r) <= Watched::KEPT_WAITERS,
+            "room for {} waiters after an event served 400",
+            room(&r)
+        );
+
+        let targets = waiting(&r);
+        for t in &targets {
+            let name: Arc<dyn Complete> = t.clone();
+            r.cancel(&Cancel(Arc::downgrade(&name)));
+            assert_eq!(result(t), Some(-libc::ECANCELED));
+        }
+        assert!(
+            room(&r) <= Watched::KEPT_WAITERS,
+            "room for {} waiters after 400 cancels",
+            room(&r)
+        );
         drop(kept);
     }
 
