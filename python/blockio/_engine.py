@@ -1437,10 +1437,21 @@ class Engine:
     # -- file-system calls, off the loop's thread ------------------------------
 
     async def _aopen(self, path: Union[str, bytes, "os.PathLike[Any]"], flags: int, mode: int) -> int:
-        """``os.open`` on the engine's file-system threads; the descriptor.
-        Errors read as the built-in ``open``'s: ``[Errno 2] No such file or
-        directory: 'name'``."""
-        r = (await self._run(_OPENED, self._core.submit_open, os.fsencode(path), flags, mode))[0]
+        """``os.open`` on the engine's file-system threads, or on blockio's
+        event loop on io_uring, an ``openat`` on the loop's own ring (its
+        ``_ring_open``: no driver thread, eventfd or thread hop); the
+        descriptor. Errors read as the built-in ``open``'s: ``[Errno 2] No
+        such file or directory: 'name'``."""
+        encoded = os.fsencode(path)
+        ring_open = getattr(asyncio.events._get_running_loop(), "_ring_open", None)
+        fut = ring_open(encoded, flags, mode) if ring_open is not None and self._usable_here else None
+        if fut is not None:
+            try:
+                opened: int = await fut
+            except OSError as e:
+                raise OSError(e.errno, os.strerror(e.errno or 0), os.fspath(path)) from None
+            return opened
+        r = (await self._run(_OPENED, self._core.submit_open, encoded, flags, mode))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0), os.fspath(path))
         fd: int = r

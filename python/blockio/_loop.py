@@ -979,6 +979,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             return None
         return proactor.pwrite(fd, offset, data)
 
+    def _ring_open(self, path: bytes, flags: int, mode: int) -> Any:
+        """A future for an ``openat`` of ``path`` on this loop's ring
+        (``blockio.open``'s open: see ``Engine._aopen``), its result the
+        descriptor; None once the loop is closed."""
+        proactor = self._proactor
+        if proactor is None or proactor._ring is None:
+            return None
+        return proactor.openat(path, flags, mode)
+
     # -- add_reader / add_writer ---------------------------------------------
 
     def _ensure_fd_no_transport(self, fd: Any) -> None:

@@ -69,7 +69,7 @@ POLLOUT = select.POLLOUT
 _TCP_CLOSE = 7
 
 # Operation kinds, as kept beside each token.
-_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE, _PREAD = range(9)
+_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE, _PREAD, _OPEN = range(10)
 
 
 class OpFuture(futures.Future):
@@ -596,6 +596,13 @@ class RingProactor:
         byte count."""
         return self._future(self._ring.pwrite(fd, offset, data), _PREAD)
 
+    def openat(self, path: bytes, flags: int, mode: int) -> futures.Future:
+        """Opens ``path`` (``os.open``'s ``flags`` and ``mode``; one
+        ``openat``, handed to the kernel at once); the result is the new
+        descriptor. Cancelled after the kernel opened the file, the
+        descriptor is closed, never leaked."""
+        return self._future(self._ring.openat(path, flags, mode), _OPEN)
+
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
         return self._future(self._ring.poll(fd, mask), _POLL)
@@ -902,6 +909,9 @@ class RingProactor:
             self._loop.call_soon(acc.deliver, conn, exc)
 
     def _after_cancel(self, kind: int, arg: Any, res: int, value: Any) -> None:
+        if kind == _OPEN:
+            os.close(value)  # (its caller is gone: nobody else has the number)
+            return
         if kind == _ACCEPT or (kind in (_RECV, _RECV_INTO) and res > 0):
             self._keep(kind, arg, res, value)
             # A receive (accept) already waiting on the socket would not see

@@ -648,3 +648,139 @@ def test_an_engine_write_the_ring_fails_raises_its_error_naming_the_descriptor(t
     assert on_ring == 1
     assert err.errno in (errno.EFBIG, errno.EINVAL)
     assert f"write of 10 bytes at offset {(1 << 63) - 5} on fd {fd} failed" in str(err)
+
+
+def counting_engine_opens(engine):
+    """Counts the opens ``engine`` starts on its own threads (its
+    ``submit_open`` batches) from now on: a list whose length is that count."""
+    opens = []
+    run = engine._run
+
+    async def counted(keep, start, *args):
+        if start == engine._core.submit_open:
+            opens.append(args[0])
+        return await run(keep, start, *args)
+
+    engine._run = counted
+    return opens
+
+
+def ring_opens():
+    """The running loop's count of opens on its ring (0 off it)."""
+    loop = asyncio.get_running_loop()
+    ring = getattr(getattr(loop, "_proactor", None), "_ring", None)
+    return ring.file_opens if ring is not None else 0
+
+
+async def open_read_write(tmp_path, engine, n=20):
+    """``n`` files written through ``blockio.open`` (``"wb"``) and read back
+    (``"rb"``), each checked; the counts of opens on the loop's ring and
+    through the engine meanwhile."""
+    opens = counting_engine_opens(engine)
+    before = ring_opens()
+    for i in range(n):
+        path = tmp_path / f"f{i}"
+        async with blockio.open(path, "wb", engine=engine) as f:
+            await f.write(b"%d" % i * 100)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            assert await f.read() == b"%d" % i * 100
+    return ring_opens() - before, len(opens)
+
+
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+def test_opens_go_on_the_loops_ring_and_never_through_the_engine(tmp_path, backend):
+    engine = blockio.Engine(backend=backend)
+    try:
+        on_ring, through_engine = run_on(UringEventLoop, open_read_write(tmp_path, engine))
+    finally:
+        engine.close()
+    assert (on_ring, through_engine) == (40, 0)
+
+
+@pytest.mark.parametrize("new_loop", [EpollEventLoop, asyncio.new_event_loop, uvloop.new_event_loop],
+                         ids=["blockio-epoll", "asyncio", "uvloop"])
+def test_opens_go_through_the_engine_on_other_loops(tmp_path, new_loop):
+    engine = blockio.Engine()
+    try:
+        on_ring, through_engine = run_on(new_loop, open_read_write(tmp_path, engine, n=5))
+    finally:
+        engine.close()
+    assert (on_ring, through_engine) == (0, 10)
+
+
+@pytest.mark.parametrize("mode, make", [("rb", False), ("xb", True), ("wb", "dir")],
+                         ids=["missing", "exists", "directory"])
+def test_an_open_the_ring_fails_raises_the_builtin_opens_error(tmp_path, mode, make):
+    path = tmp_path / "p"
+    if make == "dir":
+        path.mkdir()
+    elif make:
+        path.write_bytes(b"")
+    with pytest.raises(OSError) as builtin:
+        open(path, mode)
+
+    async def main():
+        before = ring_opens()
+        with pytest.raises(OSError) as ours:
+            await blockio.open(path, mode)
+        return ours.value, ring_opens() - before
+
+    err, on_ring = run_on(UringEventLoop, main())
+    assert on_ring == 1
+    assert (type(err), err.errno, str(err)) == (type(builtin.value), builtin.value.errno, str(builtin.value))
+
+
+def open_descriptors():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_cancelled_open_on_the_ring_leaks_no_descriptor(tmp_path):
+    path = tmp_path / "c"
+    path.write_bytes(b"x")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ring = loop._proactor._ring
+        default_engine()  # (its own descriptors made before the count)
+        before, idle = open_descriptors(), ring.in_flight()  # (the wake-up receive is always in flight)
+        # Cancelled before the loop reaps the open's completion: the kernel
+        # opened the file (a local open is done at its submission) and the
+        # descriptor is closed when the completion comes.
+        futs = [loop._proactor.openat(os.fsencode(path), os.O_RDONLY | os.O_CLOEXEC, 0) for _ in range(10)]
+        for fut in futs:
+            fut.cancel()
+        while ring.in_flight() > idle:  # (until the kernel has answered them)
+            await asyncio.sleep(0)
+        after_cancels = open_descriptors()
+        # A task cancelled while its blockio.open waits on the ring.
+        tasks = [asyncio.ensure_future(blockio.open(path, "rb")) for _ in range(10)]
+        await asyncio.sleep(0)
+        for t in tasks:
+            t.cancel()
+        got = await asyncio.gather(*tasks, return_exceptions=True)
+        for f in got:
+            if not isinstance(f, BaseException):
+                await f.close()
+        while ring.in_flight() > idle:  # (until the kernel has answered them)
+            await asyncio.sleep(0)
+        return before, after_cancels, open_descriptors()
+
+    before, after_cancels, after_tasks = run_on(UringEventLoop, main())
+    assert after_cancels == before
+    assert after_tasks == before
+
+
+def test_loop_close_with_opens_in_flight_leaks_no_descriptor(tmp_path):
+    path = tmp_path / "c"
+    path.write_bytes(b"x")
+    default_engine()  # (its own descriptors made before the count)
+    first = open_descriptors()
+    loop = UringEventLoop()
+    before = open_descriptors()
+    # Submitted, and the loop closed before it ever waited: no completion
+    # was reaped, so the ring's close gets the descriptors and closes them.
+    futs = [loop._proactor.openat(os.fsencode(path), os.O_RDONLY | os.O_CLOEXEC, 0) for _ in range(10)]
+    assert open_descriptors() == before + 10  # (the kernel opened them at the submission)
+    loop.close()
+    assert not any(f.done() and not f.cancelled() for f in futs)
+    assert open_descriptors() == first  # (the loop's own are closed too)
