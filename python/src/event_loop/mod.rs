@@ -41,6 +41,9 @@
 //!   descriptor closed by the proactor, and one the loop's close finds
 //!   finished is closed there;
 //! * `accept` with the peer's address read from the kernel's answer;
+//! * `connect` of an IPv4 or IPv6 stream socket to an address the
+//!   proactor packs as the kernel's `sockaddr_in`/`sockaddr_in6`, handed
+//!   to the kernel at once, which waits for the handshake itself;
 //! * one-shot `POLL_ADD` (the loop's `add_reader`/`add_writer`, pidfds of
 //!   subprocesses, and the operations asyncio drives by readiness);
 //! * cancellation (`ASYNC_CANCEL`): the operation still completes once,

@@ -31,6 +31,9 @@ pub(crate) enum Kind {
     /// write, whose count is the value (short only where the kernel cuts
     /// it, as the engine's). Never cancelled (see `LoopRing::pwrite`).
     Pwrite,
+    /// Connect a socket to the address in its memory (`connect`): the
+    /// value is 0.
+    Connect,
     /// Open a path (`openat` from the working directory): the value is the
     /// new descriptor. Its flags are the operation's `mask`, its mode the
     /// `offset`.
@@ -242,6 +245,13 @@ impl InFlight {
                 opcode::Accept::new(fd, addr, std::ptr::addr_of_mut!(slot.len))
                     .flags(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
                     .build()
+            }
+            Kind::Connect => {
+                let Memory::Addr(slot) = &self.memory else {
+                    unreachable!("a connect always carries its address")
+                };
+                let addr = std::ptr::addr_of!(slot.storage).cast::<libc::sockaddr>();
+                opcode::Connect::new(fd, addr, slot.len).build()
             }
             Kind::Open => {
                 let Memory::Path(path) = &self.memory else {

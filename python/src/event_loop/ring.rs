@@ -344,6 +344,36 @@ impl LoopRing {
         Ok(token)
     }
 
+    /// Connects the socket `fd` to `addr`, a socket address as the kernel
+    /// takes it (`struct sockaddr_in` or `sockaddr_in6`, as bytes); the
+    /// value is 0 once connected. Handed to the kernel at once; the kernel
+    /// tries at once and waits for
+    /// the handshake itself: no readiness poll, no `SO_ERROR` look-up.
+    /// `ValueError` for an address longer than any socket address.
+    fn connect(&self, fd: RawFd, addr: &[u8]) -> PyResult<u64> {
+        let mut slot = addr_slot();
+        if addr.len() > std::mem::size_of::<libc::sockaddr_storage>() {
+            return Err(PyValueError::new_err("connect: address too long"));
+        }
+        // SAFETY: `addr.len()` bytes fit in the storage (checked above),
+        // and the two do not overlap (the slot is new).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                addr.as_ptr(),
+                std::ptr::addr_of_mut!(slot.storage).cast::<u8>(),
+                addr.len(),
+            );
+        }
+        slot.len = addr.len() as libc::socklen_t;
+        let op = InFlight::new(Kind::Connect, fd, true, Memory::Addr(slot), 0);
+        let token = self.submit(op)?;
+        // Handed to the kernel at once, as the `connect` call of asyncio's
+        // selector loop is made in the caller's step: a peer that accepts
+        // right after that step (blocking) finds the connection there.
+        self.flush()?;
+        Ok(token)
+    }
+
     /// How many opens ([`LoopRing::openat`]) this ring has started.
     #[getter]
     fn file_opens(&self) -> u64 {
@@ -945,7 +975,7 @@ impl State {
         } else if res == -libc::EAGAIN
             && !matches!(
                 op.kind,
-                Kind::Poll | Kind::Pread | Kind::Pwrite | Kind::Open
+                Kind::Poll | Kind::Pread | Kind::Pwrite | Kind::Open | Kind::Connect
             )
         {
             op.waiting_ready = true;

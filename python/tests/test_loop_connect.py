@@ -1,0 +1,91 @@
+"""``sock_connect`` on blockio's event loop, on both backends: on
+io_uring an IPv4 or IPv6 stream socket is connected by a ``connect`` on
+the loop's ring (one operation, its completion the outcome: no readiness
+poll and no ``SO_ERROR`` look-up); the outcomes and errors are asyncio's
+on both."""
+
+import asyncio
+import socket
+
+import pytest
+
+from blockio import _proactor
+from blockio._loop import UringEventLoop
+from waits import DEADLINE
+
+
+def _has_ipv6():
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+FAMILIES = [(socket.AF_INET, "127.0.0.1")] + ([(socket.AF_INET6, "::1")] if _has_ipv6() else [])
+
+
+@pytest.mark.parametrize("family, host", FAMILIES, ids=[f[1] for f in FAMILIES])
+def test_sock_connect_connects_and_a_refused_one_raises_asyncios_error(loop, family, host):
+    listener = socket.create_server((host, 0), family=family)
+    addr = listener.getsockname()
+
+    async def main():
+        with socket.socket(family) as s:
+            s.setblocking(False)
+            assert await loop.sock_connect(s, addr) is None
+            peer, _ = listener.accept()
+            with peer:
+                await loop.sock_sendall(s, b"hello")
+                peer.settimeout(DEADLINE)
+                assert peer.recv(5) == b"hello"
+            assert s.getpeername()[:2] == addr[:2]
+        listener.close()  # nothing listens there now
+        with socket.socket(family) as s:
+            s.setblocking(False)
+            with pytest.raises(ConnectionRefusedError) as info:
+                await loop.sock_connect(s, addr)
+            assert str(info.value) == f"[Errno 111] Connect call failed {addr}"
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_a_tcp_connect_on_io_uring_is_one_operation_on_the_ring():
+    loop = UringEventLoop()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    async def main():
+        with socket.socket() as s:
+            s.setblocking(False)
+            proactor = loop._proactor
+            fut = proactor.connect(s, listener.getsockname())
+            kinds = [kind for _, kind, _ in proactor._ops.values()]
+            assert _proactor._CONNECT in kinds  # (a ring operation, not a readiness poll)
+            assert _proactor._POLL not in kinds
+            assert await fut is None
+            assert s.getpeername() == listener.getsockname()
+
+    try:
+        loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+        listener.close()
+
+
+def test_a_cancelled_sock_connect_leaves_the_loop_usable(loop):
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    async def main():
+        with socket.socket() as s:
+            s.setblocking(False)
+            task = asyncio.ensure_future(loop.sock_connect(s, listener.getsockname()))
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        with socket.socket() as s:
+            s.setblocking(False)
+            assert await loop.sock_connect(s, listener.getsockname()) is None
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    listener.close()
