@@ -45,7 +45,6 @@ import random
 import socket
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -129,7 +128,7 @@ def _handler(name: str, root: str):  # type: ignore[no-untyped-def]
             async with blockio.open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 writer.write(_header(size))
-                await loop.sendfile(writer.transport, f)
+                await loop.sendfile(writer.transport, f)  # type: ignore[arg-type]  # (typeshed: IO[bytes] only)
     elif name == "blockio-read":
         import blockio
 
@@ -138,7 +137,7 @@ def _handler(name: str, root: str):  # type: ignore[no-untyped-def]
                 data = await f.read()
             writer.write(_header(len(data)) + data)
     elif name == "uvloop-aiofiles":
-        import aiofiles
+        import aiofiles  # type: ignore[import-untyped]
 
         async def send(writer: asyncio.StreamWriter, path: str) -> None:
             async with aiofiles.open(path, "rb") as f:
