@@ -1460,6 +1460,14 @@ class Engine:
                 opened: int = await fut
             except OSError as e:
                 raise OSError(e.errno, os.strerror(e.errno or 0), os.fspath(path)) from None
+            except asyncio.CancelledError:
+                # Cancelled after the loop reaped the open but before this
+                # task resumed: the descriptor is the future's, and nobody
+                # else will close it (a cancel before the reaping cancels
+                # the future, and the ring closes what the kernel opened).
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    os.close(fut.result())
+                raise
             return opened
         r = (await self._run(_OPENED, self._core.submit_open, encoded, flags, mode))[0]
         if isinstance(r, OSError):

@@ -789,3 +789,40 @@ def test_loop_close_with_opens_in_flight_leaks_no_descriptor(tmp_path):
     loop.close()
     assert not any(f.done() and not f.cancelled() for f in futs)
     assert descriptors_of(path) == 0
+
+
+@pytest.mark.parametrize("mode", ["rb", "r+b", "ab", "wb"])
+def test_an_open_cancelled_at_any_step_leaks_no_descriptor(tmp_path, mode):
+    # Cancelled k loop steps after it began: before the openat is reaped,
+    # after the loop has reaped it but before the task resumes (the
+    # descriptor is in the future then), or after the open returned.
+    path = tmp_path / "k"
+    path.write_bytes(b"x")
+
+    async def main():
+        ring = asyncio.get_running_loop()._proactor._ring
+        # One open and close first, after which the engine's wake-up (the
+        # close's) stays in flight beside the loop's own.
+        await (await blockio.open(path, mode)).close()
+        idle = ring.in_flight()
+        outcomes = set()
+        for k in range(6):
+            for _ in range(20):
+                task = asyncio.ensure_future(blockio.open(path, mode))
+                for _ in range(k):
+                    await asyncio.sleep(0)
+                task.cancel()
+                try:
+                    f = await task
+                except asyncio.CancelledError:
+                    outcomes.add((k, "cancelled"))
+                else:
+                    outcomes.add((k, "opened"))
+                    await f.close()
+        while ring.in_flight() > idle:  # (until the kernel has answered them)
+            await asyncio.sleep(0)
+        return outcomes, descriptors_of(path)
+
+    outcomes, left = run_on(UringEventLoop, main())
+    assert (0, "cancelled") in outcomes
+    assert left == 0
