@@ -427,6 +427,14 @@ class _Opened:
 _OPENED = _Opened()
 
 
+def _waits_not(fd: int) -> bool:
+    """Whether an open of the file ``fd`` names never waits for a peer:
+    true of regular files, directories and block devices, false of FIFOs,
+    sockets and character devices (terminals), whose open may block."""
+    st_mode = os.fstat(fd).st_mode
+    return stat.S_ISREG(st_mode) or stat.S_ISDIR(st_mode) or stat.S_ISBLK(st_mode)
+
+
 class Engine:
     """A blockio engine: batched reads, writes and fsyncs, blocking and asyncio.
 
@@ -1468,7 +1476,14 @@ class Engine:
                 if fut.done() and not fut.cancelled() and fut.exception() is None:
                     os.close(fut.result())
                 raise
-            return opened
+            if not _waits_not(opened):
+                # A FIFO or a terminal: the kernel's inline attempt opened it
+                # non-blocking (a reader with no writer gets b'' at once);
+                # opened again on the engine's threads, which block as the
+                # built-in open does.
+                os.close(opened)
+            else:
+                return opened
         r = (await self._run(_OPENED, self._core.submit_open, encoded, flags, mode))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0), os.fspath(path))

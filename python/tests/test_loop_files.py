@@ -16,6 +16,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import uvloop
@@ -826,3 +827,46 @@ def test_an_open_cancelled_at_any_step_leaks_no_descriptor(tmp_path, mode):
     outcomes, left = run_on(UringEventLoop, main())
     assert (0, "cancelled") in outcomes
     assert left == 0
+
+
+def test_a_fifo_opened_for_reading_on_the_ring_waits_for_a_writer_as_the_builtin(tmp_path):
+    # The kernel's inline openat is non-blocking: with no writer there yet,
+    # the open returned at once and the read got b''.
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+
+    def writer():  # (its open blocks until a reader's is made)
+        try:
+            with open(path, "wb") as w:
+                w.write(b"hello")
+        except BrokenPipeError:
+            pass  # (the reader gone: the assertion tells)
+
+    engine = blockio.Engine()
+
+    async def read():
+        async with blockio.open(path, "rb", engine=engine) as f:
+            return await f.read()
+
+    async def main():
+        engine_opens = counting_engine_opens(engine)
+        task = asyncio.ensure_future(read())
+        # The writer starts once our open waits (on the engine's threads),
+        # or once ours is done without one.
+        while not task.done() and not engine_opens:
+            await asyncio.sleep(0)
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            return await task
+        finally:
+            if thread.is_alive():
+                # (ours ended before the writer came: an open for reading
+                # and writing never waits, and lets the writer's end)
+                os.close(os.open(path, os.O_RDWR))
+            await asyncio.get_running_loop().run_in_executor(None, thread.join)
+
+    try:
+        assert run_on(UringEventLoop, main()) == b"hello"
+    finally:
+        engine.close()
