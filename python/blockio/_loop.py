@@ -1207,7 +1207,20 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 address, family=sock.family, type=sock.type, proto=sock.proto, loop=self
             )
             _, _, _, _, address = resolved[0]
-        return await self._proactor.connect(sock, address)
+        try:
+            return await self._proactor.connect(sock, address)
+        except OSError as exc:
+            # asyncio's answers where the ring's connect tells more than
+            # its connect call: a socket already connected is left as it is,
+            # one whose connect is under way is waited for, a closed one is
+            # the bad descriptor it is.
+            if exc.errno == errno.EISCONN:
+                return None
+            if exc.errno in (errno.EALREADY, errno.EINPROGRESS):
+                return await self._proactor._connected(sock, address)
+            if exc.errno == errno.EBADF:
+                raise OSError(errno.EBADF, os.strerror(errno.EBADF)) from None
+            raise
 
     async def sock_accept(self, sock):
         self._check_sock(sock)

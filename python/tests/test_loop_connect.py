@@ -89,3 +89,75 @@ def test_a_cancelled_sock_connect_leaves_the_loop_usable(loop):
 
     loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     listener.close()
+
+
+def test_sock_connect_of_a_connected_or_closed_socket_answers_as_asyncio(loop):
+    listener = socket.create_server(("127.0.0.1", 0))
+    addr = listener.getsockname()
+
+    async def main():
+        with socket.socket() as s:
+            s.setblocking(False)
+            await loop.sock_connect(s, addr)
+            # (connected already: asyncio's loop leaves it so)
+            assert await loop.sock_connect(s, addr) is None
+            peer, _ = listener.accept()
+            peer.close()
+        s = socket.socket()
+        s.setblocking(False)
+        s.close()
+        with pytest.raises(OSError) as info:
+            await loop.sock_connect(s, addr)
+        assert str(info.value) == "[Errno 9] Bad file descriptor"
+
+    try:
+        loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        listener.close()
+
+
+def test_a_second_sock_connect_while_one_is_under_way_waits_for_it_as_asyncio(loop):
+    # A listener whose backlog is full drops the SYN: the first connect
+    # stays under way until the backlog is drained and the SYN sent again.
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    addr = full.getsockname()
+    fillers = []
+
+    async def main():
+        for _ in range(3):
+            c = socket.socket()
+            c.setblocking(False)
+            fillers.append(c)
+            try:
+                c.connect(addr)
+            except BlockingIOError:
+                pass
+        with socket.socket() as s:
+            s.setblocking(False)
+            first = asyncio.ensure_future(loop.sock_connect(s, addr))
+            await asyncio.sleep(0)  # (the first one's step: its connect is made)
+            second = asyncio.ensure_future(loop.sock_connect(s, addr))
+            await asyncio.sleep(0)
+            assert not second.done() or second.exception() is None
+            full.setblocking(False)
+            while not second.done():
+                # Room in the backlog for the SYN the kernel sends again.
+                accepting = asyncio.ensure_future(loop.sock_accept(full))
+                await asyncio.wait({second, accepting}, return_when=asyncio.FIRST_COMPLETED)
+                if accepting.done():
+                    accepting.result()[0].close()
+                else:
+                    accepting.cancel()
+            assert second.result() is None
+            # (asyncio's own loop leaves the first one waiting: its writer
+            # callback was the second's since)
+            first.cancel()
+
+    try:
+        loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        full.close()
+        for c in fillers:
+            c.close()
