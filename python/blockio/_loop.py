@@ -1251,12 +1251,18 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         # descriptor too, once its writes have landed.
         try:
             fileno = file.fileno()
-            fsize = os.fstat(fileno).st_size
+            st = os.fstat(fileno)
         except (AttributeError, io.UnsupportedOperation, OSError):
             raise exceptions.SendfileNotAvailableError("not a regular file") from None
+        fsize = st.st_size
         if await _before_sendfile(file):
             fsize = os.fstat(fileno).st_size
-        end = min(offset + count, fsize) if count else fsize
+        if count and not stat.S_ISREG(st.st_mode):
+            # (a device such as /dev/zero has no size: the count says how
+            # much, as for asyncio's loop, which sends count bytes of it)
+            end = offset + count
+        else:
+            end = min(offset + count, fsize) if count else fsize
         sent = 0
         # The socket stays open until the last chunk: a close meanwhile
         # (a transport's abort) must not free its number for another socket.

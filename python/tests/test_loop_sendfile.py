@@ -134,3 +134,19 @@ def test_sendfile_of_a_blockio_file_to_a_peer_that_resets(loop, engine, tmp_path
         t.close()
 
     loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_sock_sendfile_of_a_device_sends_the_count_asked(loop):
+    # /dev/zero's size is 0: the count says how much, as on asyncio's loop.
+    async def main():
+        a, b = socket.socketpair()
+        with a, b, open("/dev/zero", "rb") as f:
+            a.setblocking(False)
+            n = await loop.sock_sendfile(a, f, 0, 1000)
+            got = b""
+            b.settimeout(DEADLINE)
+            while len(got) < n:
+                got += b.recv(4096)
+        return n, got
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (1000, bytes(1000))
