@@ -7,20 +7,36 @@ connect.
 
     python python/benchmarks/connect_ring.py ring|poll N
 """
-import asyncio, socket, sys, time
+import asyncio
+import socket
+import sys
+import time
+from typing import Any, Optional
+
 from blockio import _proactor
 from blockio._loop import UringEventLoop
+
 route, n = sys.argv[1], int(sys.argv[2])
 if route == "poll":
-    _proactor._sockaddr = lambda conn, address: None
-loop = UringEventLoop()
-ls = socket.create_server(("127.0.0.1", 0), backlog=4096); ls.setblocking(False)
+    def unpacked(conn: socket.socket, address: Any) -> Optional[bytes]:
+        return None
+    setattr(_proactor, "_sockaddr", unpacked)
+loop: asyncio.AbstractEventLoop = UringEventLoop()
+ls = socket.create_server(("127.0.0.1", 0), backlog=4096)
+ls.setblocking(False)
 addr = ls.getsockname()
-async def main():
+
+
+async def main() -> float:
     start = time.process_time()
     for _ in range(n):
-        s = socket.socket(); s.setblocking(False)
+        s = socket.socket()
+        s.setblocking(False)
         await loop.sock_connect(s, addr)
-        c, _ = ls.accept(); c.close(); s.close()
+        c, _ = ls.accept()
+        c.close()
+        s.close()
     return (time.process_time() - start) / n
+
+
 print(route, f"{loop.run_until_complete(main()) * 1e6:.1f} us/connect")
