@@ -75,20 +75,48 @@ def test_a_tcp_connect_on_io_uring_is_one_operation_on_the_ring():
 
 def test_a_cancelled_sock_connect_leaves_the_loop_usable(loop):
     listener = socket.create_server(("127.0.0.1", 0))
+    # A listener whose backlog is full drops the SYN: a connect to it stays
+    # under way, on the loop's ring on io_uring, until it is cancelled.
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    fillers = []
 
     async def main():
+        for _ in range(3):
+            c = socket.socket()
+            c.setblocking(False)
+            fillers.append(c)
+            try:
+                c.connect(full.getsockname())
+            except BlockingIOError:
+                pass
+        ring = getattr(getattr(loop, "_proactor", None), "_ring", None)
+        idle = ring.in_flight() if ring is not None else 0
         with socket.socket() as s:
             s.setblocking(False)
-            task = asyncio.ensure_future(loop.sock_connect(s, listener.getsockname()))
+            task = asyncio.ensure_future(loop.sock_connect(s, full.getsockname()))
+            await asyncio.sleep(0)  # (the task's first step: the connect is made)
+            assert not task.done()
+            if ring is not None:
+                assert ring.in_flight() > idle  # (the ring's connect is under way)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
         with socket.socket() as s:
             s.setblocking(False)
             assert await loop.sock_connect(s, listener.getsockname()) is None
+        if ring is not None:
+            while ring.in_flight() > idle:  # (the cancelled connect answered)
+                await asyncio.sleep(0)
 
-    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
-    listener.close()
+    try:
+        loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        listener.close()
+        full.close()
+        for c in fillers:
+            c.close()
 
 
 def test_sock_connect_of_a_connected_or_closed_socket_answers_as_asyncio(loop):
