@@ -1654,7 +1654,10 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         await _before_sendfile(file)
         fileno = file.fileno()
         # asyncio moves the offset to where the sendfile stopped once a
-        # byte went out; started at `offset`, it says how far it got.
+        # byte went out; started at `offset`, it says how far it got. With
+        # no byte sent the descriptor's offset is put back (a wrapped
+        # built-in file, aiofiles', reads from it).
+        before = os.lseek(fileno, 0, os.SEEK_CUR)
         os.lseek(fileno, offset, os.SEEK_SET)
         try:
             sent = await super()._sock_sendfile_native(sock, file, offset, count)
@@ -1662,9 +1665,13 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
             stopped = os.lseek(fileno, 0, os.SEEK_CUR)
             if stopped != offset:
                 await _place_after_sendfile(file, stopped)
+            else:
+                os.lseek(fileno, before, os.SEEK_SET)
             raise
         if sent > 0:
             await _place_after_sendfile(file, offset + sent)
+        else:
+            os.lseek(fileno, before, os.SEEK_SET)
         return sent
 
     async def sock_accept(self, sock):  # type: ignore[no-untyped-def]

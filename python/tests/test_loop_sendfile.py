@@ -13,6 +13,7 @@ import random
 import socket
 import struct
 
+import aiofiles
 import pytest
 
 import blockio
@@ -150,3 +151,23 @@ def test_sock_sendfile_of_a_device_sends_the_count_asked(loop):
         return n, got
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (1000, bytes(1000))
+
+
+def test_a_sock_sendfile_of_no_bytes_leaves_an_aiofiles_file_reading_on(loop, tmp_path):
+    # An offset at the end sends nothing: the file's next reads go on from
+    # where they were (its buffered reader reads the descriptor's offset).
+    data = os.urandom(70000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+
+    async def main():
+        a, b = socket.socketpair()
+        with a, b:
+            a.setblocking(False)
+            async with aiofiles.open(path, "rb") as f:
+                first = await f.read(10)
+                sent = await loop.sock_sendfile(a, f, len(data))
+                rest = await f.read()
+        return sent, first + rest
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (0, data)
