@@ -263,14 +263,17 @@ def _client_loop() -> asyncio.AbstractEventLoop:
     return _new_loop("uvloop") if _available("uvloop") else asyncio.new_event_loop()
 
 
-def wrk(port: int, conns: int, seconds: float, path: str = "/", timeout: float = 2.0) -> tuple[int, float, float, int]:
+def wrk(port: int, conns: int, seconds: float, path: str = "/", timeout: float = 2.0,
+        script: str | None = None) -> tuple[int, float, float, int]:
     """(requests, seconds, p99 seconds, timeouts) of one wrk run (one
-    thread, on :data:`CLIENT_CPU`) on ``path``; fails unless every
+    thread, on :data:`CLIENT_CPU`) on ``path`` (or the paths the Lua
+    ``script`` asks for); fails unless every
     response is a 2xx or 3xx and no connection failed (a response slower
     than ``timeout`` seconds is counted, not a failure)."""
     out = subprocess.run(
         ["taskset", "-c", str(CLIENT_CPU), "wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s",
-         f"--timeout={timeout:g}s", "--latency", f"http://127.0.0.1:{port}{path}"],
+         f"--timeout={timeout:g}s", "--latency", *(["-s", script] if script else []),
+         f"http://127.0.0.1:{port}{path}"],
         capture_output=True, text=True, check=True).stdout
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     if "Non-2xx" in out or errors and any(int(e) for e in errors.groups()[:3]):

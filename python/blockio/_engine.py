@@ -396,10 +396,19 @@ def _close_all() -> None:
         e.close()
 
 
+#: How many forks this process is away from the one that imported the
+#: module (a child's count is its parent's plus one): an engine made at
+#: another count is a parent's. (Cheaper than comparing ``os.getpid()``,
+#: a system call, with engines checked several times per file call.)
+_forks = 0
+
+
 def _forget_engines_after_fork() -> None:
     """In a forked child the engines made before ``fork()`` are the
     parent's (their rings and threads): the child's exit leaves them
     alone, as it leaves the parent's threads."""
+    global _forks
+    _forks += 1
     _engines.clear()
 
 
@@ -416,6 +425,14 @@ class _Opened:
 
 
 _OPENED = _Opened()
+
+
+def _waits_not(fd: int) -> bool:
+    """Whether an open of the file ``fd`` names never waits for a peer:
+    true of regular files, directories and block devices, false of FIFOs,
+    sockets and character devices (terminals), whose open may block."""
+    st_mode = os.fstat(fd).st_mode
+    return stat.S_ISREG(st_mode) or stat.S_ISDIR(st_mode) or stat.S_ISBLK(st_mode)
 
 
 class Engine:
@@ -457,9 +474,10 @@ class Engine:
         #: Whether a buffered file's writes may be made on the loop's
         #: thread (see :meth:`_write_now`).
         self._inline_writes = bool(inline_writes)
-        #: The process that made the engine: in another (a forked child)
-        #: its rings are the parent's, and unusable.
-        self._pid = os.getpid()
+        #: The fork count (:data:`_forks`) of the process that made the
+        #: engine: in another (a forked child) its rings are the parent's,
+        #: and unusable.
+        self._forks = _forks
         #: The loop that used the engine last (the fast path's check).
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         #: Every loop watching the eventfd, by id.
@@ -495,7 +513,7 @@ class Engine:
     @property
     def _usable_here(self) -> bool:
         """Open, and made by this process (not a parent before ``fork()``)."""
-        return not self._core.closed and self._pid == os.getpid()
+        return not self._core.closed and self._forks == _forks
 
     def close(self) -> None:
         """Releases the rings. Idempotent.
@@ -510,7 +528,7 @@ class Engine:
         In a child forked after the engine was made, the rings and
         threads are the parent's: the child's engine is forgotten, never
         touched (nothing of the child waits on it), and is closed."""
-        if self._pid != os.getpid():
+        if self._forks != _forks:
             with self._loops_lock:
                 self._loops, self._loop, self._trio_runs = {}, None, {}
             self._core.close()  # (forgets the parent's rings: see the core)
@@ -1437,10 +1455,36 @@ class Engine:
     # -- file-system calls, off the loop's thread ------------------------------
 
     async def _aopen(self, path: Union[str, bytes, "os.PathLike[Any]"], flags: int, mode: int) -> int:
-        """``os.open`` on the engine's file-system threads; the descriptor.
-        Errors read as the built-in ``open``'s: ``[Errno 2] No such file or
-        directory: 'name'``."""
-        r = (await self._run(_OPENED, self._core.submit_open, os.fsencode(path), flags, mode))[0]
+        """``os.open`` on the engine's file-system threads, or on blockio's
+        event loop on io_uring, an ``openat`` on the loop's own ring (its
+        ``_ring_open``: no driver thread, eventfd or thread hop); the
+        descriptor. Errors read as the built-in ``open``'s: ``[Errno 2] No
+        such file or directory: 'name'``."""
+        encoded = os.fsencode(path)
+        ring_open = getattr(asyncio.events._get_running_loop(), "_ring_open", None)
+        fut = ring_open(encoded, flags, mode) if ring_open is not None and self._usable_here else None
+        if fut is not None:
+            try:
+                opened: int = await fut
+            except OSError as e:
+                raise OSError(e.errno, os.strerror(e.errno or 0), os.fspath(path)) from None
+            except asyncio.CancelledError:
+                # Cancelled after the loop reaped the open but before this
+                # task resumed: the descriptor is the future's, and nobody
+                # else will close it (a cancel before the reaping cancels
+                # the future, and the ring closes what the kernel opened).
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    os.close(fut.result())
+                raise
+            if not _waits_not(opened):
+                # A FIFO or a terminal: the kernel's inline attempt opened it
+                # non-blocking (a reader with no writer gets b'' at once);
+                # opened again on the engine's threads, which block as the
+                # built-in open does.
+                os.close(opened)
+            else:
+                return opened
+        r = (await self._run(_OPENED, self._core.submit_open, encoded, flags, mode))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0), os.fspath(path))
         fd: int = r

@@ -52,6 +52,7 @@ import asyncio
 import collections
 import contextlib
 import errno
+import inspect
 import io
 import os
 import select
@@ -803,6 +804,32 @@ class _WritePipeTransport(_Pipe, _Writing, _Closing, proactor_events._ProactorBa
             self.close()
 
 
+def _async_file(file: Any) -> bool:
+    """Whether ``file`` is an asynchronous file object (a ``blockio.open``
+    file, an aiofiles one): its ``seek`` is a coroutine function."""
+    return inspect.iscoroutinefunction(getattr(file, "seek", None))
+
+
+async def _before_sendfile(file: Any) -> bool:
+    """Lands what an asynchronous file open for writing still buffers or
+    has in its write queue (``flush``), so that the sendfile, which reads
+    the descriptor at an offset, sends the bytes written before it;
+    whether there was a flush (the size may have changed)."""
+    if _async_file(file) and any(c in getattr(file, "mode", "") for c in "wax+"):
+        await file.flush()
+        return True
+    return False
+
+
+async def _place_after_sendfile(file: Any, position: int) -> None:
+    """Sets ``file``'s position to ``position`` after a sendfile (asyncio's
+    ``loop.sendfile`` leaves the file there), awaiting an asynchronous
+    file's ``seek``."""
+    moved = file.seek(position)
+    if inspect.isawaitable(moved):
+        await moved
+
+
 def _sendfile_closed(sent: int) -> ConnectionAbortedError:
     """The error of a sendfile whose socket was closed (a transport's abort)."""
     return ConnectionAbortedError(errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes")
@@ -974,6 +1001,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if proactor is None or proactor._ring is None:
             return None
         return proactor.pwrite(fd, offset, data)
+
+    def _ring_open(self, path: bytes, flags: int, mode: int) -> Any:
+        """A future for an ``openat`` of ``path`` on this loop's ring
+        (``blockio.open``'s open: see ``Engine._aopen``), its result the
+        descriptor; None once the loop is closed."""
+        proactor = self._proactor
+        if proactor is None or proactor._ring is None:
+            return None
+        return proactor.openat(path, flags, mode)
 
     # -- add_reader / add_writer ---------------------------------------------
 
@@ -1194,7 +1230,20 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 address, family=sock.family, type=sock.type, proto=sock.proto, loop=self
             )
             _, _, _, _, address = resolved[0]
-        return await self._proactor.connect(sock, address)
+        try:
+            return await self._proactor.connect(sock, address)
+        except OSError as exc:
+            # asyncio's answers where the ring's connect tells more than
+            # its connect call: a socket already connected is left as it is,
+            # one whose connect is under way is waited for, a closed one is
+            # the bad descriptor it is.
+            if exc.errno == errno.EISCONN:
+                return None
+            if exc.errno in (errno.EALREADY, errno.EINPROGRESS):
+                return await self._proactor._connected(sock, address)
+            if exc.errno == errno.EBADF:
+                raise OSError(errno.EBADF, os.strerror(errno.EBADF)) from None
+            raise
 
     async def sock_accept(self, sock):
         self._check_sock(sock)
@@ -1221,12 +1270,22 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
     async def _sock_sendfile_native(self, sock, file, offset, count):
         # os.sendfile in chunks as the socket takes them, the file's
         # position following what was sent (also when the peer goes away).
+        # An asynchronous file (blockio.open's, aiofiles') is sent from its
+        # descriptor too, once its writes have landed.
         try:
             fileno = file.fileno()
-            fsize = os.fstat(fileno).st_size
+            st = os.fstat(fileno)
         except (AttributeError, io.UnsupportedOperation, OSError):
             raise exceptions.SendfileNotAvailableError("not a regular file") from None
-        end = min(offset + count, fsize) if count else fsize
+        fsize = st.st_size
+        if await _before_sendfile(file):
+            fsize = os.fstat(fileno).st_size
+        if count and not stat.S_ISREG(st.st_mode):
+            # (a device such as /dev/zero has no size: the count says how
+            # much, as for asyncio's loop, which sends count bytes of it)
+            end = offset + count
+        else:
+            end = min(offset + count, fsize) if count else fsize
         sent = 0
         # The socket stays open until the last chunk: a close meanwhile
         # (a transport's abort) must not free its number for another socket.
@@ -1254,7 +1313,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             if held:
                 _proactor.release(sock)
             if sent > 0:
-                file.seek(offset + sent)
+                await _place_after_sendfile(file, offset + sent)
 
     # -- servers -------------------------------------------------------------
 
@@ -1606,6 +1665,37 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
 
     def _process_self_data(self, data: bytes) -> None:
         _hand_signals(self, data)
+
+    async def _sock_sendfile_native(self, sock, file, offset, count):  # type: ignore[no-untyped-def]
+        """asyncio's, and an asynchronous file (``blockio.open``'s,
+        aiofiles') is sent from its descriptor too, once its writes have
+        landed, its position then set by its own ``seek``: asyncio moves
+        the descriptor's offset, which such a file does not read (its
+        reads and writes are at offsets)."""
+        if not _async_file(file):
+            return await super()._sock_sendfile_native(sock, file, offset, count)
+        await _before_sendfile(file)
+        fileno = file.fileno()
+        # asyncio moves the offset to where the sendfile stopped once a
+        # byte went out; started at `offset`, it says how far it got. With
+        # no byte sent the descriptor's offset is put back (a wrapped
+        # built-in file, aiofiles', reads from it).
+        before = os.lseek(fileno, 0, os.SEEK_CUR)
+        os.lseek(fileno, offset, os.SEEK_SET)
+        try:
+            sent = await super()._sock_sendfile_native(sock, file, offset, count)
+        except BaseException:
+            stopped = os.lseek(fileno, 0, os.SEEK_CUR)
+            if stopped != offset:
+                await _place_after_sendfile(file, stopped)
+            else:
+                os.lseek(fileno, before, os.SEEK_SET)
+            raise
+        if sent > 0:
+            await _place_after_sendfile(file, offset + sent)
+        else:
+            os.lseek(fileno, before, os.SEEK_SET)
+        return sent
 
     async def sock_accept(self, sock):  # type: ignore[no-untyped-def]
         """asyncio's ``sock_accept``, except that a connection accepted for

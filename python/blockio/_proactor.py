@@ -26,9 +26,10 @@ of a larger message is taken at once when that fills), ``recv_into`` (and
 ``send`` (and ``write``: what the descriptor takes at once is written at
 once, the rest on the ring), ``accept``, one-shot polls, and ``pread``
 of a file (``Engine.aread``'s read that the page cache cannot serve,
-the ``blockio.open`` file's included). Driven by
+the ``blockio.open`` file's included), ``openat`` (``blockio.open``'s),
+and ``connect`` of an IPv4 or IPv6 stream socket. Driven by
 readiness (a ring poll, then the non-blocking system call, as asyncio's
-selector loop does): ``connect``, ``recvfrom``/``recvfrom_into``,
+selector loop does): any other ``connect``, ``recvfrom``/``recvfrom_into``,
 ``sendto`` and ``sendfile`` (``os.sendfile``, no Python-level copy). Each
 makes its system call at once, in the caller's step, and polls only when
 that would block.
@@ -69,7 +70,7 @@ POLLOUT = select.POLLOUT
 _TCP_CLOSE = 7
 
 # Operation kinds, as kept beside each token.
-_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE, _PREAD = range(9)
+_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE, _PREAD, _OPEN, _CONNECT = range(11)
 
 
 class OpFuture(futures.Future):
@@ -241,6 +242,24 @@ def _accepted(listener: socket.socket, fd: int) -> socket.socket:
     so that making the object costs no system call (``setblocking`` would
     set the flag again)."""
     return socket.socket(_RAW_FAMILY(listener), _RAW_TYPE(listener) | _NONBLOCK, listener.proto, fileno=fd)
+
+
+def _sockaddr(conn: socket.socket, address: Any) -> bytes | None:
+    """``address`` as the kernel's ``sockaddr_in`` or ``sockaddr_in6`` for
+    ``conn`` (an IPv4 or IPv6 stream socket, a numeric host); None for any
+    other socket or address, which is connected by readiness instead."""
+    try:
+        if conn.family == socket.AF_INET and conn.type == socket.SOCK_STREAM:
+            host, port = address
+            return (struct.pack("=H", socket.AF_INET) + struct.pack("!H", port)
+                    + socket.inet_pton(socket.AF_INET, host) + bytes(8))
+        if conn.family == socket.AF_INET6 and conn.type == socket.SOCK_STREAM:
+            host, port, flowinfo, scope_id = (tuple(address) + (0, 0))[:4]
+            return (struct.pack("=H", socket.AF_INET6) + struct.pack("!HI", port, flowinfo)
+                    + socket.inet_pton(socket.AF_INET6, host) + struct.pack("=I", scope_id))
+    except (TypeError, ValueError, OSError, struct.error):
+        pass
+    return None
 
 
 def is_stream(conn: Any) -> bool:
@@ -596,6 +615,13 @@ class RingProactor:
         byte count."""
         return self._future(self._ring.pwrite(fd, offset, data), _PREAD)
 
+    def openat(self, path: bytes, flags: int, mode: int) -> futures.Future:
+        """Opens ``path`` (``os.open``'s ``flags`` and ``mode``; one
+        ``openat``, handed to the kernel at once); the result is the new
+        descriptor. Cancelled after the kernel opened the file, the
+        descriptor is closed, never leaked."""
+        return self._future(self._ring.openat(path, flags, mode), _OPEN)
+
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
         return self._future(self._ring.poll(fd, mask), _POLL)
@@ -711,8 +737,14 @@ class RingProactor:
         return self._inline_or_when_ready(conn, POLLOUT, lambda: conn.sendto(buf, flags, addr))
 
     def connect(self, conn: socket.socket, address: Any) -> futures.Future:
-        """Connects ``conn``: the ``connect`` call now, its outcome when the
-        socket is writable."""
+        """Connects ``conn``: an IPv4 or IPv6 socket given a numeric address
+        by a ``connect`` on the ring (the kernel tries at once and waits for
+        the handshake itself; a failure is asyncio's ``OSError``, "Connect
+        call failed"); any other, the ``connect`` call now and its outcome
+        when the socket is writable."""
+        packed = _sockaddr(conn, address)
+        if packed is not None:
+            return self._future(self._ring.connect(conn.fileno(), packed), _CONNECT, address, conn)
         fut = self._loop.create_future()
         try:
             conn.connect(address)
@@ -831,6 +863,10 @@ class RingProactor:
         if res < 0:
             if res == -errno.ECANCELED:
                 fut.cancel()
+            elif kind == _CONNECT:
+                # (asyncio's selector loop's words for a connect that failed
+                # once under way)
+                fut.set_exception(OSError(-res, f"Connect call failed {arg}"))
             else:
                 fut.set_exception(os_error(-res))
         elif res == 0 and kind in (_RECV, _RECV_INTO) and self._sending(arg[0]) and was_reset(arg[1]):
@@ -838,6 +874,8 @@ class RingProactor:
         elif kind == _ACCEPT:
             fd, addr = value
             fut.set_result((_accepted(arg[1], fd), addr))
+        elif kind == _CONNECT:
+            fut.set_result(None)
         else:
             fut.set_result(value)
 
@@ -902,6 +940,9 @@ class RingProactor:
             self._loop.call_soon(acc.deliver, conn, exc)
 
     def _after_cancel(self, kind: int, arg: Any, res: int, value: Any) -> None:
+        if kind == _OPEN:
+            os.close(value)  # (its caller is gone: nobody else has the number)
+            return
         if kind == _ACCEPT or (kind in (_RECV, _RECV_INTO) and res > 0):
             self._keep(kind, arg, res, value)
             # A receive (accept) already waiting on the socket would not see

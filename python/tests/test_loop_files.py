@@ -16,6 +16,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import uvloop
@@ -24,6 +25,7 @@ import blockio
 from blockio._engine import default_engine
 from blockio._loop import EpollEventLoop, UringEventLoop
 from test_inline_reads import evict
+from waits import wait_until
 
 SIZE = 1 << 20
 PIECE = 4096
@@ -648,3 +650,223 @@ def test_an_engine_write_the_ring_fails_raises_its_error_naming_the_descriptor(t
     assert on_ring == 1
     assert err.errno in (errno.EFBIG, errno.EINVAL)
     assert f"write of 10 bytes at offset {(1 << 63) - 5} on fd {fd} failed" in str(err)
+
+
+def counting_engine_opens(engine):
+    """Counts the opens ``engine`` starts on its own threads (its
+    ``submit_open`` batches) from now on: a list whose length is that count."""
+    opens = []
+    run = engine._run
+
+    async def counted(keep, start, *args):
+        if start == engine._core.submit_open:
+            opens.append(args[0])
+        return await run(keep, start, *args)
+
+    engine._run = counted
+    return opens
+
+
+def ring_opens():
+    """The running loop's count of opens on its ring (0 off it)."""
+    loop = asyncio.get_running_loop()
+    ring = getattr(getattr(loop, "_proactor", None), "_ring", None)
+    return ring.file_opens if ring is not None else 0
+
+
+async def open_read_write(tmp_path, engine, n=20):
+    """``n`` files written through ``blockio.open`` (``"wb"``) and read back
+    (``"rb"``), each checked; the counts of opens on the loop's ring and
+    through the engine meanwhile."""
+    opens = counting_engine_opens(engine)
+    before = ring_opens()
+    for i in range(n):
+        path = tmp_path / f"f{i}"
+        async with blockio.open(path, "wb", engine=engine) as f:
+            await f.write(b"%d" % i * 100)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            assert await f.read() == b"%d" % i * 100
+    return ring_opens() - before, len(opens)
+
+
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+def test_opens_go_on_the_loops_ring_and_never_through_the_engine(tmp_path, backend):
+    engine = blockio.Engine(backend=backend)
+    try:
+        on_ring, through_engine = run_on(UringEventLoop, open_read_write(tmp_path, engine))
+    finally:
+        engine.close()
+    assert (on_ring, through_engine) == (40, 0)
+
+
+@pytest.mark.parametrize("new_loop", [EpollEventLoop, asyncio.new_event_loop, uvloop.new_event_loop],
+                         ids=["blockio-epoll", "asyncio", "uvloop"])
+def test_opens_go_through_the_engine_on_other_loops(tmp_path, new_loop):
+    engine = blockio.Engine()
+    try:
+        on_ring, through_engine = run_on(new_loop, open_read_write(tmp_path, engine, n=5))
+    finally:
+        engine.close()
+    assert (on_ring, through_engine) == (0, 10)
+
+
+@pytest.mark.parametrize("mode, make", [("rb", False), ("xb", True), ("wb", "dir")],
+                         ids=["missing", "exists", "directory"])
+def test_an_open_the_ring_fails_raises_the_builtin_opens_error(tmp_path, mode, make):
+    path = tmp_path / "p"
+    if make == "dir":
+        path.mkdir()
+    elif make:
+        path.write_bytes(b"")
+    with pytest.raises(OSError) as builtin:
+        open(path, mode)
+
+    async def main():
+        before = ring_opens()
+        with pytest.raises(OSError) as ours:
+            await blockio.open(path, mode)
+        return ours.value, ring_opens() - before
+
+    err, on_ring = run_on(UringEventLoop, main())
+    assert on_ring == 1
+    assert (type(err), err.errno, str(err)) == (type(builtin.value), builtin.value.errno, str(builtin.value))
+
+
+def descriptors_of(path):
+    """How many of this process's descriptors name ``path``: counting
+    only those keeps descriptors that other objects close meanwhile
+    (collected loops, engines) out of the count."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            pass  # (closed since the listing)
+    return n
+
+
+def test_a_cancelled_open_on_the_ring_leaks_no_descriptor(tmp_path):
+    path = tmp_path / "c"
+    path.write_bytes(b"x")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ring = loop._proactor._ring
+        idle = ring.in_flight()  # (the wake-up receive is always in flight)
+        # Cancelled before the loop reaps the open's completion: the kernel
+        # opened the file (a local open is done at its submission) and the
+        # descriptor is closed when the completion comes.
+        futs = [loop._proactor.openat(os.fsencode(path), os.O_RDONLY | os.O_CLOEXEC, 0) for _ in range(10)]
+        for fut in futs:
+            fut.cancel()
+        while ring.in_flight() > idle:  # (until the kernel has answered them)
+            await asyncio.sleep(0)
+        after_cancels = descriptors_of(path)
+        # A task cancelled while its blockio.open waits on the ring.
+        tasks = [asyncio.ensure_future(blockio.open(path, "rb")) for _ in range(10)]
+        await asyncio.sleep(0)
+        for t in tasks:
+            t.cancel()
+        got = await asyncio.gather(*tasks, return_exceptions=True)
+        for f in got:
+            if not isinstance(f, BaseException):
+                await f.close()
+        while ring.in_flight() > idle:  # (until the kernel has answered them)
+            await asyncio.sleep(0)
+        return after_cancels, descriptors_of(path)
+
+    assert run_on(UringEventLoop, main()) == (0, 0)
+
+
+def test_loop_close_with_opens_in_flight_leaks_no_descriptor(tmp_path):
+    path = tmp_path / "c"
+    path.write_bytes(b"x")
+    loop = UringEventLoop()
+    # Submitted, and the loop closed before it ever waited: no completion
+    # was reaped, so the ring's close gets the descriptors and closes them.
+    futs = [loop._proactor.openat(os.fsencode(path), os.O_RDONLY | os.O_CLOEXEC, 0) for _ in range(10)]
+    # (the kernel opens them at the submission, or on its workers soon after)
+    wait_until(lambda: descriptors_of(path) == 10, "the 10 opens done by the kernel")
+    loop.close()
+    assert not any(f.done() and not f.cancelled() for f in futs)
+    assert descriptors_of(path) == 0
+
+
+@pytest.mark.parametrize("mode", ["rb", "r+b", "ab", "wb"])
+def test_an_open_cancelled_at_any_step_leaks_no_descriptor(tmp_path, mode):
+    # Cancelled k loop steps after it began: before the openat is reaped,
+    # after the loop has reaped it but before the task resumes (the
+    # descriptor is in the future then), or after the open returned.
+    path = tmp_path / "k"
+    path.write_bytes(b"x")
+
+    async def main():
+        ring = asyncio.get_running_loop()._proactor._ring
+        # One open and close first, after which the engine's wake-up (the
+        # close's) stays in flight beside the loop's own.
+        await (await blockio.open(path, mode)).close()
+        idle = ring.in_flight()
+        outcomes = set()
+        for k in range(6):
+            for _ in range(20):
+                task = asyncio.ensure_future(blockio.open(path, mode))
+                for _ in range(k):
+                    await asyncio.sleep(0)
+                task.cancel()
+                try:
+                    f = await task
+                except asyncio.CancelledError:
+                    outcomes.add((k, "cancelled"))
+                else:
+                    outcomes.add((k, "opened"))
+                    await f.close()
+        while ring.in_flight() > idle:  # (until the kernel has answered them)
+            await asyncio.sleep(0)
+        return outcomes, descriptors_of(path)
+
+    outcomes, left = run_on(UringEventLoop, main())
+    assert (0, "cancelled") in outcomes
+    assert left == 0
+
+
+def test_a_fifo_opened_for_reading_on_the_ring_waits_for_a_writer_as_the_builtin(tmp_path):
+    # The kernel's inline openat is non-blocking: with no writer there yet,
+    # the open returned at once and the read got b''.
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+
+    def writer():  # (its open blocks until a reader's is made)
+        try:
+            with open(path, "wb") as w:
+                w.write(b"hello")
+        except BrokenPipeError:
+            pass  # (the reader gone: the assertion tells)
+
+    engine = blockio.Engine()
+
+    async def read():
+        async with blockio.open(path, "rb", engine=engine) as f:
+            return await f.read()
+
+    async def main():
+        engine_opens = counting_engine_opens(engine)
+        task = asyncio.ensure_future(read())
+        # The writer starts once our open waits (on the engine's threads),
+        # or once ours is done without one.
+        while not task.done() and not engine_opens:
+            await asyncio.sleep(0)
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            return await task
+        finally:
+            if thread.is_alive():
+                # (ours ended before the writer came: an open for reading
+                # and writing never waits, and lets the writer's end)
+                os.close(os.open(path, os.O_RDWR))
+            await asyncio.get_running_loop().run_in_executor(None, thread.join)
+
+    try:
+        assert run_on(UringEventLoop, main()) == b"hello"
+    finally:
+        engine.close()

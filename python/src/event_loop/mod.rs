@@ -36,7 +36,14 @@
 //! * `pwrite` of a caller's buffer to a file at an offset (`Engine.awrite`
 //!   on this loop), handed to the kernel at once and never cancelled: a
 //!   write begun lands, and the loop's close waits for it;
+//! * `openat` of a path (a `blockio.open` on this loop), handed to the
+//!   kernel at once; a cancelled open the kernel finished anyway has its
+//!   descriptor closed by the proactor, and one the loop's close finds
+//!   finished is closed there;
 //! * `accept` with the peer's address read from the kernel's answer;
+//! * `connect` of an IPv4 or IPv6 stream socket to an address the
+//!   proactor packs as the kernel's `sockaddr_in`/`sockaddr_in6`, handed
+//!   to the kernel at once, which waits for the handshake itself;
 //! * one-shot `POLL_ADD` (the loop's `add_reader`/`add_writer`, pidfds of
 //!   subprocesses, and the operations asyncio drives by readiness);
 //! * cancellation (`ASYNC_CANCEL`): the operation still completes once,

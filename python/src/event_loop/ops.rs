@@ -31,6 +31,13 @@ pub(crate) enum Kind {
     /// write, whose count is the value (short only where the kernel cuts
     /// it, as the engine's). Never cancelled (see `LoopRing::pwrite`).
     Pwrite,
+    /// Connect a socket to the address in its memory (`connect`): the
+    /// value is 0.
+    Connect,
+    /// Open a path (`openat` from the working directory): the value is the
+    /// new descriptor. Its flags are the operation's `mask`, its mode the
+    /// `offset`.
+    Open,
 }
 
 /// A socket address as the kernel fills it in.
@@ -59,6 +66,8 @@ pub(crate) enum Memory {
     Bytes(Py<PyBytes>, usize),
     /// A socket address (an accept).
     Addr(Box<AddrSlot>),
+    /// A path, NUL-terminated (an open).
+    Path(std::ffi::CString),
 }
 
 impl Memory {
@@ -114,9 +123,11 @@ pub(crate) struct InFlight {
     /// kernel fills that buffer, they are received at once from the
     /// socket, without waiting.
     pub rest: usize,
-    /// The poll mask of a [`Kind::Poll`].
+    /// The poll mask of a [`Kind::Poll`]; the `open` flags of a
+    /// [`Kind::Open`].
     pub mask: u32,
-    /// The file offset a [`Kind::Pread`] or [`Kind::Pwrite`] starts at.
+    /// The file offset a [`Kind::Pread`] or [`Kind::Pwrite`] starts at; the
+    /// mode of a [`Kind::Open`].
     pub offset: u64,
     /// A readiness poll is in flight in its place (after `EAGAIN`).
     pub waiting_ready: bool,
@@ -233,6 +244,24 @@ impl InFlight {
                 let addr = std::ptr::addr_of_mut!(slot.storage).cast::<libc::sockaddr>();
                 opcode::Accept::new(fd, addr, std::ptr::addr_of_mut!(slot.len))
                     .flags(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
+                    .build()
+            }
+            Kind::Connect => {
+                let Memory::Addr(slot) = &self.memory else {
+                    unreachable!("a connect always carries its address")
+                };
+                let addr = std::ptr::addr_of!(slot.storage).cast::<libc::sockaddr>();
+                opcode::Connect::new(fd, addr, slot.len).build()
+            }
+            Kind::Open => {
+                let Memory::Path(path) = &self.memory else {
+                    unreachable!("an open always carries its path")
+                };
+                // (the flags and mode as the caller gave them: `mask` and
+                // `offset` hold their bits)
+                opcode::OpenAt::new(Fd(libc::AT_FDCWD), path.as_ptr())
+                    .flags(self.mask as i32)
+                    .mode(self.offset as libc::mode_t)
                     .build()
             }
             Kind::Poll => unreachable!("handled above"),

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -112,6 +112,8 @@ pub(crate) struct LoopRing {
     file_reads: AtomicU64,
     /// File writes started (see [`LoopRing::file_writes`]).
     file_writes: AtomicU64,
+    /// Opens started (see [`LoopRing::file_opens`]).
+    file_opens: AtomicU64,
 }
 
 #[pymethods]
@@ -141,6 +143,7 @@ impl LoopRing {
             generation: FORK_GENERATION.load(Ordering::SeqCst),
             file_reads: AtomicU64::new(0),
             file_writes: AtomicU64::new(0),
+            file_opens: AtomicU64::new(0),
         })
     }
 
@@ -342,6 +345,61 @@ impl LoopRing {
     #[getter]
     fn file_writes(&self) -> u64 {
         self.file_writes.load(Ordering::Relaxed)
+    }
+
+    /// Opens `path` (bytes, as `os.fsencode` gives it) with `flags` and
+    /// `mode` (`openat` from the working directory, as `os.open`), handed
+    /// to the kernel at once; the value is the new descriptor. `ValueError`
+    /// for a path with a NUL byte, as `os.open`'s. A cancelled open that
+    /// the kernel finished anyway leaves its descriptor to the caller to
+    /// close (see the proactor), or closes it here when the ring is closed
+    /// first (`shut_down`).
+    fn openat(&self, path: &[u8], flags: i32, mode: u32) -> PyResult<u64> {
+        let path = std::ffi::CString::new(path)
+            .map_err(|_| PyValueError::new_err("embedded null byte"))?;
+        let mut op = InFlight::new(Kind::Open, libc::AT_FDCWD, false, Memory::Path(path), 0);
+        op.mask = flags as u32;
+        op.offset = u64::from(mode);
+        let token = self.submit(op)?;
+        self.flush()?;
+        self.file_opens.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
+    }
+
+    /// Connects the socket `fd` to `addr`, a socket address as the kernel
+    /// takes it (`struct sockaddr_in` or `sockaddr_in6`, as bytes); the
+    /// value is 0 once connected. Handed to the kernel at once; the kernel
+    /// tries at once and waits for
+    /// the handshake itself: no readiness poll, no `SO_ERROR` look-up.
+    /// `ValueError` for an address longer than any socket address.
+    fn connect(&self, fd: RawFd, addr: &[u8]) -> PyResult<u64> {
+        let mut slot = addr_slot();
+        if addr.len() > std::mem::size_of::<libc::sockaddr_storage>() {
+            return Err(PyValueError::new_err("connect: address too long"));
+        }
+        // SAFETY: `addr.len()` bytes fit in the storage (checked above),
+        // and the two do not overlap (the slot is new).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                addr.as_ptr(),
+                std::ptr::addr_of_mut!(slot.storage).cast::<u8>(),
+                addr.len(),
+            );
+        }
+        slot.len = addr.len() as libc::socklen_t;
+        let op = InFlight::new(Kind::Connect, fd, true, Memory::Addr(slot), 0);
+        let token = self.submit(op)?;
+        // Handed to the kernel at once, as the `connect` call of asyncio's
+        // selector loop is made in the caller's step: a peer that accepts
+        // right after that step (blocking) finds the connection there.
+        self.flush()?;
+        Ok(token)
+    }
+
+    /// How many opens ([`LoopRing::openat`]) this ring has started.
+    #[getter]
+    fn file_opens(&self) -> u64 {
+        self.file_opens.load(Ordering::Relaxed)
     }
 
     /// Accepts a connection on the listening socket `fd`; the value is
@@ -937,7 +995,10 @@ impl State {
             op.waiting_ready = res < 0;
             res >= 0
         } else if res == -libc::EAGAIN
-            && !matches!(op.kind, Kind::Poll | Kind::Pread | Kind::Pwrite)
+            && !matches!(
+                op.kind,
+                Kind::Poll | Kind::Pread | Kind::Pwrite | Kind::Open | Kind::Connect
+            )
         {
             op.waiting_ready = true;
             true
@@ -1033,9 +1094,22 @@ impl State {
                 ring.submitter()
                     .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
             });
-            let cqes: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
-            for t in cqes {
-                if let Some(owner) = self.ops.remove(t).and_then(|mut op| op.owner.take()) {
+            let cqes: Vec<(u64, i32)> = self
+                .ring
+                .completion()
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
+            for (t, res) in cqes {
+                let Some(mut op) = self.ops.remove(t) else {
+                    continue;
+                };
+                if op.kind == Kind::Open && res >= 0 {
+                    // SAFETY: the kernel made descriptor `res` for this
+                    // open, whose caller never gets it (the ring is
+                    // closing): nothing else owns or knows the number.
+                    drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(res) });
+                }
+                if let Some(owner) = op.owner.take() {
                     owners.push(*owner);
                 }
             }

@@ -1,0 +1,173 @@
+"""``loop.sendfile`` of a ``blockio.open`` file on blockio's event loop,
+on both loop backends (io_uring, and the epoll fallback, asyncio's
+selector loop) and both engine backends: the file goes from its
+descriptor to the socket (``os.sendfile``), every byte at every offset,
+after the bytes the file still buffers or has in its write queue have
+landed; the file's position is then where the sendfile stopped, set by the
+file's own ``seek`` (as asyncio leaves a built-in file's), also when the
+peer goes away first, with asyncio's error."""
+
+import asyncio
+import os
+import random
+import socket
+import struct
+
+import aiofiles
+import pytest
+
+import blockio
+from loops import FACTORIES
+from waits import DEADLINE
+
+SIZES = [0, 1, 4095, 4096, (1 << 20) + 1]
+
+
+@pytest.fixture(params=["blockio-uring", "blockio-epoll"])
+def loop(request):
+    """blockio's event loop on each backend, made directly (the engine's
+    backend is the ``engine`` fixture's), closed after the test."""
+    lp = FACTORIES[request.param]()
+    yield lp
+    lp.close()
+
+
+async def _pair(loop):
+    """A transport connected to a peer socket (blocking, for a thread)."""
+    ls = socket.create_server(("127.0.0.1", 0))
+    t, _ = await loop.create_connection(asyncio.Protocol, *ls.getsockname())
+    peer, _ = ls.accept()
+    ls.close()
+    return t, peer
+
+
+async def _sent(loop, send):
+    """(what ``send(transport)`` returned, every byte the peer got until
+    the transport was closed)."""
+    t, peer = await _pair(loop)
+    got = loop.run_in_executor(None, _read_all, peer)
+    try:
+        n = await send(t)
+    finally:
+        t.close()
+    return n, await got
+
+
+def _read_all(peer):
+    chunks = []
+    with peer:
+        while chunk := peer.recv(1 << 20):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _cases():
+    for size in SIZES:
+        for offset in sorted({0, 1, size // 2, max(size - 1, 0), size}):
+            for count in (None, 1, 4096):
+                yield size, offset, count
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_sendfile_of_a_blockio_file_moves_every_byte_at_every_offset(loop, engine, tmp_path, size):
+    data = random.Random(size).randbytes(size)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+
+    async def main():
+        for _, offset, count in (c for c in _cases() if c[0] == size):
+            async with blockio.open(path, "rb", engine=engine) as f:
+
+                async def send(t):
+                    return await loop.sendfile(t, f, offset, count)
+
+                n, got = await _sent(loop, send)
+                want = data[offset:offset + count if count else None]
+                assert (n, got) == (len(want), want), (offset, count)
+                # asyncio leaves the position after the bytes sent (where
+                # it was if none was)
+                assert await f.tell() == (offset + n if n else 0), (offset, count)
+                # and reads go on from there
+                assert await f.read() == (data[offset + n:] if n else data)
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_sendfile_of_a_blockio_file_sends_the_bytes_written_before_it(loop, engine, tmp_path):
+    path = tmp_path / "w"
+    head = random.Random(1).randbytes(1000)  # less than the buffer holds
+
+    async def main():
+        async with blockio.open(path, "w+b", engine=engine) as f:
+            await f.write(head)  # buffered or queued: not yet in the file
+
+            async def send(t):
+                return await loop.sendfile(t, f, 0)
+
+            n, got = await _sent(loop, send)
+            assert (n, got) == (len(head), head)
+            await f.write(b"tail")
+        assert path.read_bytes() == head + b"tail"
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_sendfile_of_a_blockio_file_to_a_peer_that_resets(loop, engine, tmp_path):
+    path = tmp_path / "big"
+    data = os.urandom(16 << 20)
+    path.write_bytes(data)
+
+    async def main():
+        t, peer = await _pair(loop)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            task = asyncio.ensure_future(loop.sendfile(t, f))
+            peer.setblocking(False)
+            first = await loop.sock_recv(peer, 1)  # the transfer is under way
+            assert first == data[:1]
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.close()
+            with pytest.raises(ConnectionResetError):
+                await task
+            # The position is after what went out, as asyncio leaves it.
+            at = await f.tell()
+            assert 0 < at < len(data)
+            assert await f.read(10) == data[at:at + 10]
+        t.close()
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_sock_sendfile_of_a_device_sends_the_count_asked(loop):
+    # /dev/zero's size is 0: the count says how much, as on asyncio's loop.
+    async def main():
+        a, b = socket.socketpair()
+        with a, b, open("/dev/zero", "rb") as f:
+            a.setblocking(False)
+            n = await loop.sock_sendfile(a, f, 0, 1000)
+            got = b""
+            b.settimeout(DEADLINE)
+            while len(got) < n:
+                got += b.recv(4096)
+        return n, got
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (1000, bytes(1000))
+
+
+def test_a_sock_sendfile_of_no_bytes_leaves_an_aiofiles_file_reading_on(loop, tmp_path):
+    # An offset at the end sends nothing: the file's next reads go on from
+    # where they were (its buffered reader reads the descriptor's offset).
+    data = os.urandom(70000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+
+    async def main():
+        a, b = socket.socketpair()
+        with a, b:
+            a.setblocking(False)
+            async with aiofiles.open(path, "rb") as f:
+                first = await f.read(10)
+                sent = await loop.sock_sendfile(a, f, len(data))
+                rest = await f.read()
+        return sent, first + rest
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (0, data)
