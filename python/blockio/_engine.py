@@ -396,19 +396,10 @@ def _close_all() -> None:
         e.close()
 
 
-#: How many forks this process is away from the one that imported the
-#: module (a child's count is its parent's plus one): an engine made at
-#: another count is a parent's. (Cheaper than comparing ``os.getpid()``,
-#: a system call, with engines checked several times per file call.)
-_forks = 0
-
-
 def _forget_engines_after_fork() -> None:
     """In a forked child the engines made before ``fork()`` are the
     parent's (their rings and threads): the child's exit leaves them
     alone, as it leaves the parent's threads."""
-    global _forks
-    _forks += 1
     _engines.clear()
 
 
@@ -474,10 +465,9 @@ class Engine:
         #: Whether a buffered file's writes may be made on the loop's
         #: thread (see :meth:`_write_now`).
         self._inline_writes = bool(inline_writes)
-        #: The fork count (:data:`_forks`) of the process that made the
-        #: engine: in another (a forked child) its rings are the parent's,
-        #: and unusable.
-        self._forks = _forks
+        #: The process that made the engine: in another (a forked child)
+        #: its rings are the parent's, and unusable.
+        self._pid = os.getpid()
         #: The loop that used the engine last (the fast path's check).
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         #: Every loop watching the eventfd, by id.
@@ -513,7 +503,7 @@ class Engine:
     @property
     def _usable_here(self) -> bool:
         """Open, and made by this process (not a parent before ``fork()``)."""
-        return not self._core.closed and self._forks == _forks
+        return not self._core.closed and self._pid == os.getpid()
 
     def close(self) -> None:
         """Releases the rings. Idempotent.
@@ -528,7 +518,7 @@ class Engine:
         In a child forked after the engine was made, the rings and
         threads are the parent's: the child's engine is forgotten, never
         touched (nothing of the child waits on it), and is closed."""
-        if self._forks != _forks:
+        if self._pid != os.getpid():
             with self._loops_lock:
                 self._loops, self._loop, self._trio_runs = {}, None, {}
             self._core.close()  # (forgets the parent's rings: see the core)
