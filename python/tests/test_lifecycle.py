@@ -592,16 +592,21 @@ def test_a_forked_child_gets_a_new_default_engine(data_file):
 
 @pytest.mark.parametrize("backend", ["auto", "threads"])
 @pytest.mark.parametrize("how", ["exit", "with"])
-def test_a_forked_child_that_exits_normally_forgets_the_parents_engines(data_file, tmp_path, backend, how):
+@pytest.mark.parametrize("fork", ["os.fork", "libc.fork"])
+def test_a_forked_child_that_exits_normally_forgets_the_parents_engines(data_file, tmp_path, backend, how, fork):
     """A child forked after the parent used an engine (its own, and the
     default one through blockio.open) and exits normally, running the
     exit hooks: the inherited engines are forgotten, with nothing on
     stderr, where the exit hook's close raised "created before fork()".
-    The same for a child that leaves the engine's ``with`` block."""
+    The same for a child that leaves the engine's ``with`` block, and for
+    a child forked by C code (``fork()`` called through ctypes), which
+    runs none of Python's fork hooks."""
     path, _ = data_file
     code, out = run_child(f"""
-        import asyncio, os, sys
+        import asyncio, ctypes, os, sys
         import blockio
+
+        libc = ctypes.CDLL(None, use_errno=True)
 
         async def use(e):
             async with blockio.open({str(path)!r}, "rb") as f:
@@ -612,7 +617,7 @@ def test_a_forked_child_that_exits_normally_forgets_the_parents_engines(data_fil
 
         with blockio.Engine() as e:
             asyncio.run(use(e))
-            pid = os.fork()
+            pid = {fork}()
             if pid == 0 and {how!r} == "exit":
                 sys.exit(0)  # (the exit hooks run)
         if pid == 0:
