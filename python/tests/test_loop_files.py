@@ -25,7 +25,7 @@ import blockio
 from blockio._engine import default_engine
 from blockio._loop import EpollEventLoop, UringEventLoop
 from test_inline_reads import evict
-from waits import wait_until
+from waits import await_until, wait_until
 
 SIZE = 1 << 20
 PIECE = 4096
@@ -822,6 +822,10 @@ def test_an_open_cancelled_at_any_step_leaks_no_descriptor(tmp_path, mode):
                     await f.close()
         while ring.in_flight() > idle:  # (until the kernel has answered them)
             await asyncio.sleep(0)
+        # An open cancelled while its file looked up its size ("ab": the
+        # position at the end) closes its descriptor once that lookup, on
+        # the engine's threads, is done: waited for, not raced.
+        await await_until(lambda: descriptors_of(path) == 0, "every cancelled open's descriptor closed")
         return outcomes, descriptors_of(path)
 
     outcomes, left = run_on(UringEventLoop, main())
