@@ -93,7 +93,11 @@ fn every_strategy_reads_the_right_bytes_on_every_profile() {
             let want: Vec<String> = match plan.strategy {
                 // One read per thread at a time: each alone in its batch.
                 strategy::Strategy::Auto if plan.qd == plan.threads => vec!["inline".into()],
-                strategy::Strategy::Auto => {
+                // The async API serves cached reads at their first poll:
+                // all of them ("inline"), some, or none.
+                strategy::Strategy::Auto
+                | strategy::Strategy::Async
+                | strategy::Strategy::AsyncThread => {
                     vec![on.clone(), format!("{on} + inline"), "inline".into()]
                 }
                 s if s.uses_blockio() => vec![on],
