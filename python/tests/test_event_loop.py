@@ -597,6 +597,9 @@ def test_a_finished_operation_s_token_is_never_given_again_nor_answers_a_cancel(
 _SIGINT_WHILE_WAITING = """
 
 import asyncio, os, signal, sys, threading, blockio
+# Python leaves SIGINT ignored when it starts with it ignored (a job started
+# in the background by a shell without job control): Ctrl-C's handler here.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 other_thread = sys.argv[1] == "other-thread"
 if other_thread:  # the loop's thread blocks SIGINT: it lands on the other one
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -695,13 +698,16 @@ def test_ctrl_c_on_another_thread_ends_the_wait_after_other_loops_closed_meanwhi
         os.kill(os.getpid(), signal.SIGINT)
         if not finished.wait(DEADLINE):
             rescued.append("the wait did not end")
-            loop.call_soon_threadsafe(lambda: None)
+            loop.call_soon_threadsafe(loop.stop)  # (fails the test, never hangs it)
 
     async def forever():
         _close_other_loops_meanwhile()
         loop.call_soon(waiting.set)
         await loop.create_future()
 
+    # (Ctrl-C's handler, which a process started with SIGINT ignored lacks:
+    # without it the signal is dropped and the loop waits for ever)
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     t = threading.Thread(target=interrupt)
     try:
@@ -711,6 +717,7 @@ def test_ctrl_c_on_another_thread_ends_the_wait_after_other_loops_closed_meanwhi
     finally:
         finished.set()
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        signal.signal(signal.SIGINT, old_handler)
         t.join()
     assert rescued == []
     assert loop.run_until_complete(asyncio.sleep(0, result="usable")) == "usable"
