@@ -73,24 +73,32 @@ def test_a_tcp_connect_on_io_uring_is_one_operation_on_the_ring():
         listener.close()
 
 
-def test_a_cancelled_sock_connect_leaves_the_loop_usable(loop):
-    listener = socket.create_server(("127.0.0.1", 0))
-    # A listener whose backlog is full drops the SYN: a connect to it stays
-    # under way, on the loop's ring on io_uring, until it is cancelled.
+def _full_listener():
+    """A listener whose backlog (``listen(0)``) three non-blocking connects
+    have filled, so that the kernel drops the next SYN; and those three
+    sockets, for the caller to close."""
     full = socket.socket()
     full.bind(("127.0.0.1", 0))
     full.listen(0)
     fillers = []
+    for _ in range(3):
+        c = socket.socket()
+        c.setblocking(False)
+        fillers.append(c)
+        try:
+            c.connect(full.getsockname())
+        except BlockingIOError:
+            pass
+    return full, fillers
+
+
+def test_a_cancelled_sock_connect_leaves_the_loop_usable(loop):
+    listener = socket.create_server(("127.0.0.1", 0))
+    # A connect to a listener whose backlog is full stays under way, on the
+    # loop's ring on io_uring, until it is cancelled.
+    full, fillers = _full_listener()
 
     async def main():
-        for _ in range(3):
-            c = socket.socket()
-            c.setblocking(False)
-            fillers.append(c)
-            try:
-                c.connect(full.getsockname())
-            except BlockingIOError:
-                pass
         ring = getattr(getattr(loop, "_proactor", None), "_ring", None)
         idle = ring.in_flight() if ring is not None else 0
         with socket.socket() as s:
@@ -145,23 +153,12 @@ def test_sock_connect_of_a_connected_or_closed_socket_answers_as_asyncio(loop):
 
 
 def test_a_second_sock_connect_while_one_is_under_way_waits_for_it_as_asyncio(loop):
-    # A listener whose backlog is full drops the SYN: the first connect
-    # stays under way until the backlog is drained and the SYN sent again.
-    full = socket.socket()
-    full.bind(("127.0.0.1", 0))
-    full.listen(0)
+    # The first connect to a listener whose backlog is full stays under way
+    # until the backlog is drained and the SYN sent again.
+    full, fillers = _full_listener()
     addr = full.getsockname()
-    fillers = []
 
     async def main():
-        for _ in range(3):
-            c = socket.socket()
-            c.setblocking(False)
-            fillers.append(c)
-            try:
-                c.connect(addr)
-            except BlockingIOError:
-                pass
         with socket.socket() as s:
             s.setblocking(False)
             first = asyncio.ensure_future(loop.sock_connect(s, addr))
