@@ -382,18 +382,12 @@ unsafe fn file_call(
         Kind::Write => {
             // SAFETY: see above: the arguments are as `parse` needs.
             let [_, data] = unsafe { parse(py, &WRITE, all) }?;
-            let data = data
-                .as_deref()
-                .ok_or_else(|| PyTypeError::new_err("write() missing its data"))?;
-            FileState::write(file, data)
+            FileState::write(file, required(&data, "write() missing its data")?)
         }
         Kind::Readinto => {
             // SAFETY: see above: the arguments are as `parse` needs.
             let [_, buf] = unsafe { parse(py, &READINTO, all) }?;
-            let buf = buf
-                .as_deref()
-                .ok_or_else(|| PyTypeError::new_err("readinto() missing its buffer"))?;
-            FileState::readinto(file, buf)
+            FileState::readinto(file, required(&buf, "readinto() missing its buffer")?)
         }
     }
 }
@@ -428,6 +422,15 @@ unsafe fn parse<'py, const N: usize>(
 /// is `None` (the default).
 fn given<'a, 'py>(arg: &'a Option<Borrowed<'_, 'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
     arg.as_deref().filter(|a| !a.is_none())
+}
+
+/// A required argument, or `TypeError(missing)` when it was not passed.
+fn required<'a, 'py>(
+    arg: &'a Option<Borrowed<'_, 'py, PyAny>>,
+    missing: &str,
+) -> PyResult<&'a Bound<'py, PyAny>> {
+    arg.as_deref()
+        .ok_or_else(|| PyTypeError::new_err(missing.to_owned()))
 }
 
 /// Adds [`CoroutineMethod`] and `coroutine_method` to the module, its type
