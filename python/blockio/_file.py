@@ -103,7 +103,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, List, Optional, Tuple, Union
 
 from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
-from ._blockio import (INLINE_MAX, INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQueue, coroutine_method, count_copied,
+from ._blockio import (INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQueue, coroutine_method, count_copied,
                        read_line_inline, read_stream_inline, stream_in_pieces, turn_due)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _fd, _finish, _flat, _KeptCancel, _Stopped, _stream_key
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
@@ -1685,35 +1685,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         done = self._readinto_cached(buf)
         if done is not None:
             return done
-        view = memoryview(_flat(buf))
-        if _PIECE < len(view) <= INLINE_MAX:
-            return await self._readinto_pieces(view)
-        return await self._read_into(view)
-
-    async def _readinto_pieces(self, view: memoryview) -> int:
-        """``readinto`` of more than a piece (up to ``INLINE_MAX``), nothing
-        held: cached bytes go straight into ``view`` a piece at a time on
-        this thread, as a cached ``read(n)`` of that size is served (no
-        copy longer than a piece; a turn of the event loop before a piece
-        when one is due), the rest through the engine from the first piece
-        not all cached. Cancelled or failed, the position is put back where
-        it was (the bytes already in ``view`` stay)."""
-        start, done = self._pos, 0
-        try:
-            while done < len(view):
-                if done and turn_due():
-                    await pause()
-                want = min(_PIECE, len(view) - done)
-                n = self._readinto_cached(view[done:done + want])
-                if n is None:
-                    return done + await self._read_into(view[done:])
-                done += n
-                if n < want:
-                    break  # (the end of the file)
-            return done
-        except BaseException:
-            self._pos = start
-            raise
+        return await self._read_into(memoryview(_flat(buf)))
 
     async def _read_into(self, view: memoryview) -> int:
         """Reads into ``view`` at the position, moving it: until ``view`` is

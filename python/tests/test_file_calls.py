@@ -24,7 +24,7 @@ import uvloop
 
 import blockio
 import loops
-from blockio._blockio import INLINE_MAX, TURN_BUDGET, FileCall, set_turn_count
+from blockio._blockio import TURN_BUDGET, FileCall, set_turn_count
 
 DATA = bytes(range(256)) * 64  # 16 KiB
 
@@ -223,54 +223,6 @@ def test_small_readintos_read_ahead_as_reads_do(tmp_path, engine, loop_name, n):
     assert first_held > 0
     assert reads == 0
     assert after_seek == (("returned", n), 0, 3 + n)
-
-
-@LOOPS
-def test_a_readinto_past_a_piece_is_read_in_pieces_on_the_loops_thread(tmp_path, engine, loop_name, turns_by_count):
-    """``readinto`` of a buffer longer than a piece (``INLINE_PIECE``, up
-    to ``INLINE_MAX``) reads cached bytes straight into it a piece at a
-    time on the loop's thread, as a cached ``read(n)`` of that size is
-    served: the engine never used, another task run between two pieces
-    (counted, not timed), the bytes the file's, short at its end. Cancelled
-    at the turn between two pieces, it leaves the position where it was."""
-    data = os.urandom(INLINE_MAX - 5)
-    p = tmp_path / "big.bin"
-    p.write_bytes(data)
-    p.read_bytes()  # (in the page cache)
-
-    async def main():
-        ticks = [0]
-        reading = [True]
-
-        async def ticker():
-            while reading[0]:
-                ticks[0] += 1
-                await asyncio.sleep(0)
-
-        async with blockio.open(p, "rb", engine=engine) as f:
-            before = engine._core.reads_started
-            buf = bytearray(INLINE_MAX)
-            t = asyncio.ensure_future(ticker())
-            await asyncio.sleep(0)
-            start = ticks[0]
-            n = await f.readinto(buf)
-            between = ticks[0] - start
-            reading[0] = False
-            await t
-            reads = engine._core.reads_started - before
-            await f.seek(0)
-            read = asyncio.ensure_future(f.readinto(bytearray(len(data))))
-            await asyncio.sleep(0)  # (its first piece read, then its turn)
-            read.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await read
-            return n, bytes(buf[:n]), between, reads, await f.tell()
-
-    n, got, between, reads, pos = run(loop_name, main)
-    assert (n, got == data) == (len(data), True)
-    assert between >= 1
-    assert reads == 0
-    assert pos == 0
 
 
 @LOOPS
