@@ -248,7 +248,7 @@ def main() -> int:
         ap.error(f"--size must be at least 1, not {args.size}")
     writes = args.contender.endswith("-write")
     lines = args.contender == "open-readline"
-    seq = args.contender in ("open-seq", "builtin-seq") or writes or lines
+    seq = args.contender.endswith("-seq") or writes or lines
     size = args.size if seq else BLOCK
     made = "per-readline.dat" if lines else "per-write.dat"
     path = args.file or (made if writes or lines else "bench-data/py-peers-256m.dat")

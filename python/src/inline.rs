@@ -747,6 +747,101 @@ impl FileState {
         Some(n)
     }
 
+    /// `readinto` of `len` bytes at `base` read through the read-ahead
+    /// buffer, as a buffered file's `read(len)` would read them (see
+    /// [`FileState::read_inline`]): the bytes held first (fewer than
+    /// `len`), then the rest, when the file is buffered, the rest is
+    /// below the buffer's size and this is not the first read since a
+    /// seek. One `preadv2(RWF_NOWAIT)` fills the buffer (twice as much
+    /// each time in a run of sequential reads, up to
+    /// [`SEQUENTIAL_AHEAD`]) and its first bytes are copied to `base`,
+    /// as the built-in buffered file's `readinto` of a buffer smaller
+    /// than its own does: a loop of 4 KiB `readinto` calls makes one
+    /// system call per 128 KiB, not one per call. The byte count (`len`),
+    /// the position moved past them; `None` if not so read (nothing
+    /// moved, nothing written at `base`): not buffered, after a seek, or
+    /// fewer than the rest cached there (the end of the file included,
+    /// which [`FileState::read_cached_into`] or the queued `readinto`
+    /// then serves).
+    fn read_ahead_into(&mut self, py: Python<'_>, base: *mut u8, len: usize) -> Option<usize> {
+        let head = self.held(py).len();
+        let rest = len.checked_sub(head).filter(|&r| r > 0)?;
+        if self.seeked || rest >= self.ahead() {
+            return None;
+        }
+        let want = self.next_fill().max(rest);
+        if want > INLINE_PIECE {
+            return None;
+        }
+        let off = self.pos.checked_add(i64::try_from(head).ok()?)?;
+        let to = self.pos.checked_add(i64::try_from(len).ok()?)?;
+        let reader = self.reader.as_ref()?.bind(py).borrow();
+        let data = reader.read_ahead_inline(py, self.num, off, rest, want)?;
+        drop(reader);
+        let got = data.as_bytes().len();
+        // SAFETY: the caller's `base` is `len` bytes of a writable,
+        // contiguous buffer it holds exported (see [`readinto_inline`]);
+        // the `head` bytes held and `data`, a new `bytes` object of `got`
+        // >= `rest` bytes (its read asked for at least `rest`), are other
+        // objects' memory, and `head + rest` is `len`. The GIL is held
+        // throughout: no Python code touches any of them meanwhile.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.held(py).as_ptr(), base, head);
+            std::ptr::copy_nonoverlapping(data.as_bytes().as_ptr(), base.add(head), rest);
+        }
+        turns::served(head + got);
+        self.fill = if want <= rest { 0 } else { want };
+        self.seeked = false;
+        if got > rest {
+            self.rbuf = data.into_any().unbind();
+            self.roff = rest;
+        } else {
+            self.rbuf = nothing(py);
+            self.roff = 0;
+        }
+        self.moved_to(to);
+        Some(len)
+    }
+
+    /// `readinto` of `len` bytes at `base`: the bytes held (fewer than
+    /// `len`), then the rest straight into `base` after them if it is all
+    /// in the page cache up to `len` or the file's end (one
+    /// `preadv2(RWF_NOWAIT)`: see [`Core::read_raw_inline`]); the byte
+    /// count, the bytes held dropped and the position moved past all of
+    /// them; `None` if the rest is not so read (nothing moved, the buffer
+    /// kept, but the bytes at `base` may have been overwritten by the
+    /// file's bytes from the position on).
+    fn read_past_held_into(&mut self, py: Python<'_>, base: *mut u8, len: usize) -> Option<usize> {
+        let head = self.held(py).len();
+        let rest = len.checked_sub(head).filter(|&r| r > 0)?;
+        let off = self.pos.checked_add(i64::try_from(head).ok()?)?;
+        // SAFETY: the caller's `base` is `len` bytes of a writable,
+        // contiguous buffer it holds exported (see [`readinto_inline`]);
+        // the `head` bytes held are another object's memory, and `head`
+        // is below `len`. The GIL is held throughout: no Python code
+        // touches either meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(self.held(py).as_ptr(), base, head) };
+        let reader = self.reader.as_ref()?.bind(py).borrow();
+        // SAFETY: from `base + head`, `rest` bytes of the same buffer, as
+        // above; nothing else reads or writes them during the call.
+        let found = unsafe { reader.read_raw_inline(self.num, off, base.add(head), rest) };
+        drop(reader);
+        let n = head
+            + match found {
+                Piece::Full => rest,
+                Piece::End(k) => k,
+                Piece::Miss => return None,
+            };
+        let to = self.pos.checked_add(i64::try_from(n).ok()?)?;
+        turns::served(n);
+        self.rbuf = nothing(py);
+        self.roff = 0;
+        self.seeked = false;
+        self.fill = 0;
+        self.moved_to(to);
+        Some(n)
+    }
+
     /// `size` bytes (not 0) read at the position if they are all in the
     /// page cache (see [`Core::read_ahead_inline`]), reading ahead to fill
     /// the buffer unless this is the first read since a seek (as far as
@@ -1030,9 +1125,12 @@ pub(crate) fn readline_inline(
 /// C-contiguous buffer of bytes (`bytearray`, a `memoryview` of one, a
 /// `uint8` array...) of at most [`INLINE_PIECE`] bytes, no call on the
 /// file in progress, the thread's turn of the event loop not due (see
-/// [`turns`]), and the bytes all in the file's read-ahead buffer, or,
-/// nothing being held there, all in the page cache up to `buf`'s length
-/// or the file's end: those are read straight into `buf` by one
+/// [`turns`]), and the bytes all in the file's read-ahead buffer; or, on
+/// a buffered file whose buffer is larger than the rest of `buf`, the
+/// bytes held and the rest in the page cache, read ahead into the buffer
+/// as `read(n)` reads (see [`FileState::read_ahead_into`]); or, nothing
+/// being held there, all in the page cache up to `buf`'s length or the
+/// file's end: those are read straight into `buf` by one
 /// `preadv2(RWF_NOWAIT)`, no `bytes` made. The byte count, or `None`:
 /// the position, the file's buffers and the turns are unchanged, but the
 /// first bytes of `buf` may have been overwritten by the file's bytes at
@@ -1063,7 +1161,9 @@ pub(crate) fn readinto_inline(
     if !all.is_empty() {
         let from = all.get(st.roff..)?;
         if from.len() < len {
-            return None; // (the rest is read after them, through the queue)
+            return st
+                .read_ahead_into(py, base, len)
+                .or_else(|| st.read_past_held_into(py, base, len));
         }
         // SAFETY: `view` holds `buf`'s buffer exported, writable and
         // contiguous, `len` bytes at `base`, for as long as it lives; the
@@ -1074,6 +1174,9 @@ pub(crate) fn readinto_inline(
         turns::served(len);
         st.skip_held(py, all.len(), len)?;
         return Some(len);
+    }
+    if let Some(n) = st.read_ahead_into(py, base, len) {
+        return Some(n);
     }
     st.read_cached_into(py, &view, false)
 }

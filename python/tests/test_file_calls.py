@@ -182,6 +182,50 @@ def test_readinto_is_a_file_call_served_straight_into_the_buffer(path, engine, l
 
 
 @LOOPS
+@pytest.mark.parametrize("n", [1, 100, 4096, 5000, 8191])
+def test_small_readintos_read_ahead_as_reads_do(tmp_path, engine, loop_name, n):
+    """A buffered file's ``readinto`` of a buffer smaller than its own
+    reads ahead, as ``read(n)`` does and the built-in buffered file's
+    ``readinto`` does (one system call per buffer, not per call): after
+    the first call (a read since the open, not since a seek) bytes are
+    held; every call of a loop over 1 MiB (64 KiB for 1 and 100 bytes) is
+    served at its first step,
+    those that run past the bytes held included (5000 and 8191 bytes
+    divide no buffer), the engine never used; the bytes are the file's,
+    the last call short at its end, then 0. After a seek the first call
+    reads what it asks for and no more, as a read does."""
+    data = os.urandom((1 << 20) if n > 100 else (64 << 10))  # (fewer calls of 1 and 100 bytes)
+    p = tmp_path / "big.bin"
+    p.write_bytes(data)
+    p.read_bytes()  # (in the page cache)
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            before = engine._core.reads_started
+            buf, out, steps, held = bytearray(n), [], set(), []
+            while True:
+                set_turn_count(0)
+                step, k = first_step(f.readinto(buf))
+                steps.add(step)
+                if not k:
+                    break
+                out.append(bytes(buf[:k]))
+                held.append(f._held())
+            reads = engine._core.reads_started - before
+            await f.seek(3)
+            set_turn_count(0)
+            after_seek = first_step(f.readinto(buf)), f._held(), await f.tell()
+            return b"".join(out), steps, held[0], reads, after_seek
+
+    got, steps, first_held, reads, after_seek = run(loop_name, main)
+    assert got == data
+    assert steps == {"returned"}
+    assert first_held > 0
+    assert reads == 0
+    assert after_seek == (("returned", n), 0, 3 + n)
+
+
+@LOOPS
 def test_the_first_write_after_a_flush_is_served_at_its_first_step(tmp_path, engine, loop_name):
     """A buffered file's write that fits its empty buffer, the position
     known, is served inline, the queued ``_write_queued`` never called:
