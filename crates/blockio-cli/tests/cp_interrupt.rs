@@ -258,10 +258,10 @@ fn an_interrupted_backup_copy_of_symbolic_links_puts_back_what_it_replaced() {
 
 #[test]
 fn an_interrupted_backup_copy_of_two_names_of_one_file_puts_both_back() {
-    // `-a`'s second name is a hard link to the first name's copy, made
-    // while that copy is still filled (here from a FIFO whose writer never
-    // writes): the signal removes both names and puts back the files they
-    // replaced, never leaving the second name on the incomplete copy.
+    // `-a`'s second name is a hard link to the first name's copy; the
+    // signal comes while that copy is still filled (here from a FIFO whose
+    // writer never writes), and both names must hold the files they had,
+    // never the second name the incomplete copy.
     let (d, s, t) = source_and_target();
     let fifo = std::ffi::CString::new(s.join("p").into_os_string().into_encoded_bytes()).unwrap();
     // SAFETY: mkfifo on a NUL-terminated path in our temporary directory.
@@ -285,8 +285,27 @@ fn an_interrupted_backup_copy_of_two_names_of_one_file_puts_both_back() {
         "t",
     ];
     let mut child = cp(d.path(), &args);
+    // The signal comes once the second name is linked over its old file
+    // (kept as `q.~1~`), or once the copy waits in the FIFO's read with
+    // the first name's old file kept aside: with `-b` a group's files
+    // whose names are taken are copied one after the other, so the
+    // second name is linked only once the first copy is whole, and until
+    // the FIFO is written the copy does nothing more.
+    let tasks = format!("/proc/{}/task", child.id());
+    let in_fifo_read = || {
+        fs::read_dir(&tasks).into_iter().flatten().any(|t| {
+            fs::read_to_string(t.unwrap().path().join("wchan"))
+                .is_ok_and(|w| w.ends_with("pipe_read"))
+        })
+    };
+    let linked = || t.join("q.~1~").exists() && t.join("q").exists();
+    let aside_in_read = || t.join("p.~1~").exists() && in_fifo_read();
     let bound = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < bound && !(t.join("q.~1~").exists() && t.join("q").exists()) {
+    while !(linked() || aside_in_read()) {
+        assert!(
+            Instant::now() < bound && child.try_wait().unwrap().is_none(),
+            "in 30 s the copy neither linked the second name nor waited in the FIFO's read"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     // SAFETY: kill(2) on the child's pid, not yet reaped.
