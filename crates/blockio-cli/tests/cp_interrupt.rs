@@ -555,8 +555,8 @@ fn an_interrupted_overwrite_empties_no_more_files_than_it_writes() {
     // points: each existing file keeps its old bytes until its new ones
     // are about to be written, so at most one file per worker thread is
     // left neither old nor new (GNU's `cp`, one thread, leaves at most
-    // one: run here at the first point; it is slower, emptying a file
-    // makes ext4 flush it on close).
+    // one: run here at the first point; it is slower, and on ext4, where
+    // emptying a file makes it flush the file on close, much slower).
     let (seed, mut points) = random_points();
     let d = scratch();
     old_or_new(d.path(), "s");
