@@ -36,9 +36,18 @@ fn tree(dir: &Path, hard_links: bool) {
     }
 }
 
+/// A temporary directory on `/dev/shm` (a tmpfs) for the trees copied
+/// and signalled here. On an ext4 disk shared with other work, the
+/// overwrites of 2,000 files waited on the disk most of their time (GNU's
+/// `cp`, which empties each file first, makes ext4 flush it on close):
+/// the copies, the signals and what is left behind are the same there.
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").expect("/dev/shm, a tmpfs, for the interrupted copies")
+}
+
 /// A temporary directory with the empty directories `s` and `t` in it.
 fn source_and_target() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d = scratch();
     let (s, t) = (d.path().join("s"), d.path().join("t"));
     fs::create_dir(&s).unwrap();
     fs::create_dir(&t).unwrap();
@@ -180,7 +189,7 @@ fn ended_by(status: std::process::ExitStatus, sig: i32) {
 #[test]
 fn an_interrupted_recursive_copy_leaves_only_complete_files() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let d = scratch();
         tree(d.path(), false);
         let status = interrupted(d.path(), &["-r"], sig);
         ended_by(status, sig);
@@ -190,7 +199,7 @@ fn an_interrupted_recursive_copy_leaves_only_complete_files() {
 
 #[test]
 fn an_interrupted_archive_copy_leaves_no_name_of_an_unfinished_hard_linked_file() {
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d = scratch();
     tree(d.path(), true);
     let status = interrupted(d.path(), &["-a"], libc::SIGINT);
     ended_by(status, libc::SIGINT);
@@ -209,7 +218,7 @@ fn an_interrupted_archive_copy_leaves_no_name_of_an_unfinished_hard_linked_file(
 
 #[test]
 fn an_interrupted_backup_copy_puts_back_what_it_replaced() {
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d = scratch();
     tree(d.path(), false);
     fs::create_dir(d.path().join("t")).unwrap();
     for i in 0..FILES {
@@ -258,10 +267,10 @@ fn an_interrupted_backup_copy_of_symbolic_links_puts_back_what_it_replaced() {
 
 #[test]
 fn an_interrupted_backup_copy_of_two_names_of_one_file_puts_both_back() {
-    // `-a`'s second name is a hard link to the first name's copy, made
-    // while that copy is still filled (here from a FIFO whose writer never
-    // writes): the signal removes both names and puts back the files they
-    // replaced, never leaving the second name on the incomplete copy.
+    // `-a`'s second name is a hard link to the first name's copy; the
+    // signal comes while that copy is still filled (here from a FIFO whose
+    // writer never writes), and both names must hold the files they had,
+    // never the second name the incomplete copy.
     let (d, s, t) = source_and_target();
     let fifo = std::ffi::CString::new(s.join("p").into_os_string().into_encoded_bytes()).unwrap();
     // SAFETY: mkfifo on a NUL-terminated path in our temporary directory.
@@ -285,8 +294,27 @@ fn an_interrupted_backup_copy_of_two_names_of_one_file_puts_both_back() {
         "t",
     ];
     let mut child = cp(d.path(), &args);
+    // The signal comes once the second name is linked over its old file
+    // (kept as `q.~1~`), or once the copy waits in the FIFO's read with
+    // the first name's old file kept aside: with `-b` a group's files
+    // whose names are taken are copied one after the other, so the
+    // second name is linked only once the first copy is whole, and until
+    // the FIFO is written the copy does nothing more.
+    let tasks = format!("/proc/{}/task", child.id());
+    let in_fifo_read = || {
+        fs::read_dir(&tasks).into_iter().flatten().any(|t| {
+            fs::read_to_string(t.unwrap().path().join("wchan"))
+                .is_ok_and(|w| w.ends_with("pipe_read"))
+        })
+    };
+    let linked = || t.join("q.~1~").exists() && t.join("q").exists();
+    let aside_in_read = || t.join("p.~1~").exists() && in_fifo_read();
     let bound = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < bound && !(t.join("q.~1~").exists() && t.join("q").exists()) {
+    while !(linked() || aside_in_read()) {
+        assert!(
+            Instant::now() < bound && child.try_wait().unwrap().is_none(),
+            "in 30 s the copy neither linked the second name nor waited in the FIFO's read"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     // SAFETY: kill(2) on the child's pid, not yet reaped.
@@ -383,7 +411,7 @@ fn a_copy_waiting_for_a_fifos_reader_ends_by_the_signal() {
     // An existing FIFO at the destination is opened and written into, as
     // GNU does; with no reader the open waits, and only a signal ends the
     // copy, which must not wait for that open.
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d = scratch();
     fs::write(d.path().join("s"), b"data").unwrap();
     let fifo =
         std::ffi::CString::new(d.path().join("t").into_os_string().into_encoded_bytes()).unwrap();
@@ -527,10 +555,10 @@ fn an_interrupted_overwrite_empties_no_more_files_than_it_writes() {
     // points: each existing file keeps its old bytes until its new ones
     // are about to be written, so at most one file per worker thread is
     // left neither old nor new (GNU's `cp`, one thread, leaves at most
-    // one: run here at the first point; it is slower, emptying a file
-    // makes ext4 flush it on close).
+    // one: run here at the first point; it is slower, and on ext4, where
+    // emptying a file makes it flush the file on close, much slower).
     let (seed, mut points) = random_points();
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d = scratch();
     old_or_new(d.path(), "s");
     let threads = format!("--threads={THREADS}");
     for (k, sig) in [libc::SIGINT, libc::SIGTERM, libc::SIGINT, libc::SIGTERM]
@@ -576,7 +604,7 @@ fn a_killed_backup_overwrite_leaves_no_more_names_neither_old_nor_new_than_it_wr
     // the new, and every backup made holds the old bytes (GNU's `cp`, one
     // thread, leaves at most one: run here at the first point).
     let (seed, mut points) = random_points();
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d = scratch();
     old_or_new(d.path(), "s");
     let threads = format!("--threads={THREADS}");
     for k in 0..3 {
