@@ -287,6 +287,66 @@ fn dropped_streams_lose_no_bytes(share: usize) {
     assert!(got == data, "bytes differ with a share of {share}");
 }
 
+/// Reads through the `AsyncRead` traits (which keep one multishot receive
+/// armed across reads on io_uring), owned reads and receive streams (which
+/// have that receive cancelled first), in turn, each taking less than a
+/// ring buffer at times: every byte comes out once, in order. With a share
+/// of 2 buffers the kept receive is cancelled for the share again and
+/// again, and armed again by the next read.
+#[test]
+fn trait_reads_mixed_with_owned_reads_and_receive_streams_keep_every_byte_in_order() {
+    for share in [2, 32] {
+        mixed_reads_keep_every_byte(share);
+    }
+}
+
+fn mixed_reads_keep_every_byte(share: usize) {
+    let e = AsyncEngine::builder()
+        .recv_buffers(64, 512)
+        .recv_buffer_share(share)
+        .build()
+        .unwrap();
+    let mut p = pairs(&e, 1);
+    let (mut s, peer) = p.pop().unwrap();
+    let data = payload(11, 1 << 20);
+    let sender = send_from_thread(peer, data.clone());
+    let got = futures::executor::block_on(async {
+        let mut got = Vec::new();
+        for round in 0usize.. {
+            let n = match round % 5 {
+                // Trait reads, of less than a ring buffer and of more.
+                0..=2 => {
+                    let mut buf = vec![0u8; [300, 2000, 1][round % 3]];
+                    let n = futures::AsyncReadExt::read(&mut s, &mut buf).await.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                    n
+                }
+                3 => {
+                    let (n, buf) = s.read(vec![0u8; 700]).await;
+                    let n = n.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                    n
+                }
+                _ => match s.recv_stream().next().await {
+                    Some(b) => {
+                        let b = b.unwrap();
+                        got.extend_from_slice(&b);
+                        b.len()
+                    }
+                    None => 0,
+                },
+            };
+            if n == 0 {
+                break;
+            }
+        }
+        got
+    });
+    sender.join().unwrap();
+    assert_eq!(got.len(), data.len(), "share {share}");
+    assert!(got == data, "bytes differ with a share of {share}");
+}
+
 /// Whether `s` has bytes (or the end of the stream) to read now.
 fn readable(s: &TcpStream) -> bool {
     use std::os::fd::AsRawFd;

@@ -106,9 +106,7 @@ mod tokio_drive;
 use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
-#[cfg(feature = "tokio")]
-use std::sync::Weak;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
 pub use driving::{CallerDriving, Driving, Submit};
@@ -212,10 +210,8 @@ impl EngineCore {
 }
 
 /// An [`AsyncEngine`] that may be gone ([`AsyncEngine::downgrade`]).
-#[cfg(feature = "tokio")]
 pub(crate) struct WeakEngine(Weak<EngineCore>);
 
-#[cfg(feature = "tokio")]
 impl WeakEngine {
     /// The engine, while any handle or operation of it lives.
     pub(crate) fn upgrade(&self) -> Option<AsyncEngine> {
@@ -774,7 +770,6 @@ impl AsyncEngine {
 
     /// A handle that does not keep the engine alive (its driving task
     /// holds one, and ends once the engine is gone).
-    #[cfg(feature = "tokio")]
     pub(crate) fn downgrade(&self) -> WeakEngine {
         WeakEngine(Arc::downgrade(&self.core))
     }
