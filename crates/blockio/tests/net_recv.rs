@@ -290,27 +290,34 @@ fn dropped_streams_lose_no_bytes(share: usize) {
 /// Reads through the `AsyncRead` traits (which keep one multishot receive
 /// armed across reads on io_uring), owned reads and receive streams (which
 /// have that receive cancelled first), in turn, each taking less than a
-/// ring buffer at times: every byte comes out once, in order. With a share
-/// of 2 buffers the kept receive is cancelled for the share again and
-/// again, and armed again by the next read.
+/// ring buffer at times: every byte comes out once, in order, on the
+/// driver thread and on a caller-driven ring. With a share of 2 buffers
+/// the kept receive is cancelled for the share again and again (from its
+/// completion, on whichever thread reaps it), and armed again by the next
+/// read.
 #[test]
 fn trait_reads_mixed_with_owned_reads_and_receive_streams_keep_every_byte_in_order() {
-    for share in [2, 32] {
-        mixed_reads_keep_every_byte(share);
+    for caller in [false, true] {
+        for share in [2, 32] {
+            mixed_reads_keep_every_byte(share, caller);
+        }
     }
 }
 
-fn mixed_reads_keep_every_byte(share: usize) {
-    let e = AsyncEngine::builder()
+fn mixed_reads_keep_every_byte(share: usize, caller: bool) {
+    let mut b = AsyncEngine::builder()
         .recv_buffers(64, 512)
-        .recv_buffer_share(share)
-        .build()
-        .unwrap();
-    let mut p = pairs(&e, 1);
-    let (mut s, peer) = p.pop().unwrap();
+        .recv_buffer_share(share);
+    if caller {
+        b = b.driving(Driving::Caller(CallerDriving::new()));
+    }
+    let e = b.build().unwrap();
+    let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut s, _) = drive_until(&e, l.accept()).unwrap();
     let data = payload(11, 1 << 20);
     let sender = send_from_thread(peer, data.clone());
-    let got = futures::executor::block_on(async {
+    let reads = async {
         let mut got = Vec::new();
         for round in 0usize.. {
             let n = match round % 5 {
@@ -341,10 +348,22 @@ fn mixed_reads_keep_every_byte(share: usize) {
             }
         }
         got
-    });
+    };
+    let got = if caller {
+        drive_until(&e, reads)
+    } else {
+        futures::executor::block_on(reads)
+    };
     sender.join().unwrap();
-    assert_eq!(got.len(), data.len(), "share {share}");
-    assert!(got == data, "bytes differ with a share of {share}");
+    assert_eq!(
+        got.len(),
+        data.len(),
+        "share {share}, caller-driven {caller}"
+    );
+    assert!(
+        got == data,
+        "bytes differ: share {share}, caller-driven {caller}"
+    );
 }
 
 /// Whether `s` has bytes (or the end of the stream) to read now.
