@@ -150,6 +150,17 @@ pub(crate) fn clock_paused() -> bool {
     paused_runtime().is_some()
 }
 
+/// A hold on the clock of the current-thread runtime the caller runs on,
+/// if its clock is paused: a trait read that finds the stream's kept
+/// multishot receive (made on the engine's driver, see `net::read_side`)
+/// with nothing queued has it cancelled, and keeps this until the cancel
+/// has woken its task, as a receive made then would hold the clock.
+pub(crate) fn clock_hold() -> Option<Arc<dyn Send + Sync>> {
+    let runtime = paused_runtime()?;
+    let hold: Arc<dyn Send + Sync> = ClockHold::on(&runtime);
+    Some(hold)
+}
+
 /// File requests of one batch, about to be handed to their engine
 /// together: each holds the clock, as a file operation started alone
 /// does (see the module's documentation).

@@ -147,7 +147,11 @@ impl ReadSide {
     pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Poll<Settled> {
         match self.settle_direct(cx, out) {
             Direct::Settled(settled) => return Poll::Ready(settled),
-            Direct::Kept(multi) => return self.poll_kept(cx, out, &multi),
+            Direct::Kept(multi) => {
+                if let Some(settled) = self.poll_kept(cx, out, &multi) {
+                    return settled;
+                }
+            }
             Direct::Other => {}
         }
         Poll::Ready(
@@ -243,15 +247,29 @@ impl ReadSide {
     /// nothing more queued, it is let go: at the end of the stream or on
     /// an error the read reports it, else (out of ring buffers, or
     /// cancelled) the read receives anew.
+    ///
+    /// On tokio's paused clock, a read that would wait for it has it
+    /// stopped instead (`None`: the usual path follows, waiting for the
+    /// cancel, then receiving on the runtime's thread), holding the clock
+    /// until the cancel has woken the task: the receive is made on the
+    /// engine's driver, whose completions the paused clock does not wait
+    /// for (see `aio::paused_clock`).
     fn poll_kept(
         &self,
         cx: &mut Context<'_>,
         out: &mut dyn ReadOut,
         multi: &Multi,
-    ) -> Poll<Settled> {
+    ) -> Option<Poll<Settled>> {
         let settled = match multi.take_into(cx, out) {
-            Took::Bytes(n) => return Poll::Ready(Settled::Copied(n)),
-            Took::Waiting => return Poll::Pending,
+            Took::Bytes(n) => return Some(Poll::Ready(Settled::Copied(n))),
+            Took::Waiting => {
+                let Some(hold) = super::recv_stream::paused_clock_hold() else {
+                    return Some(Poll::Pending);
+                };
+                multi.hold_until_ended(hold);
+                self.stop_kept();
+                return None;
+            }
             Took::End => Settled::Copied(0),
             Took::Failed(errno) => Settled::Failed(errno),
             Took::Stopped => Settled::Receive,
@@ -264,7 +282,7 @@ impl ReadSide {
             }
         };
         drop(gone);
-        Poll::Ready(settled)
+        Some(Poll::Ready(settled))
     }
 
     /// Keeps `multi`, a multishot receive just armed on this stream, for
@@ -277,6 +295,17 @@ impl ReadSide {
             multi,
             _armed: armed,
         });
+    }
+
+    /// The multishot receive kept armed across reads, if it is all the
+    /// stream keeps (no bytes, dropped read, error or end before it): a
+    /// peek takes what it has queued after what the read found.
+    pub(super) fn kept_next(&self) -> Option<Arc<Multi>> {
+        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !g.nothing_kept() {
+            return None;
+        }
+        g.kept.as_ref().map(|kept| kept.multi.clone())
     }
 
     /// Whether a multishot receive is kept armed across reads.

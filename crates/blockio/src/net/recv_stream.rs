@@ -191,6 +191,9 @@ struct MultiState {
     /// The last receive ended for want of buffers.
     ran_out: bool,
     waker: Option<Waker>,
+    /// A hold on tokio's paused clock, kept until the last completion has
+    /// woken the task (see [`Multi::hold_until_ended`]).
+    hold: Option<Arc<dyn Send + Sync>>,
 }
 
 impl Complete for Multi {
@@ -212,6 +215,7 @@ impl Complete for Multi {
                     },
                 }
             });
+        let mut hold = None;
         let waker = {
             let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
             match (res, buf) {
@@ -225,6 +229,7 @@ impl Complete for Multi {
             }
             if !io_uring::cqueue::more(flags) {
                 g.armed = false;
+                hold = g.hold.take();
             }
             g.waker.take()
         };
@@ -232,6 +237,8 @@ impl Complete for Multi {
         if let Some(w) = waker {
             w.wake();
         }
+        // Let go only once the task is woken.
+        drop(hold);
     }
 
     fn wake_waiters(&self) {
@@ -326,6 +333,49 @@ impl Multi {
         let op = unsafe { Op::from_action(core.sock.fd(), action, None) };
         let done: Arc<dyn Complete> = self.clone();
         core.sock.engine().driver().submit([Request { op, done }]);
+    }
+
+    /// Keeps `hold` (on tokio's paused clock) until the receive's last
+    /// completion has woken its task; dropped at once if it has ended.
+    pub(super) fn hold_until_ended(&self, hold: Arc<dyn Send + Sync>) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if g.armed {
+            g.hold = Some(hold);
+            return;
+        }
+        drop(g);
+        drop(hold);
+    }
+
+    /// Copies the bytes queued into `out`, buffer after buffer, while it
+    /// has room, without waiting and without taking an end or an error
+    /// queued (a peek's top-up, see `StreamCore::peek`): how many.
+    pub(super) fn take_queued(&self, out: &mut [u8]) -> usize {
+        let mut copied = 0;
+        loop {
+            // Declared before the guard, so dropped after it (a buffer's
+            // return wakes tasks).
+            let emptied;
+            let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let g = &mut *guard;
+            let Some(Item::Bytes(b)) = g.items.front() else {
+                return copied;
+            };
+            let n = (b.len() - g.consumed).min(out.len() - copied);
+            if n == 0 {
+                return copied;
+            }
+            out[copied..copied + n].copy_from_slice(&b[g.consumed..g.consumed + n]);
+            copied += n;
+            g.consumed += n;
+            if g.consumed < b.len() {
+                return copied;
+            }
+            g.consumed = 0;
+            emptied = g.items.pop_front();
+            drop(guard);
+            drop(emptied);
+        }
     }
 
     /// Copies the bytes queued into `out`, buffer after buffer, while it
@@ -436,6 +486,15 @@ pub(super) fn one_at_a_time() -> bool {
     return crate::aio::paused_clock::clock_paused();
     #[cfg(not(feature = "tokio"))]
     false
+}
+
+/// A hold on tokio's paused clock if the caller's runtime has it paused
+/// (see `aio::paused_clock`).
+pub(super) fn paused_clock_hold() -> Option<Arc<dyn Send + Sync>> {
+    #[cfg(feature = "tokio")]
+    return crate::aio::paused_clock::clock_hold();
+    #[cfg(not(feature = "tokio"))]
+    None
 }
 
 enum How<'a> {
