@@ -390,6 +390,15 @@ impl AsyncEngineBuilder {
     /// that one slow reader cannot take every buffer from the others.
     /// Default 32; at least 1.
     ///
+    /// A receive stream and owned reads hold at most this. Reads through
+    /// the I/O traits keep one multishot receive armed across reads, which
+    /// is cancelled once the connection holds its share, and the kernel
+    /// goes on filling buffers until the cancel lands: a reader that stops
+    /// reading can hold more, 11 to 81 buffers of 4 KiB beyond what a
+    /// socket nobody reads takes in, with shares of 1, 4 and 32
+    /// (`docs/sockets.md`), never more than the ring; once the ring is
+    /// empty, other connections receive into buffers of their own.
+    ///
     /// # Examples
     ///
     /// ```

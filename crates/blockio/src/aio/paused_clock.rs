@@ -68,7 +68,11 @@
 //! runtime receives one buffer at a time, each receive made as an owned
 //! read's (the receives on the engine's buffer ring, which its driver
 //! re-arms, would not be); one made before `pause()` keeps the ring. A multishot accept starts as
-//! before.
+//! before. The multishot receive a stream keeps armed across trait reads
+//! (`net::read_side`) is not armed while the clock is paused; one armed
+//! before `pause()` is cancelled by the first read that finds nothing it
+//! posted, which holds the clock ([`clock_hold`]) until the cancel has
+//! woken its task and then receives as above.
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
