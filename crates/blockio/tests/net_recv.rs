@@ -287,6 +287,181 @@ fn dropped_streams_lose_no_bytes(share: usize) {
     assert!(got == data, "bytes differ with a share of {share}");
 }
 
+/// Reads through the `AsyncRead` traits (which keep one multishot receive
+/// armed across reads on io_uring), owned reads, receive streams (which
+/// have that receive cancelled first), peeks (whose bytes must be the
+/// next read's), trait reads dropped after one pending poll and trait
+/// reads through the stream's split read half, in turn, each taking less
+/// than a ring buffer at times: every byte comes out once, in order, on
+/// the driver thread and on a caller-driven ring. With a share of 2 buffers
+/// the kept receive is cancelled for the share again and again (from its
+/// completion, on whichever thread reaps it), and armed again by the next
+/// read.
+#[test]
+fn trait_reads_mixed_with_owned_reads_and_receive_streams_keep_every_byte_in_order() {
+    for caller in [false, true] {
+        for share in [2, 32] {
+            mixed_reads_keep_every_byte(share, caller);
+        }
+    }
+}
+
+fn mixed_reads_keep_every_byte(share: usize, caller: bool) {
+    let mut b = AsyncEngine::builder()
+        .recv_buffers(64, 512)
+        .recv_buffer_share(share);
+    if caller {
+        b = b.driving(Driving::Caller(CallerDriving::new()));
+    }
+    let e = b.build().unwrap();
+    let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut s, _) = drive_until(&e, l.accept()).unwrap();
+    let data = payload(11, 1 << 20);
+    let sender = send_from_thread(peer, data.clone());
+    let reads = async {
+        let mut got = Vec::new();
+        for round in 0usize.. {
+            let n = match round % 8 {
+                // Trait reads, of less than a ring buffer and of more.
+                0..=2 => {
+                    let mut buf = vec![0u8; [300, 2000, 1][round % 3]];
+                    let n = futures::AsyncReadExt::read(&mut s, &mut buf).await.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                    n
+                }
+                3 => {
+                    let (n, buf) = s.read(vec![0u8; 700]).await;
+                    let n = n.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                    n
+                }
+                // A peek: the bytes are the next bytes, and stay for the
+                // reads after it.
+                5 => {
+                    let mut buf = vec![0u8; 900];
+                    let n = s.peek(&mut buf).await.unwrap();
+                    let at = got.len();
+                    assert!(
+                        buf[..n] == data[at..at + n],
+                        "a peek at {at} saw other bytes: share {share}, caller-driven {caller}"
+                    );
+                    // Only at the end does a peek see nothing; a read
+                    // ends the loop there.
+                    assert!(n > 0 || at == data.len(), "an empty peek at {at}");
+                    1
+                }
+                // A trait read polled once: pending, it is dropped and
+                // loses nothing; ready, its bytes count.
+                6 => {
+                    let mut buf = vec![0u8; 1500];
+                    let read = futures::AsyncReadExt::read(&mut s, &mut buf);
+                    if let Some(n) = futures::FutureExt::now_or_never(read) {
+                        let n = n.unwrap();
+                        got.extend_from_slice(&buf[..n]);
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                    1
+                }
+                // Through the split read half.
+                7 => {
+                    let (mut rd, _wr) = s.split();
+                    let mut buf = vec![0u8; 3000];
+                    let n = futures::AsyncReadExt::read(&mut rd, &mut buf)
+                        .await
+                        .unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                    n
+                }
+                _ => match s.recv_stream().next().await {
+                    Some(b) => {
+                        let b = b.unwrap();
+                        got.extend_from_slice(&b);
+                        b.len()
+                    }
+                    None => 0,
+                },
+            };
+            if n == 0 {
+                break;
+            }
+        }
+        got
+    };
+    let got = if caller {
+        drive_until(&e, reads)
+    } else {
+        futures::executor::block_on(reads)
+    };
+    sender.join().unwrap();
+    assert_eq!(
+        got.len(),
+        data.len(),
+        "share {share}, caller-driven {caller}"
+    );
+    assert!(
+        got == data,
+        "bytes differ: share {share}, caller-driven {caller}"
+    );
+}
+
+/// A peek after a trait read (which keeps a multishot receive armed on
+/// io_uring) sees the bytes that arrive after it: the peer sends `hello`,
+/// a peek sees it, the peer sends `world`, and peeking again and again
+/// (each peek returns at once with what it has) sees all ten bytes, which
+/// the next read then takes. Peeks that only ever saw bytes taken from
+/// the socket, not those the kept receive had posted, saw `hello` for
+/// ever; the loop's bound, far above what a busy machine costs, ends it.
+#[test]
+fn a_peek_loop_after_a_trait_read_sees_the_bytes_that_come() {
+    for caller in [false, true] {
+        let mut b = AsyncEngine::builder();
+        if caller {
+            b = b.driving(Driving::Caller(CallerDriving::new()));
+        }
+        let e = b.build().unwrap();
+        let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+        let mut peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = drive_until(&e, l.accept()).unwrap();
+        // A trait read that finds nothing (on io_uring it arms the kept
+        // receive), dropped; the next one takes the first byte.
+        let mut one = [0u8; 1];
+        let first = futures::AsyncReadExt::read(&mut s, &mut one);
+        assert!(futures::FutureExt::now_or_never(first).is_none());
+        peer.write_all(b"X").unwrap();
+        drive_until(&e, futures::AsyncReadExt::read_exact(&mut s, &mut one)).unwrap();
+        assert_eq!(&one, b"X");
+        peer.write_all(b"hello").unwrap();
+        let mut buf = [0u8; 10];
+        let mut n = drive_until(&e, s.peek(&mut buf)).unwrap();
+        while n < 5 {
+            e.reap();
+            n = drive_until(&e, s.peek(&mut buf)).unwrap();
+        }
+        assert_eq!(&buf[..n], b"hello", "caller-driven {caller}");
+        peer.write_all(b"world").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while n < 10 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a peek loop saw only {:?}: caller-driven {caller}",
+                String::from_utf8_lossy(&buf[..n])
+            );
+            // A caller-driven ring's completions come in only as it is
+            // driven (a peek with bytes does not wait).
+            std::thread::yield_now();
+            e.reap();
+            n = drive_until(&e, s.peek(&mut buf)).unwrap();
+        }
+        assert_eq!(&buf, b"helloworld", "caller-driven {caller}");
+        let mut all = [0u8; 10];
+        drive_until(&e, futures::AsyncReadExt::read_exact(&mut s, &mut all)).unwrap();
+        assert_eq!(&all, b"helloworld", "caller-driven {caller}");
+    }
+}
+
 /// Whether `s` has bytes (or the end of the stream) to read now.
 fn readable(s: &TcpStream) -> bool {
     use std::os::fd::AsRawFd;

@@ -274,3 +274,66 @@ async fn thread_pool_reply_before_the_timer() {
 async fn thread_pool_stream_reply_before_the_timer() {
     check(thread_pool(Reader::Stream), "thread pool, receive stream").await;
 }
+
+/// One connection of a driver thread's engine reads a reply through the
+/// traits with the clock running, which on io_uring keeps a multishot
+/// receive armed on the driver for the reads after it; then the clock is
+/// paused, and [`ROUNDS`] rounds of request and echo on that connection
+/// race the timer. Each read that finds that receive with nothing queued
+/// must hold the clock as a receive made then would: without it, the
+/// timer won 90 to 200 rounds of 200 beside a busy thread and 1 to 3 in
+/// some runs alone.
+#[tokio::test]
+async fn driver_thread_kept_receive_then_paused_reply_before_the_timer() {
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Thread)
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut request = [0u8; 4];
+        while s.read_exact(&mut request).await.is_ok() {
+            s.write_all(&request).await.unwrap();
+        }
+    });
+    let mut client = blockio::net::TcpStream::connect_with(&engine, addr)
+        .await
+        .unwrap();
+    // With the clock running: the reply is not there yet when the read
+    // starts, so it waits in the receive kept armed.
+    AsyncWriteExt::write_all(&mut client, &[9u8; 4])
+        .await
+        .unwrap();
+    let mut reply = [0u8; 4];
+    client.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply, [9u8; 4]);
+    tokio::time::pause();
+    let mut lost = 0;
+    for round in 0..ROUNDS {
+        let request = round.to_le_bytes();
+        AsyncWriteExt::write_all(&mut client, &request)
+            .await
+            .unwrap();
+        tokio::select! {
+            read = client.read_exact(&mut reply) => {
+                read.unwrap();
+                assert_eq!(reply, request, "the reply is not the request echoed");
+            }
+            _ = tokio::time::sleep(TIMER) => {
+                lost += 1;
+                // The late reply, so that the next round lines up.
+                client.read_exact(&mut reply).await.unwrap();
+                assert_eq!(reply, request, "the reply is not the request echoed");
+            }
+        }
+    }
+    drop(client);
+    server.await.unwrap();
+    assert_eq!(
+        lost, 0,
+        "driver thread, after a read kept a receive armed: the paused clock jumped to the \
+         {TIMER:?} timer before the reply in {lost} of {ROUNDS} rounds"
+    );
+}

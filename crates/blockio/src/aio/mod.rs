@@ -106,9 +106,7 @@ mod tokio_drive;
 use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
-#[cfg(feature = "tokio")]
-use std::sync::Weak;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
 pub use driving::{CallerDriving, Driving, Submit};
@@ -212,10 +210,8 @@ impl EngineCore {
 }
 
 /// An [`AsyncEngine`] that may be gone ([`AsyncEngine::downgrade`]).
-#[cfg(feature = "tokio")]
 pub(crate) struct WeakEngine(Weak<EngineCore>);
 
-#[cfg(feature = "tokio")]
 impl WeakEngine {
     /// The engine, while any handle or operation of it lives.
     pub(crate) fn upgrade(&self) -> Option<AsyncEngine> {
@@ -393,6 +389,15 @@ impl AsyncEngineBuilder {
     /// dropped) before it receives into buffers of its own instead, so
     /// that one slow reader cannot take every buffer from the others.
     /// Default 32; at least 1.
+    ///
+    /// A receive stream and owned reads hold at most this. Reads through
+    /// the I/O traits keep one multishot receive armed across reads, which
+    /// is cancelled once the connection holds its share, and the kernel
+    /// goes on filling buffers until the cancel lands: a reader that stops
+    /// reading can hold more, 11 to 81 buffers of 4 KiB beyond what a
+    /// socket nobody reads takes in, with shares of 1, 4 and 32
+    /// (`docs/sockets.md`), never more than the ring; once the ring is
+    /// empty, other connections receive into buffers of their own.
     ///
     /// # Examples
     ///
@@ -774,7 +779,6 @@ impl AsyncEngine {
 
     /// A handle that does not keep the engine alive (its driving task
     /// holds one, and ends once the engine is gone).
-    #[cfg(feature = "tokio")]
     pub(crate) fn downgrade(&self) -> WeakEngine {
         WeakEngine(Arc::downgrade(&self.core))
     }

@@ -68,7 +68,11 @@
 //! runtime receives one buffer at a time, each receive made as an owned
 //! read's (the receives on the engine's buffer ring, which its driver
 //! re-arms, would not be); one made before `pause()` keeps the ring. A multishot accept starts as
-//! before.
+//! before. The multishot receive a stream keeps armed across trait reads
+//! (`net::read_side`) is not armed while the clock is paused; one armed
+//! before `pause()` is cancelled by the first read that finds nothing it
+//! posted, which holds the clock ([`clock_hold`]) until the cancel has
+//! woken its task and then receives as above.
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
@@ -148,6 +152,17 @@ fn paused_runtime() -> Option<Handle> {
 /// as it is).
 pub(crate) fn clock_paused() -> bool {
     paused_runtime().is_some()
+}
+
+/// A hold on the clock of the current-thread runtime the caller runs on,
+/// if its clock is paused: a trait read that finds the stream's kept
+/// multishot receive (made on the engine's driver, see `net::read_side`)
+/// with nothing queued has it cancelled, and keeps this until the cancel
+/// has woken its task, as a receive made then would hold the clock.
+pub(crate) fn clock_hold() -> Option<Arc<dyn Send + Sync>> {
+    let runtime = paused_runtime()?;
+    let hold: Arc<dyn Send + Sync> = ClockHold::on(&runtime);
+    Some(hold)
 }
 
 /// File requests of one batch, about to be handed to their engine

@@ -26,6 +26,17 @@
 //! bytes already there at once, rather than a pending result, a wake
 //! from the driver and another call.
 //!
+//! Where the engine has a ring of provided buffers (io_uring, Linux
+//! 6.0), a read that found the socket empty arms a multishot receive
+//! instead, which the stream keeps across reads (see `ReadSide`'s kept
+//! receive): each read after it copies what the receive posted into the
+//! ring's buffers and gives them back, submitting nothing, until the
+//! kernel ends it. A request-response connection then costs one
+//! completion per request, where a receive armed per read cost a
+//! submission, a completion and a second poll of the read; and an idle
+//! connection waiting in a read holds no buffer. A connection holding its
+//! share of the ring has the receive cancelled (`Multi`'s cap).
+//!
 //! A stream holds its receive buffer only while it needs it: once a read
 //! has handed out everything received and no receive is in flight, the
 //! buffer goes to a free list the process's streams share (at most
@@ -52,6 +63,7 @@ use std::sync::Mutex;
 use std::task::{ready, Context, Poll, Waker};
 
 use super::read_side::Settled;
+use super::recv_stream::{KeepArmed, Multi};
 use super::stream::StreamCore;
 use crate::aio::op::{OpFuture, ReadOut, SpentTarget};
 use crate::backend::Backend;
@@ -94,6 +106,28 @@ fn pool_take() -> Vec<u8> {
         .unwrap_or_else(|e| e.into_inner())
         .pop()
         .unwrap_or_default()
+}
+
+/// On io_uring with a ring of provided buffers, arms a multishot receive
+/// on the stream's socket and keeps it for the reads that follow (see
+/// `ReadSide::keep_armed`): true, and `cx` is woken when it posts. Not
+/// while the ring has no buffer left (the receive would end at once; the
+/// read receives into a buffer of its own), nor on tokio's paused clock,
+/// where a receive is made on the runtime's thread one at a time (see
+/// `aio::paused_clock`). Called only when the socket is next and empty.
+fn keep_armed(core: &StreamCore, cx: &mut Context<'_>) -> bool {
+    let engine = core.sock.engine();
+    let Some(ring) = engine.recv_ring() else {
+        return false;
+    };
+    if ring.exhausted() || super::recv_stream::one_at_a_time() {
+        return false;
+    }
+    let multi = Multi::new(core, ring, true);
+    multi.arm(core, true, Some(cx.waker()));
+    let armed = KeepArmed::new(multi.clone(), engine.clone());
+    core.reads.keep_armed(multi, armed);
+    true
 }
 
 /// The poll-based state of one stream.
@@ -140,7 +174,7 @@ impl PollIo {
                 .parked
                 .as_ref()
                 .is_some_and(|w| w.will_wake(cx.waker()));
-            if !(same_read && self.receiving.is_some()) {
+            if !(same_read && (self.receiving.is_some() || core.reads.has_kept())) {
                 self.parked = None;
                 return Poll::Ready(Err(e));
             }
@@ -181,6 +215,10 @@ impl PollIo {
         if let Some(read) = self.receive_inline(core, out) {
             self.release(core);
             return Poll::Ready(read);
+        }
+        if keep_armed(core, cx) {
+            self.release(core);
+            return Poll::Pending;
         }
         let mut buf = std::mem::take(&mut self.spare);
         if buf.capacity() == 0 {

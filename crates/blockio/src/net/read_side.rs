@@ -13,6 +13,14 @@
 //! holds its buffer and its place until bytes come, the peer ends the
 //! stream or the stream is dropped, which cancels it (a read that
 //! completes touches nothing here).
+//!
+//! The reads of the I/O traits keep one multishot receive armed across
+//! reads, where the engine has a ring of provided buffers (see
+//! [`ReadSide::keep_armed`]): it posts each buffer it fills, a read takes
+//! the bytes already posted, and only the kernel ends it (the ring out of
+//! buffers, the end of the stream, an error). Owned reads take from it
+//! too; a receive stream, which arms its own, has it cancelled first and
+//! takes what it had posted before anything newer.
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -20,6 +28,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use super::recv_stream::{KeepArmed, Multi, Took};
 use crate::aio::op::{Abandoned, OpFuture, ReadOut, SliceOut};
 use crate::aio::{BufResult, IoBufMut};
 
@@ -45,6 +54,17 @@ struct DroppedReads {
     /// Receive streams still to receive inline (see
     /// [`ReadSide::receive_inline`]).
     inline: u32,
+    /// The multishot receive kept armed across reads (see
+    /// [`ReadSide::keep_armed`]): what it posts comes after everything
+    /// above, and nothing else receives from the socket while it is here.
+    kept: Option<Kept>,
+}
+
+/// A multishot receive kept armed across reads.
+struct Kept {
+    multi: Arc<Multi>,
+    /// Cancels the receive when dropped with the stream.
+    _armed: KeepArmed,
 }
 
 impl DroppedReads {
@@ -52,6 +72,12 @@ impl DroppedReads {
     /// handed out: no bytes kept, no dropped read still in the kernel, no
     /// error or end kept for the next read.
     fn socket_is_next(&self) -> bool {
+        self.nothing_kept() && self.kept.is_none()
+    }
+
+    /// Whether no bytes, dropped read, error or end is kept for the next
+    /// read (a multishot receive kept armed aside).
+    fn nothing_kept(&self) -> bool {
         self.leftover.is_empty() && self.dropped.is_empty() && self.error.is_none() && !self.ended
     }
 }
@@ -59,6 +85,17 @@ impl DroppedReads {
 /// Receive streams that receive inline after one was dropped pending
 /// (see [`ReadSide::receive_inline`]).
 const INLINE_AFTER_DROP: u32 = 64;
+
+/// What [`ReadSide::settle_direct`] found.
+enum Direct {
+    /// What the read does.
+    Settled(Settled),
+    /// Nothing kept but the multishot receive kept armed: the read takes
+    /// what it posted.
+    Kept(Arc<Multi>),
+    /// Bytes, reads, an error or an end kept: the usual path follows.
+    Other,
+}
 
 /// A read whose future was dropped before its result came.
 struct Left {
@@ -108,8 +145,14 @@ impl ReadSide {
     /// does not fit is kept), so a read allocates nothing and a stream
     /// keeps no copy of what it hands out at once.
     pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Poll<Settled> {
-        if let Some(settled) = self.settle_direct(cx, out) {
-            return Poll::Ready(settled);
+        match self.settle_direct(cx, out) {
+            Direct::Settled(settled) => return Poll::Ready(settled),
+            Direct::Kept(multi) => {
+                if let Some(settled) = self.poll_kept(cx, out, &multi) {
+                    return settled;
+                }
+            }
+            Direct::Other => {}
         }
         Poll::Ready(
             match std::task::ready!(self.poll_with(cx, |left| out.put_front(left))) {
@@ -125,6 +168,7 @@ impl ReadSide {
     /// takes up to `max` leftover bytes; what ended those reads comes after
     /// their bytes.
     pub(crate) fn poll_take(&self, cx: &mut Context<'_>, max: usize) -> Poll<Taken> {
+        self.stop_kept();
         self.poll_with(cx, |left| {
             let n = left.len().min(max);
             left.drain(..n).collect()
@@ -160,11 +204,12 @@ impl ReadSide {
     /// ended them and `out` has room: [`Settled::Copied`] with the bytes
     /// copied if any, else [`Settled::Receive`] if the stream keeps
     /// nothing at all (no read in flight, no bytes, no end, no error: the
-    /// usual case, answered under one lock), else `None` and the usual
-    /// path follows. What does not fit `out`, and what ended a read, is
+    /// usual case, answered under one lock), else [`Direct::Kept`] if it
+    /// keeps only a multishot receive armed, else [`Direct::Other`] and
+    /// the usual path follows. What does not fit `out`, and what ended a read, is
     /// kept for the next read; reads still in the kernel are left for it
     /// too (a pending one has `cx` to wake).
-    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Option<Settled> {
+    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Direct {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let g = &mut *g;
         let mut copied = 0;
@@ -185,9 +230,110 @@ impl ReadSide {
             }
         }
         if copied > 0 {
-            return Some(Settled::Copied(copied));
+            return Direct::Settled(Settled::Copied(copied));
         }
-        g.socket_is_next().then_some(Settled::Receive)
+        if !g.nothing_kept() {
+            return Direct::Other;
+        }
+        match &g.kept {
+            Some(kept) => Direct::Kept(kept.multi.clone()),
+            None => Direct::Settled(Settled::Receive),
+        }
+    }
+
+    /// Takes what the multishot receive kept armed posted into `out`,
+    /// with no lock of the read side held (the buffers it empties go back
+    /// to the ring, which wakes tasks). Once the receive has ended, with
+    /// nothing more queued, it is let go: at the end of the stream or on
+    /// an error the read reports it, else (out of ring buffers, or
+    /// cancelled) the read receives anew.
+    ///
+    /// On tokio's paused clock, a read that would wait for it has it
+    /// stopped instead (`None`: the usual path follows, waiting for the
+    /// cancel, then receiving on the runtime's thread), holding the clock
+    /// until the cancel has woken the task: the receive is made on the
+    /// engine's driver, whose completions the paused clock does not wait
+    /// for (see `aio::paused_clock`).
+    fn poll_kept(
+        &self,
+        cx: &mut Context<'_>,
+        out: &mut dyn ReadOut,
+        multi: &Multi,
+    ) -> Option<Poll<Settled>> {
+        let settled = match multi.take_into(cx, out) {
+            Took::Bytes(n) => return Some(Poll::Ready(Settled::Copied(n))),
+            Took::Waiting => {
+                let Some(hold) = super::recv_stream::paused_clock_hold() else {
+                    return Some(Poll::Pending);
+                };
+                multi.hold_until_ended(hold);
+                self.stop_kept();
+                return None;
+            }
+            Took::End => Settled::Copied(0),
+            Took::Failed(errno) => Settled::Failed(errno),
+            Took::Stopped => Settled::Receive,
+        };
+        let gone = {
+            let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            match &g.kept {
+                Some(kept) if std::ptr::eq(Arc::as_ptr(&kept.multi), multi) => g.kept.take(),
+                _ => None,
+            }
+        };
+        drop(gone);
+        Some(Poll::Ready(settled))
+    }
+
+    /// Keeps `multi`, a multishot receive just armed on this stream, for
+    /// the reads that follow (`armed` cancels it when dropped). Only when
+    /// the socket is next (see [`socket_is_next`](Self::socket_is_next)):
+    /// nothing else received from the socket until it is let go.
+    pub(super) fn keep_armed(&self, multi: Arc<Multi>, armed: KeepArmed) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.kept = Some(Kept {
+            multi,
+            _armed: armed,
+        });
+    }
+
+    /// The multishot receive kept armed across reads, if it is all the
+    /// stream keeps (no bytes, dropped read, error or end before it): a
+    /// peek takes what it has queued after what the read found.
+    pub(super) fn kept_next(&self) -> Option<Arc<Multi>> {
+        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !g.nothing_kept() {
+            return None;
+        }
+        g.kept.as_ref().map(|kept| kept.multi.clone())
+    }
+
+    /// Whether a multishot receive is kept armed across reads.
+    pub(crate) fn has_kept(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .kept
+            .is_some()
+    }
+
+    /// Cancels the multishot receive kept armed, if any, and queues it as
+    /// a dropped read: its bytes come out first, and nothing else receives
+    /// from the socket until it has ended.
+    fn stop_kept(&self) {
+        let kept = {
+            let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(Kept { multi, _armed }) = g.kept.take() else {
+                return;
+            };
+            g.dropped.push_back(Left {
+                read: multi,
+                _armed: None,
+            });
+            _armed
+        };
+        // Cancels it, with the read side unlocked.
+        drop(kept);
     }
 
     /// Whether nothing is left over and no dropped read is in flight: the

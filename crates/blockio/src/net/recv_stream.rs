@@ -56,16 +56,16 @@ use std::io;
 use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 
 use super::read_side::Taken;
 use super::socket::OwnedSocket;
 use super::stream::StreamCore;
 use crate::aio::buf_ring::{BufRing, GROUP};
-use crate::aio::op::Abandoned;
+use crate::aio::op::{Abandoned, ReadOut};
 use crate::aio::request::{Cancel, Complete, Request};
-use crate::aio::BufResult;
+use crate::aio::{BufResult, WeakEngine};
 use crate::op::action::{Action, RecvSelectArgs};
 use crate::op::Op;
 
@@ -158,30 +158,42 @@ impl Drop for RecvBuf {
 }
 
 /// What one receive posted, in order.
-enum Item {
+pub(super) enum Item {
     Bytes(RecvBuf),
     End,
     Failed(i32),
 }
 
 /// The state a stream's multishot receive shares with the driver.
-struct Multi {
+pub(super) struct Multi {
     state: Mutex<MultiState>,
     ring: Arc<BufRing>,
     held: Arc<AtomicUsize>,
     /// Keeps the descriptor this stream's receive names open until the
     /// receive's last completion (the driver holds this value until then).
     _socket: Arc<OwnedSocket>,
+    /// For a multishot receive kept armed across reads: the engine, to
+    /// cancel it once the buffers queued reach the connection's share
+    /// (see [`Multi::cap`]), and this value, to name it.
+    cap: Option<(WeakEngine, Weak<Multi>)>,
 }
 
 #[derive(Default)]
 struct MultiState {
     items: VecDeque<Item>,
+    /// Bytes of the first item already handed out (by a trait read with
+    /// less room than the buffer held, see [`Multi::take_into`]).
+    consumed: usize,
     /// A receive is in the kernel (its last completion not yet seen).
     armed: bool,
+    /// Its cancel for the share has been sent.
+    capped: bool,
     /// The last receive ended for want of buffers.
     ran_out: bool,
     waker: Option<Waker>,
+    /// A hold on tokio's paused clock, kept until the last completion has
+    /// woken the task (see [`Multi::hold_until_ended`]).
+    hold: Option<Arc<dyn Send + Sync>>,
 }
 
 impl Complete for Multi {
@@ -203,6 +215,7 @@ impl Complete for Multi {
                     },
                 }
             });
+        let mut hold = None;
         let waker = {
             let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
             match (res, buf) {
@@ -216,12 +229,16 @@ impl Complete for Multi {
             }
             if !io_uring::cqueue::more(flags) {
                 g.armed = false;
+                hold = g.hold.take();
             }
             g.waker.take()
         };
+        self.cap();
         if let Some(w) = waker {
             w.wake();
         }
+        // Let go only once the task is woken.
+        drop(hold);
     }
 
     fn wake_waiters(&self) {
@@ -233,6 +250,183 @@ impl Complete for Multi {
             .take();
         if let Some(w) = waker {
             w.wake();
+        }
+    }
+}
+
+/// What [`Multi::take_into`] found.
+pub(super) enum Took {
+    /// This many bytes went to the read (at least one).
+    Bytes(usize),
+    /// Nothing queued, the receive still armed: the read's task is woken
+    /// when it posts.
+    Waiting,
+    /// The end of the stream, with nothing queued before it.
+    End,
+    /// The receive failed with this errno, with nothing queued before it.
+    Failed(i32),
+    /// Nothing queued and the receive no longer armed (it ran out of ring
+    /// buffers, or was cancelled): the read receives anew.
+    Stopped,
+}
+
+impl Multi {
+    /// The state of a receive on `core`'s socket into the engine's `ring`
+    /// (not armed yet).
+    /// `capped`: whether its receive is cancelled once the buffers queued
+    /// reach the connection's share (a receive kept armed across reads,
+    /// which nobody polls while its reader does something else).
+    pub(super) fn new(core: &StreamCore, ring: &Arc<BufRing>, capped: bool) -> Arc<Multi> {
+        Arc::new_cyclic(|me| Multi {
+            state: Mutex::default(),
+            ring: ring.clone(),
+            held: Arc::default(),
+            _socket: core.sock.socket.clone(),
+            cap: capped.then(|| (core.sock.engine().downgrade(), me.clone())),
+        })
+    }
+
+    /// Cancels a capped multishot receive (see [`new`](Self::new)) once
+    /// the connection holds its share of the ring's buffers, received and
+    /// not yet read: a reader that stops reading holds at most its share
+    /// (and what the kernel posts before the cancel lands), and the bytes
+    /// the peer sends after that wait in the socket, whose window then
+    /// closes, as on a socket nobody reads. The next read after the last
+    /// buffer was taken arms it again.
+    fn cap(&self) {
+        let Some((engine, me)) = &self.cap else {
+            return;
+        };
+        if self.held.load(Ordering::SeqCst) < self.ring.shape().share {
+            return;
+        }
+        {
+            let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if !g.armed || std::mem::replace(&mut g.capped, true) {
+                return;
+            }
+        }
+        if let Some(engine) = engine.upgrade() {
+            let me: Weak<dyn Complete> = me.clone();
+            engine.driver().cancel(Cancel(me));
+        }
+    }
+
+    /// Arms the receive on `core`'s socket: multishot (one completion per
+    /// ring buffer filled, until the kernel ends it) or single-shot;
+    /// `waker`, if given, is woken by its first completion.
+    pub(super) fn arm(self: &Arc<Self>, core: &StreamCore, multishot: bool, waker: Option<&Waker>) {
+        let replaced = {
+            let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            g.armed = true;
+            waker.and_then(|w| g.waker.replace(w.clone()))
+        };
+        drop(replaced);
+        let action = Action::RecvSelect(RecvSelectArgs {
+            group: GROUP,
+            len: self.ring.shape().size,
+            multishot,
+        });
+        // SAFETY: the action points at no memory; the kernel writes into
+        // ring buffers that live until the ring is gone; `self`, which the
+        // driver holds until the last completion, keeps the socket open.
+        let op = unsafe { Op::from_action(core.sock.fd(), action, None) };
+        let done: Arc<dyn Complete> = self.clone();
+        core.sock.engine().driver().submit([Request { op, done }]);
+    }
+
+    /// Keeps `hold` (on tokio's paused clock) until the receive's last
+    /// completion has woken its task; dropped at once if it has ended.
+    pub(super) fn hold_until_ended(&self, hold: Arc<dyn Send + Sync>) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if g.armed {
+            g.hold = Some(hold);
+            return;
+        }
+        drop(g);
+        drop(hold);
+    }
+
+    /// Copies the bytes queued into `out`, buffer after buffer, while it
+    /// has room, without waiting and without taking an end or an error
+    /// queued (a peek's top-up, see `StreamCore::peek`): how many.
+    pub(super) fn take_queued(&self, out: &mut [u8]) -> usize {
+        let mut copied = 0;
+        loop {
+            // Declared before the guard, so dropped after it (a buffer's
+            // return wakes tasks).
+            let emptied;
+            let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let g = &mut *guard;
+            let Some(Item::Bytes(b)) = g.items.front() else {
+                return copied;
+            };
+            let n = (b.len() - g.consumed).min(out.len() - copied);
+            if n == 0 {
+                return copied;
+            }
+            out[copied..copied + n].copy_from_slice(&b[g.consumed..g.consumed + n]);
+            copied += n;
+            g.consumed += n;
+            if g.consumed < b.len() {
+                return copied;
+            }
+            g.consumed = 0;
+            emptied = g.items.pop_front();
+            drop(guard);
+            drop(emptied);
+        }
+    }
+
+    /// Copies the bytes queued into `out`, buffer after buffer, while it
+    /// has room (a buffer it takes only part of keeps the rest, first in
+    /// line), and gives each buffer emptied back to the ring. With nothing
+    /// queued and the receive still armed, `cx` is woken when it posts.
+    /// The end or an error is reported by the call that finds it first
+    /// in line.
+    pub(super) fn take_into(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Took {
+        let mut copied = 0;
+        loop {
+            // Declared before the guard, so dropped after it: a buffer's
+            // return wakes tasks and a waker's `Drop` is user code, neither
+            // run under the lock.
+            let mut emptied = None;
+            let _replaced: Option<Waker>;
+            let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let g = &mut *guard;
+            let took = match g.items.front() {
+                Some(Item::Bytes(b)) if out.room() > 0 => {
+                    let n = (b.len() - g.consumed).min(out.room());
+                    out.put(&b[g.consumed..g.consumed + n]);
+                    copied += n;
+                    g.consumed += n;
+                    if g.consumed == b.len() {
+                        g.consumed = 0;
+                        emptied = g.items.pop_front();
+                    }
+                    None
+                }
+                _ if copied > 0 => Some(Took::Bytes(copied)),
+                Some(Item::Bytes(_)) => Some(Took::Bytes(0)),
+                Some(Item::End) => {
+                    g.items.pop_front();
+                    Some(Took::End)
+                }
+                Some(&Item::Failed(errno)) => {
+                    g.items.pop_front();
+                    Some(Took::Failed(errno))
+                }
+                None if g.armed => {
+                    _replaced = g.waker.replace(cx.waker().clone());
+                    Some(Took::Waiting)
+                }
+                None => Some(Took::Stopped),
+            };
+            drop(guard);
+            drop(emptied);
+            if let Some(took) = took {
+                return took;
+            }
         }
     }
 }
@@ -250,7 +444,7 @@ impl Abandoned for Multi {
         while let Some(item) = g.items.pop_front() {
             match item {
                 Item::Bytes(b) => {
-                    into.extend(&b[..]);
+                    into.extend(&b[std::mem::take(&mut g.consumed)..]);
                     released.push(b);
                 }
                 Item::End => end = 0,
@@ -287,11 +481,20 @@ type Receive<'a> = Pin<Box<dyn Future<Output = BufResult<usize, Vec<u8>>> + Send
 /// Whether a stream made now receives one buffer at a time although the
 /// engine has a buffer ring: on tokio's paused clock, where only an owned
 /// receive is made on the runtime's thread (see `aio::paused_clock`).
-fn one_at_a_time() -> bool {
+pub(super) fn one_at_a_time() -> bool {
     #[cfg(feature = "tokio")]
     return crate::aio::paused_clock::clock_paused();
     #[cfg(not(feature = "tokio"))]
     false
+}
+
+/// A hold on tokio's paused clock if the caller's runtime has it paused
+/// (see `aio::paused_clock`).
+pub(super) fn paused_clock_hold() -> Option<Arc<dyn Send + Sync>> {
+    #[cfg(feature = "tokio")]
+    return crate::aio::paused_clock::clock_hold();
+    #[cfg(not(feature = "tokio"))]
+    None
 }
 
 enum How<'a> {
@@ -312,12 +515,7 @@ impl<'a> RecvStream<'a> {
     pub(crate) fn new(core: &'a StreamCore) -> RecvStream<'a> {
         let how = match core.sock.engine().recv_ring() {
             Some(ring) if !one_at_a_time() => How::Ring(RingReceive {
-                multi: Arc::new(Multi {
-                    state: Mutex::default(),
-                    ring: ring.clone(),
-                    held: Arc::default(),
-                    _socket: core.sock.socket.clone(),
-                }),
+                multi: Multi::new(core, ring, false),
                 cancelling: false,
                 paused: false,
             }),
@@ -542,27 +740,9 @@ impl<'a> RecvStream<'a> {
         let How::Ring(r) = &mut self.how else {
             return;
         };
-        r.multi
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .armed = true;
         let shape = r.multi.ring.shape();
-        let action = Action::RecvSelect(RecvSelectArgs {
-            group: GROUP,
-            len: shape.size,
-            multishot: shape.share >= usize::from(shape.count),
-        });
-        // SAFETY: the action points at no memory; the kernel writes into
-        // ring buffers that live until the ring is gone; `multi`, which the
-        // driver holds until the last completion, keeps the socket open.
-        let op = unsafe { Op::from_action(self.core.sock.fd(), action, None) };
-        let done: Arc<dyn Complete> = r.multi.clone();
-        self.core
-            .sock
-            .engine()
-            .driver()
-            .submit([Request { op, done }]);
+        r.multi
+            .arm(self.core, shape.share >= usize::from(shape.count), None);
     }
 
     /// Polls the receive into a buffer of the stream's own.
@@ -673,11 +853,19 @@ impl Drop for RecvStream<'_> {
 }
 
 /// Keeps a dropped stream's single-shot receive armed for the
-/// connection's next read; dropped before it completed (the connection
-/// is dropped), cancels it.
-struct KeepArmed {
+/// connection's next read, or the trait reads' multishot receive armed
+/// across reads; dropped before it completed (the connection is dropped,
+/// or another kind of read takes over), cancels it.
+pub(super) struct KeepArmed {
     multi: Arc<Multi>,
     engine: crate::aio::AsyncEngine,
+}
+
+impl KeepArmed {
+    /// Keeps `multi`'s receive, on `engine`, armed.
+    pub(super) fn new(multi: Arc<Multi>, engine: crate::aio::AsyncEngine) -> KeepArmed {
+        KeepArmed { multi, engine }
+    }
 }
 
 impl Drop for KeepArmed {

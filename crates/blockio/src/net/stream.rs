@@ -95,6 +95,14 @@ impl StreamCore {
         let (res, mut buf) = self.read(vec![0u8; out.len()]).await;
         let mut n = res?;
         let mut error = None;
+        if n > 0 && n < out.len() {
+            // The bytes the receive kept armed across reads (see
+            // `ReadSide::keep_armed`) has posted come first, and nothing
+            // else receives while it is armed.
+            if let Some(kept) = self.reads.kept_next() {
+                n += kept.take_queued(&mut buf[n..]);
+            }
+        }
         if n > 0 && n < out.len() && self.reads.socket_is_next() {
             match self.sock.recv_inline(out.len() - n) {
                 Ok(more) => {
