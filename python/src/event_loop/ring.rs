@@ -56,6 +56,14 @@ const RECV_MAX: usize = 256 * 1024;
 /// waiting for data pin 20 MiB, not the 625 MiB of 64 KiB each.
 const RECV_FIRST: usize = 2048;
 
+/// How many first buffers of finished receives the ring keeps for the
+/// receives armed next ([`State::spare`]): a message's receive then takes
+/// one back instead of allocating 2 KiB and freeing it (`malloc` and
+/// `free` of a block too large for glibc's per-thread cache, measured in
+/// `docs/benchmarks.md`), and at most 128 KiB stay allocated beside the
+/// buffers in flight.
+const SPARE_MAX: usize = 64;
+
 /// A finished operation, reaped and not yet dispatched.
 pub(crate) enum Done {
     /// Any operation but a transport's receive: `(token, result, value)`
@@ -97,6 +105,9 @@ struct State {
     /// receive's token)` (see [`State::mark_peer_receives`]). The inode
     /// tells a socket that took a closed one's number from it.
     peer_receives: Vec<(RawFd, u64, u64)>,
+    /// First buffers of finished socket receives, empty, kept for the
+    /// next ones (at most [`SPARE_MAX`]).
+    spare: Vec<Vec<u8>>,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -139,6 +150,7 @@ impl LoopRing {
                 queued: false,
                 scratch: Vec::new(),
                 peer_receives: Vec::new(),
+                spare: Vec::new(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
             file_reads: AtomicU64::new(0),
@@ -166,7 +178,12 @@ impl LoopRing {
         socket: bool,
         stream: bool,
     ) -> PyResult<u64> {
-        self.submit(recv_op(fd, nbytes, socket, stream))
+        let op = {
+            let mut guard = self.lock()?;
+            let st = guard.as_mut().ok_or_else(closed)?;
+            recv_op(fd, nbytes, socket, stream, &mut st.spare)
+        };
+        self.submit(op)
     }
 
     /// The token of the transport's receive on `fd` armed last (see
@@ -262,6 +279,13 @@ impl LoopRing {
         let token = self.submit(op)?;
         self.flush()?;
         Ok((Some(token), sent))
+    }
+
+    /// [`LoopRing::send`] on a socket, returning only the token (None
+    /// when everything went out now): a transport's write, which needs no
+    /// count, makes no tuple and no int per message.
+    fn send_socket(&self, fd: RawFd, data: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        Ok(self.send(fd, data, true)?.0)
     }
 
     /// Reads at most `length` bytes of the file `fd` at `offset` into new
@@ -720,7 +744,7 @@ impl LoopRing {
         let Some(token) = st.ops.vacant() else {
             return Err((too_many(), Some(owner)));
         };
-        let mut op = recv_op(fd, nbytes, socket, stream);
+        let mut op = recv_op(fd, nbytes, socket, stream, &mut st.spare);
         let entry = op.entry(token);
         op.owner = Some(owner);
         st.ops.insert(token, op);
@@ -954,7 +978,7 @@ impl State {
             }
             if let Some((mut op, res)) = self.advance(token, res)? {
                 let (owner, fd) = (op.owner.take(), op.fd);
-                let value = finish(py, op, res, &self.scratch)?;
+                let value = finish(py, op, res, &self.scratch, &mut self.spare)?;
                 let res = i64::from(res);
                 self.pending.push_back(match owner {
                     Some(owner) => Done::Stream {
@@ -1156,8 +1180,15 @@ fn recv_now(fd: RawFd, buf: &mut [u8]) -> usize {
 }
 
 /// The Python value of a finished operation (`scratch`: where a socket
-/// receive put its bytes).
-fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResult<PyObject> {
+/// receive put its bytes). A socket receive's first buffer, once copied
+/// into the bytes, goes back to `spare` for the next receive.
+fn finish(
+    py: Python<'_>,
+    mut op: InFlight,
+    res: i32,
+    scratch: &[u8],
+    spare: &mut Vec<Vec<u8>>,
+) -> PyResult<PyObject> {
     if res < 0 {
         return Ok(py.None());
     }
@@ -1173,19 +1204,24 @@ fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResul
         unsafe { v.set_len(written) }
     }
     Ok(match (op.kind, op.memory) {
-        (Kind::Recv, memory @ Memory::Owned(_)) if op.done > 0 => {
-            // The first buffer, full, then what `recv_rest` added.
-            let (first, more) = (memory.received(), op.done);
-            PyBytes::new_with(py, first.len() + more, |b| {
-                b[..first.len()].copy_from_slice(first);
-                b[first.len()..].copy_from_slice(&scratch[..more]);
-                Ok(())
-            })?
-            .into_any()
-            .unbind()
-        }
-        (Kind::Recv, memory @ Memory::Owned(_)) => {
-            PyBytes::new(py, memory.received()).into_any().unbind()
+        (Kind::Recv, Memory::Owned(mut first)) => {
+            // The first buffer, then (when it filled) what `recv_rest`
+            // added.
+            let more = op.done;
+            let obj = if more > 0 {
+                PyBytes::new_with(py, first.len() + more, |b| {
+                    b[..first.len()].copy_from_slice(&first);
+                    b[first.len()..].copy_from_slice(&scratch[..more]);
+                    Ok(())
+                })?
+            } else {
+                PyBytes::new(py, &first)
+            };
+            if first.capacity() == RECV_FIRST && spare.len() < SPARE_MAX {
+                first.clear();
+                spare.push(first);
+            }
+            obj.into_any().unbind()
         }
         // The kernel wrote the first `res` bytes of the object, and is done
         // with it: this is its completion.
@@ -1231,12 +1267,26 @@ fn timespec(seconds: f64) -> types::Timespec {
 }
 
 /// A receive into new bytes of at most `nbytes` from `fd` (see
-/// [`LoopRing::recv`]), not yet submitted.
-fn recv_op(fd: RawFd, nbytes: usize, socket: bool, stream: bool) -> InFlight {
+/// [`LoopRing::recv`]), not yet submitted; a stream socket's first buffer
+/// is one kept in `spare` when there is one.
+fn recv_op(
+    fd: RawFd,
+    nbytes: usize,
+    socket: bool,
+    stream: bool,
+    spare: &mut Vec<Vec<u8>>,
+) -> InFlight {
     if socket && stream {
         let want = nbytes.min(RECV_MAX);
         let first = want.min(RECV_FIRST);
-        let mut op = InFlight::new(Kind::Recv, fd, true, Memory::fresh(first), first);
+        let memory = match spare.pop() {
+            Some(v) if first == RECV_FIRST => Memory::Owned(v),
+            kept => {
+                spare.extend(kept);
+                Memory::fresh(first)
+            }
+        };
+        let mut op = InFlight::new(Kind::Recv, fd, true, memory, first);
         op.rest = want - first;
         return op;
     }
