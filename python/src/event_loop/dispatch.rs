@@ -64,7 +64,7 @@ pub(crate) fn dispatch_batch(
 ) -> PyResult<()> {
     let tables = Tables::of(proactor)?;
     let ring = ring.borrow();
-    while let Some(done) = ring.next_done()? {
+    while let Some(done) = ring.next_done(py)? {
         match done {
             Done::Plain(token, res, value) => {
                 let token = token.into_pyobject(py)?;

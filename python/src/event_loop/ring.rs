@@ -84,12 +84,48 @@ pub(crate) enum Done {
     },
 }
 
+/// A finished operation as the reap keeps it until its dispatch: a
+/// transport's receive keeps its memory, not yet made into bytes (see
+/// [`LoopRing::next_done`]).
+enum Reaped {
+    /// Made into its value at the reap.
+    Done(Done),
+    /// A transport's receive (`op.owner` set): its bytes are made, and
+    /// the rest its socket holds taken when `rest`, as it is dispatched.
+    Receive {
+        token: u64,
+        op: InFlight,
+        res: i32,
+        rest: bool,
+    },
+}
+
+impl Reaped {
+    /// The owner of a transport's receive.
+    fn owner(&self) -> Option<&Owner> {
+        match self {
+            Reaped::Done(Done::Stream { owner, .. }) => Some(owner),
+            Reaped::Done(Done::Plain(..)) => None,
+            Reaped::Receive { op, .. } => op.owner.as_deref(),
+        }
+    }
+
+    /// The owner of a transport's receive, taken.
+    fn into_owner(self) -> Option<Owner> {
+        match self {
+            Reaped::Done(Done::Stream { owner, .. }) => Some(*owner),
+            Reaped::Done(Done::Plain(..)) => None,
+            Reaped::Receive { mut op, .. } => op.owner.take().map(|o| *o),
+        }
+    }
+}
+
 /// A ring and what is in flight on it.
 struct State {
     ring: IoUring,
     ops: Slots,
     /// Finished operations not yet dispatched (see [`LoopRing::fill`]).
-    pending: VecDeque<Done>,
+    pending: VecDeque<Reaped>,
     /// By descriptor: the token of its transport's latest receive, from
     /// its arming until its completion is dispatched (0: none). The
     /// proactor's `_receiving` for the receives kept in the slab.
@@ -503,7 +539,7 @@ impl LoopRing {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Vec<(u64, i64, PyObject)>> {
         self.wait_into(py, timeout)?;
         let mut out = Vec::new();
-        while let Some(done) = self.next_done()? {
+        while let Some(done) = self.next_done(py)? {
             match done {
                 Done::Plain(token, res, value) => out.push((token, res, value)),
                 Done::Stream {
@@ -546,10 +582,7 @@ impl LoopRing {
             return Ok(());
         };
         let owners = st.ops.iter().filter_map(|op| op.owner.as_deref());
-        let done = st.pending.iter().filter_map(|d| match d {
-            Done::Stream { owner, .. } => Some(&**owner),
-            Done::Plain(..) => None,
-        });
+        let done = st.pending.iter().filter_map(Reaped::owner);
         for owner in owners.chain(done) {
             visit.call(&owner.rx)?;
             visit.call(&owner.callback)?;
@@ -581,10 +614,7 @@ impl LoopRing {
             return Ok(Vec::new());
         };
         let owners = st.ops.iter().filter_map(|op| op.owner.as_deref());
-        let done = st.pending.iter().filter_map(|d| match d {
-            Done::Stream { owner, .. } => Some(&**owner),
-            Done::Plain(..) => None,
-        });
+        let done = st.pending.iter().filter_map(Reaped::owner);
         Ok(owners
             .chain(done)
             .map(|o| o.rx.clone_ref(py).into_any())
@@ -702,13 +732,42 @@ impl LoopRing {
 
     /// The next finished operation to dispatch (see [`LoopRing::fill`]);
     /// None when none is left or the ring is closed. A transport's
-    /// receive stops being its descriptor's latest here.
-    pub(crate) fn next_done(&self) -> PyResult<Option<Done>> {
+    /// receive stops being its descriptor's latest here, and its bytes
+    /// are made here, one receive at a time (with the rest its socket
+    /// holds, when its first buffer filled): made at the reap, a batch of
+    /// large messages was alive at once, which grew the heap and gave it
+    /// back to the kernel at every batch (page faults and `brk` per
+    /// message, `docs/benchmarks.md`).
+    pub(crate) fn next_done(&self, py: Python<'_>) -> PyResult<Option<Done>> {
         let mut guard = self.lock()?;
         let Some(st) = guard.as_mut() else {
             return Ok(None);
         };
-        let done = st.pending.pop_front();
+        let done = match st.pending.pop_front() {
+            None => None,
+            Some(Reaped::Done(done)) => Some(done),
+            Some(Reaped::Receive {
+                token,
+                op,
+                res,
+                rest,
+            }) => {
+                let (mut op, res) = if rest {
+                    st.recv_rest(op, res)
+                } else {
+                    (op, res)
+                };
+                let (owner, fd) = (op.owner.take(), op.fd);
+                let value = finish(py, op, res, &st.scratch, &mut st.spare)?;
+                owner.map(|owner| Done::Stream {
+                    token,
+                    res: i64::from(res),
+                    value,
+                    fd,
+                    owner,
+                })
+            }
+        };
         if let Some(Done::Stream { token, fd, .. }) = &done {
             if let Some(latest) = usize::try_from(*fd)
                 .ok()
@@ -976,11 +1035,25 @@ impl State {
             if token == CANCEL_TOKEN {
                 continue;
             }
-            if let Some((mut op, res)) = self.advance(token, res)? {
+            if let Some((op, res, rest)) = self.advance(token, res)? {
+                if op.owner.is_some() && op.kind == Kind::Recv {
+                    self.pending.push_back(Reaped::Receive {
+                        token,
+                        op,
+                        res,
+                        rest,
+                    });
+                    continue;
+                }
+                let (mut op, res) = if rest {
+                    self.recv_rest(op, res)
+                } else {
+                    (op, res)
+                };
                 let (owner, fd) = (op.owner.take(), op.fd);
                 let value = finish(py, op, res, &self.scratch, &mut self.spare)?;
                 let res = i64::from(res);
-                self.pending.push_back(match owner {
+                self.pending.push_back(Reaped::Done(match owner {
                     Some(owner) => Done::Stream {
                         token,
                         res,
@@ -989,7 +1062,7 @@ impl State {
                         owner,
                     },
                     None => Done::Plain(token, res, value),
-                });
+                }));
             }
         }
         Ok(())
@@ -998,16 +1071,19 @@ impl State {
     /// Moves operation `token` on after a completion with `res`: the next
     /// step is submitted (the rest of a short send, the retry after a
     /// readiness poll, the poll after `EAGAIN`), or the finished operation
-    /// is returned with its result (for a socket receive whose first
-    /// buffer filled: with what [`State::recv_rest`] added).
-    fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<(InFlight, i32)>> {
+    /// is returned with its result, and whether it is a socket receive
+    /// that takes what more its socket holds ([`State::recv_rest`]).
+    fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<(InFlight, i32, bool)>> {
         let Some(op) = self.ops.get_mut(token) else {
             return Ok(None);
         };
         if op.waiting_ready && res >= 0 && op.kind != Kind::Poll && op.cancelled {
             // The readiness poll (after `EAGAIN`) answered, but nothing
             // was transferred: a readiness is no byte count.
-            return Ok(self.ops.remove(token).map(|op| (op, -libc::ECANCELED)));
+            return Ok(self
+                .ops
+                .remove(token)
+                .map(|op| (op, -libc::ECANCELED, false)));
         }
         // A file read's `EAGAIN` (a descriptor in non-blocking mode) goes
         // to the caller: a poll finds a regular file always ready, and the
@@ -1038,13 +1114,11 @@ impl State {
             return Ok(None);
         }
         let filled = res > 0 && res as usize == op.len && op.rest > 0;
-        if (filled || op.peer_sent && res > 0) && !op.cancelled {
-            return Ok(self.recv_rest(token, res));
-        }
-        Ok(self.ops.remove(token).map(|op| (op, res)))
+        let rest = (filled || op.peer_sent && res > 0) && !op.cancelled;
+        Ok(self.ops.remove(token).map(|op| (op, res, rest)))
     }
 
-    /// Finishes socket receive `token`, whose kernel receive took `res`
+    /// Finishes socket receive `op`, whose kernel receive took `res`
     /// bytes and which takes what more its socket holds now without
     /// waiting: its first buffer filled and `rest` room is left, or it took
     /// a send of this loop's own and the loop wrote to that socket again in
@@ -1056,8 +1130,7 @@ impl State {
     /// receive with nothing queued would consume a pending error (a peer's
     /// reset, reported once), so an error or the end of the stream stays
     /// for the next receive to report.
-    fn recv_rest(&mut self, token: u64, res: i32) -> Option<(InFlight, i32)> {
-        let mut op = self.ops.remove(token)?;
+    fn recv_rest(&mut self, mut op: InFlight, res: i32) -> (InFlight, i32) {
         let mut got = res as usize;
         let mut held = queued_bytes(op.fd);
         if let Memory::Owned(v) = &mut op.memory {
@@ -1082,7 +1155,7 @@ impl State {
             op.done = recv_now(op.fd, &mut self.scratch[..want]);
         }
         let total = i32::try_from(got + op.done).unwrap_or(i32::MAX);
-        Some((op, total))
+        (op, total)
     }
 
     /// Cancels everything but file writes (see [`LoopRing::pwrite`]),
@@ -1093,10 +1166,7 @@ impl State {
     fn shut_down(mut self, py: Python<'_>) -> Vec<Owner> {
         let mut owners: Vec<Owner> = std::mem::take(&mut self.pending)
             .into_iter()
-            .filter_map(|d| match d {
-                Done::Stream { owner, .. } => Some(*owner),
-                Done::Plain(..) => None,
-            })
+            .filter_map(Reaped::into_owner)
             .collect();
         let tokens = self.ops.tokens();
         for t in tokens {
