@@ -483,9 +483,9 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         (``_data_received``).
 
         Bytes on a transport that reads on go to the next receive's arming
-        and to ``data_received`` from here, with no other Python call: this
-        is the whole Python path of a message (the dispatch and the arming
-        are the ring's, in Rust)."""
+        and to ``data_received`` from here, with no other Python call; while
+        the receive's ``direct`` is set (see :meth:`_update_direct`) the
+        dispatch does the same in Rust and this is not called for bytes."""
         self._read_fut = None
         try:
             if exc is not None:
