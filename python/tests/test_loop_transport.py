@@ -19,6 +19,7 @@ import struct
 import sys
 import termios
 import threading
+import traceback
 
 import pytest
 
@@ -215,6 +216,38 @@ def test_an_exception_from_data_received_ends_the_connection(loop):
     assert len(seen) == 1
     assert isinstance(seen[0]["exception"], ValueError)
     assert seen[0]["message"] == "Fatal error: protocol.data_received() call failed."
+
+
+def test_an_exception_from_data_received_keeps_its_traceback(loop):
+    """The exception that ends the connection carries its traceback to the
+    exception handler and to ``connection_lost``, as on asyncio's loop: its
+    frames name the protocol's own code (the default handler logs them)."""
+    seen = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+
+    class Failing(Collect):
+        def data_received(self, data):
+            super().data_received(data)
+            self.failing_helper()
+
+        def failing_helper(self):
+            raise ValueError("the protocol failed")
+
+    a, b = socket.socketpair()
+
+    async def main():
+        _tr, pr = await loop.connect_accepted_socket(Failing, a)
+        b.sendall(b"one")
+        return await asyncio.wait_for(pr.lost, DEADLINE)
+
+    try:
+        lost = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert isinstance(lost, ValueError)
+    assert len(seen) == 1 and seen[0]["exception"] is lost
+    names = [frame.name for frame in traceback.extract_tb(lost.__traceback__)]
+    assert "data_received" in names and "failing_helper" in names, names
 
 
 def test_a_closed_connection_s_receive_is_collected(monkeypatch):

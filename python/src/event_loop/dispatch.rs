@@ -496,7 +496,8 @@ impl<'py> Tables<'py> {
                 Err(e)
             }
             Err(e) => {
-                rx.call_method1(intern!(py, "report"), (callback, e.value(py)))?;
+                // (into_value: the exception with its traceback attached)
+                rx.call_method1(intern!(py, "report"), (callback, e.into_value(py)))?;
                 Ok(())
             }
         }
@@ -526,11 +527,12 @@ impl<'py> Tables<'py> {
             .getattr(intern!(py, "__self__"))?
             .getattr(intern!(py, "_fatal_error"))?;
         let message = intern!(py, "Fatal error: protocol.data_received() call failed.");
-        call_in(
-            py,
-            run,
-            &[context, &fatal, err.value(py).as_any(), message.as_any()],
-        )
+        // The exception with its traceback (`into_value` sets
+        // `__traceback__`; `value` would hand it on without one, so that
+        // `_fatal_error`'s log and `connection_lost` never named the
+        // protocol's code).
+        let exc = err.into_value(py).into_bound(py);
+        call_in(py, run, &[context, &fatal, exc.as_any(), message.as_any()])
     }
 
     /// Ends the hold of operation `token` on its socket (`_release`).
