@@ -358,14 +358,15 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         return self._closing_v
 
     def _update_direct(self) -> None:
-        """Sets the receive's ``direct``: the plain protocol's
-        ``data_received`` while the transport reads on (not closing, not
-        paused, its protocol the plain one ``set_protocol`` kept), else
-        None. With it set, the dispatch (Rust) does what :meth:`_received`
-        does for bytes, in Rust: it arms the next receive, then calls
-        ``data_received`` in the receive's context (an exception from it
-        goes to ``_fatal_error``, as here); the bound method is taken once,
-        at this change, as uvloop takes it at ``set_protocol``."""
+        """Sets the receive's ``direct``: the plain protocol while the
+        transport reads on (not closing, not paused, its protocol the plain
+        one ``set_protocol`` kept), else None. With it set, the dispatch
+        (Rust) does what :meth:`_received` does for bytes, in Rust: it arms
+        the next receive, then calls the protocol's ``data_received`` in the
+        receive's context (an exception from it goes to ``_fatal_error``,
+        with its traceback, as here). The method is looked up per message,
+        as here and in asyncio's transports, so one replaced on the
+        protocol object is the one called."""
         rx = self._rx
         if rx is None:
             return
@@ -373,7 +374,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         if self._closing_v or self._paused_v or plain is _NOT_PLAIN or self._protocol_v is not plain:
             rx.direct = None
         else:
-            rx.direct = getattr(plain, "data_received", None)
+            rx.direct = plain
 
     def write(self, data: Any) -> None:
         if self._loop._proactor is None:

@@ -250,6 +250,35 @@ def test_an_exception_from_data_received_keeps_its_traceback(loop):
     assert "data_received" in names and "failing_helper" in names, names
 
 
+def test_a_data_received_replaced_on_the_protocol_is_called(loop):
+    """``data_received`` is looked up on the protocol per message, as
+    asyncio's transports do: one assigned to the protocol object while the
+    connection reads on gets the next bytes."""
+    replaced = []
+
+    class Replacing(Collect):
+        def data_received(self, data):
+            super().data_received(data)
+            self.data_received = replaced.append
+
+    a, b = socket.socketpair()
+
+    async def main():
+        _tr, pr = await loop.connect_accepted_socket(Replacing, a)
+        b.sendall(b"one")
+        await await_until(lambda: bytes(pr.data) == b"one", "the first bytes")
+        b.sendall(b"two")
+        await await_until(lambda: b"".join(replaced) == b"two", "the replaced data_received")
+        return pr
+
+    try:
+        pr = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert bytes(pr.data) == b"one"
+    assert b"".join(replaced) == b"two"
+
+
 def test_a_closed_connection_s_receive_is_collected(monkeypatch):
     """A transport's receive keeps its proactor's tables (Rust fields, seen
     by the cycle collector): once the connections are closed and the loop

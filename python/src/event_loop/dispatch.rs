@@ -130,10 +130,11 @@ pub(crate) struct StreamRx {
     /// Its cancellation was asked for.
     #[pyo3(get, set)]
     cancelled: bool,
-    /// The protocol's `data_received`, while a socket transport reads on
-    /// with a plain protocol (set by the transport, `_update_direct`):
-    /// bytes then go to it from the dispatch, which arms the next receive
-    /// first, as the transport's callback would (see [`Tables::deliver`]).
+    /// The plain protocol, while a socket transport reads on with one (set
+    /// by the transport, `_update_direct`): bytes then go to its
+    /// `data_received`, looked up per message as asyncio's transport does,
+    /// from the dispatch, which arms the next receive first, as the
+    /// transport's callback would (see [`Tables::deliver`]).
     #[pyo3(get, set)]
     direct: Option<PyObject>,
     /// While its callback runs: the finished receive's hold on `conn`,
@@ -472,8 +473,8 @@ impl<'py> Tables<'py> {
         })?;
         let run = run.bind(py);
         let outcome = match direct {
-            Some(received) if arm_receive(py, rx, &callback).is_ok() => {
-                Self::direct(py, run, &context, &callback, &received, &data)
+            Some(protocol) if arm_receive(py, rx, &callback).is_ok() => {
+                Self::direct(py, run, &context, &callback, &protocol, &data)
             }
             // (an arming that failed is tried again, and its error
             // handled, by the callback)
@@ -503,7 +504,7 @@ impl<'py> Tables<'py> {
         }
     }
 
-    /// `data_received(data)` in `context`, the next receive armed: as the
+    /// `protocol.data_received(data)` in `context`, the next receive armed: as the
     /// transport's `_received` (the bound method `callback`) hands bytes to
     /// a plain protocol. An exception other than `SystemExit` and
     /// `KeyboardInterrupt` goes to the transport's `_fatal_error`, in the
@@ -513,10 +514,10 @@ impl<'py> Tables<'py> {
         run: &Bound<'py, PyAny>,
         context: &Bound<'py, PyAny>,
         callback: &Bound<'py, PyAny>,
-        received: &Bound<'py, PyAny>,
+        protocol: &Bound<'py, PyAny>,
         data: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let err = match call_in(py, run, &[context, received, data]) {
+        let err = match data_received_in(py, context, protocol, data) {
             Ok(out) => return Ok(out),
             Err(e) => e,
         };
@@ -565,6 +566,51 @@ pub(crate) fn release_conn(py: Python<'_>, conn: &Bound<'_, PyAny>) -> PyResult<
     }
     conn.call_method0(intern!(py, "_decref_socketios"))?;
     Ok(())
+}
+
+/// `protocol.data_received(data)` in `context`, as `context.run(
+/// protocol.data_received, data)` and with its errors, without the bound
+/// method and the call of `Context.run`: the context entered, the method
+/// looked up per message as the interpreter's method call does (asyncio's
+/// transport calls `self._protocol.data_received(data)`: one replaced on
+/// the protocol object is the one called), the context left.
+fn data_received_in<'py>(
+    py: Python<'py>,
+    context: &Bound<'py, PyAny>,
+    protocol: &Bound<'py, PyAny>,
+    data: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use pyo3::ffi;
+    let name = intern!(py, "data_received");
+    let args = [protocol.as_ptr(), data.as_ptr()];
+    // SAFETY: `context`, `protocol`, `data` and `name` are live Python
+    // objects held by this function's caller (or the interned-name cell)
+    // for the whole call; the GIL is held (`py`). `PyContext_Enter` raises
+    // (returns -1 with the exception set) for an object that is not a
+    // `Context` or one already entered, as `Context.run` does.
+    // `PyObject_VectorcallMethod` borrows `args` (self first, then the
+    // one argument; no `PY_VECTORCALL_ARGUMENTS_OFFSET`: the slot before
+    // `args` is not ours) and returns a new reference or NULL with the
+    // exception set, which `from_owned_ptr_or_err` takes over (fetching
+    // it) before the context is left. `PyContext_Exit` of the context
+    // entered here, on this thread, succeeds unless a callee left it
+    // entered otherwise; its error is then returned, as `Context.run`'s.
+    unsafe {
+        if ffi::PyContext_Enter(context.as_ptr()) != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        let out = ffi::PyObject_VectorcallMethod(
+            name.as_ptr(),
+            args.as_ptr(),
+            args.len(),
+            std::ptr::null_mut(),
+        );
+        let out = Bound::from_owned_ptr_or_err(py, out);
+        if ffi::PyContext_Exit(context.as_ptr()) != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        out
+    }
 }
 
 /// `run(*args)` (`Context.run`), called with its arguments in place
