@@ -758,7 +758,7 @@ impl LoopRing {
                     (op, res)
                 };
                 let (owner, fd) = (op.owner.take(), op.fd);
-                let value = finish(py, op, res, &st.scratch, &mut st.spare)?;
+                let value = finish(py, op, res, &mut st.scratch, &mut st.spare)?;
                 owner.map(|owner| Done::Stream {
                     token,
                     res: i64::from(res),
@@ -1051,7 +1051,7 @@ impl State {
                     (op, res)
                 };
                 let (owner, fd) = (op.owner.take(), op.fd);
-                let value = finish(py, op, res, &self.scratch, &mut self.spare)?;
+                let value = finish(py, op, res, &mut self.scratch, &mut self.spare)?;
                 let res = i64::from(res);
                 self.pending.push_back(Reaped::Done(match owner {
                     Some(owner) => Done::Stream {
@@ -1123,7 +1123,8 @@ impl State {
     /// waiting: its first buffer filled and `rest` room is left, or it took
     /// a send of this loop's own and the loop wrote to that socket again in
     /// the same step (`peer_sent`). The first buffer's room is filled, then
-    /// (when full) at most `rest` bytes go to [`State::scratch`], their
+    /// (when full) at most `rest` bytes go to [`State::scratch`] after
+    /// the first buffer's length (see [`finish`]), their
     /// count kept in `done`; both are added to the result.
     ///
     /// Only the bytes the socket holds (`FIONREAD`) are asked for: a
@@ -1148,11 +1149,16 @@ impl State {
             }
         }
         if got == op.len && op.rest > 0 && held > 0 {
+            // After room for the first buffer's bytes, which `finish`
+            // copies in front: the message's bytes are then one slice,
+            // made into `bytes` by one copy (no zeroed object filled in
+            // two pieces: a memset of the message per receive).
             let want = op.rest.min(held);
-            if self.scratch.len() < want {
-                self.scratch.resize(want, 0);
+            let end = op.len + want;
+            if self.scratch.len() < end {
+                self.scratch.resize(end, 0);
             }
-            op.done = recv_now(op.fd, &mut self.scratch[..want]);
+            op.done = recv_now(op.fd, &mut self.scratch[op.len..end]);
         }
         let total = i32::try_from(got + op.done).unwrap_or(i32::MAX);
         (op, total)
@@ -1256,7 +1262,7 @@ fn finish(
     py: Python<'_>,
     mut op: InFlight,
     res: i32,
-    scratch: &[u8],
+    scratch: &mut [u8],
     spare: &mut Vec<Vec<u8>>,
 ) -> PyResult<PyObject> {
     if res < 0 {
@@ -1279,11 +1285,12 @@ fn finish(
             // added.
             let more = op.done;
             let obj = if more > 0 {
-                PyBytes::new_with(py, first.len() + more, |b| {
-                    b[..first.len()].copy_from_slice(&first);
-                    b[first.len()..].copy_from_slice(&scratch[..more]);
-                    Ok(())
-                })?
+                // `recv_rest` put the rest after the first buffer's
+                // length (the first buffer filled): the first buffer's
+                // bytes go in front, and the whole is copied once.
+                let head = first.len();
+                scratch[..head].copy_from_slice(&first);
+                PyBytes::new(py, &scratch[..head + more])
             } else {
                 PyBytes::new(py, &first)
             };
