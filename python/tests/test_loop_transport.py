@@ -228,9 +228,9 @@ def test_an_exception_from_data_received_keeps_its_traceback(loop):
     class Failing(Collect):
         def data_received(self, data):
             super().data_received(data)
-            self.failing_helper()
+            self.failing_step()
 
-        def failing_helper(self):
+        def failing_step(self):
             raise ValueError("the protocol failed")
 
     a, b = socket.socketpair()
@@ -247,7 +247,7 @@ def test_an_exception_from_data_received_keeps_its_traceback(loop):
     assert isinstance(lost, ValueError)
     assert len(seen) == 1 and seen[0]["exception"] is lost
     names = [frame.name for frame in traceback.extract_tb(lost.__traceback__)]
-    assert "data_received" in names and "failing_helper" in names, names
+    assert "data_received" in names and "failing_step" in names, names
 
 
 def test_a_data_received_replaced_on_the_protocol_is_called(loop):
