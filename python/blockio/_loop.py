@@ -314,6 +314,67 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
     def set_protocol(self, protocol: Any) -> None:
         super().set_protocol(protocol)
         self._plain = _NOT_PLAIN if isinstance(protocol, asyncio.BufferedProtocol) else protocol
+        self._update_direct()
+
+    # The transport's reading state (`_closing`, `_paused`, `_protocol`, set
+    # by asyncio's code and this class's) as properties, whose setters tell
+    # the receive whether a message may go from the ring to the protocol's
+    # `data_received` with no Python of the transport's (see
+    # _update_direct). The values are kept in `_closing_v`, `_paused_v` and
+    # `_protocol_v`, which `write` reads per message.
+    _closing_v = False
+    _paused_v = False
+    _protocol_v: Any = None
+
+    @property
+    def _closing(self) -> bool:
+        return self._closing_v
+
+    @_closing.setter
+    def _closing(self, value: bool) -> None:
+        self._closing_v = value
+        self._update_direct()
+
+    @property
+    def _paused(self) -> bool:
+        return self._paused_v
+
+    @_paused.setter
+    def _paused(self, value: bool) -> None:
+        self._paused_v = value
+        self._update_direct()
+
+    @property
+    def _protocol(self) -> Any:
+        return self._protocol_v
+
+    @_protocol.setter
+    def _protocol(self, value: Any) -> None:
+        self._protocol_v = value
+        self._update_direct()
+
+    def is_closing(self) -> bool:
+        # (the value, not the property: a stream's drain asks per write)
+        return self._closing_v
+
+    def _update_direct(self) -> None:
+        """Sets the receive's ``direct``: the plain protocol while the
+        transport reads on (not closing, not paused, its protocol the plain
+        one ``set_protocol`` kept), else None. With it set, the dispatch
+        (Rust) does what :meth:`_received` does for bytes, in Rust: it arms
+        the next receive, then calls the protocol's ``data_received`` in the
+        receive's context (an exception from it goes to ``_fatal_error``,
+        with its traceback, as here). The method is looked up per message,
+        as here and in asyncio's transports, so one replaced on the
+        protocol object is the one called."""
+        rx = self._rx
+        if rx is None:
+            return
+        plain = self._plain
+        if self._closing_v or self._paused_v or plain is _NOT_PLAIN or self._protocol_v is not plain:
+            rx.direct = None
+        else:
+            rx.direct = plain
 
     def write(self, data: Any) -> None:
         if self._loop._proactor is None:
@@ -324,13 +385,13 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             and data
             and self._write_fut is None
             and not self._buffer
-            and not (self._closing or self._conn_lost or self._eof_written or self._empty_waiter is not None)
+            and not (self._closing_v or self._conn_lost or self._eof_written or self._empty_waiter is not None)
             and self._ring_socket
         ):
             # The common write, to an idle transport: sent here (see
             # _write_now), with no other Python call.
             try:
-                token, _sent = self._loop._proactor._ring.send(self._sock.fileno(), data, True)
+                token = self._loop._proactor._ring.send_socket(self._sock.fileno(), data)
             except ConnectionResetError as exc:
                 self._force_close(exc)
                 return
@@ -408,6 +469,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         rx = self._rx
         if rx is None:
             rx = self._rx = _proactor.StreamReceive(self._loop._proactor, self._sock, _RECV_SIZE)
+            self._update_direct()
         _arm_receive(rx, self._received)
         self._read_fut = rx
 
@@ -422,9 +484,9 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         (``_data_received``).
 
         Bytes on a transport that reads on go to the next receive's arming
-        and to ``data_received`` from here, with no other Python call: this
-        is the whole Python path of a message (the dispatch and the arming
-        are the ring's, in Rust)."""
+        and to ``data_received`` from here, with no other Python call; while
+        the receive's ``direct`` is set (see :meth:`_update_direct`) the
+        dispatch does the same in Rust and this is not called for bytes."""
         self._read_fut = None
         try:
             if exc is not None:

@@ -64,7 +64,7 @@ pub(crate) fn dispatch_batch(
 ) -> PyResult<()> {
     let tables = Tables::of(proactor)?;
     let ring = ring.borrow();
-    while let Some(done) = ring.next_done()? {
+    while let Some(done) = ring.next_done(py)? {
         match done {
             Done::Plain(token, res, value) => {
                 let token = token.into_pyobject(py)?;
@@ -117,19 +117,26 @@ pub(crate) struct StreamRx {
     /// The context the callback runs in.
     #[pyo3(get)]
     context: PyObject,
-    /// The token of the receive in flight (or the marker of kept bytes
-    /// about to be handed on); None when not armed.
-    #[pyo3(get)]
-    token: PyObject,
-    /// `token` as a number when it is one: what the dispatch compares a
-    /// completion's token with, per message, without converting the
-    /// Python int (205 instructions per conversion measured; 223 to 245
-    /// fewer per message in all, `docs/benchmarks.md`). Set with `token`,
-    /// always.
+    /// The token of the receive in flight as a number (`token` to
+    /// Python), None when not armed or when `token` is the marker of kept
+    /// bytes about to be handed on (`marker`). What the dispatch compares
+    /// a completion's token with, per message, without converting a
+    /// Python int; and an arming makes no Python int (the getter makes
+    /// one when asked, `docs/benchmarks.md`).
     armed: Option<u64>,
+    /// `token` when it is not a number: the proactor's marker of kept
+    /// bytes about to be handed on.
+    marker: Option<PyObject>,
     /// Its cancellation was asked for.
     #[pyo3(get, set)]
     cancelled: bool,
+    /// The plain protocol, while a socket transport reads on with one (set
+    /// by the transport, `_update_direct`): bytes then go to its
+    /// `data_received`, looked up per message as asyncio's transport does,
+    /// from the dispatch, which arms the next receive first, as the
+    /// transport's callback would (see [`Tables::deliver`]).
+    #[pyo3(get, set)]
+    direct: Option<PyObject>,
     /// While its callback runs: the finished receive's hold on `conn`,
     /// handed to the next receive armed then (see [`arm_receive`]) instead
     /// of being ended and taken again; ended after the callback otherwise.
@@ -160,7 +167,6 @@ impl StreamRx {
         holdable: bool,
         context: PyObject,
     ) -> PyResult<Self> {
-        let py = proactor.py();
         let tables = RxTables {
             kept: proactor
                 .getattr("_kept")?
@@ -180,27 +186,48 @@ impl StreamRx {
             stream,
             holdable,
             context,
-            token: py.None(),
             armed: None,
+            marker: None,
+            direct: None,
             cancelled: false,
             carried: None,
             tables: Some(tables),
         })
     }
 
-    /// Sets `token` (the proactor's Python: None, or the marker of kept
-    /// bytes), and the number the dispatch compares with.
+    /// The token of the receive in flight (or the marker of kept bytes
+    /// about to be handed on); None when not armed.
+    #[getter]
+    fn token(&self, py: Python<'_>) -> PyResult<PyObject> {
+        Ok(match (self.armed, &self.marker) {
+            (Some(t), _) => t.into_pyobject(py)?.into_any().unbind(),
+            (None, Some(m)) => m.clone_ref(py),
+            (None, None) => py.None(),
+        })
+    }
+
+    /// Sets `token` (the proactor's Python: None, a token, or the marker
+    /// of kept bytes).
     #[setter]
-    fn set_token(&mut self, py: Python<'_>, token: PyObject) {
-        self.armed = token.bind(py).extract::<u64>().ok();
-        self.token = token;
+    fn set_token(&mut self, token: &Bound<'_, PyAny>) {
+        self.armed = token.extract::<u64>().ok();
+        self.marker = if self.armed.is_some() || token.is_none() {
+            None
+        } else {
+            Some(token.clone().unbind())
+        };
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.proactor)?;
         visit.call(&self.conn)?;
         visit.call(&self.context)?;
-        visit.call(&self.token)?;
+        if let Some(m) = &self.marker {
+            visit.call(m)?;
+        }
+        if let Some(d) = &self.direct {
+            visit.call(d)?;
+        }
         if let Some(conn) = &self.carried {
             visit.call(conn)?;
         }
@@ -214,7 +241,8 @@ impl StreamRx {
     fn __clear__(&mut self, py: Python<'_>) {
         self.tables = None;
         self.carried = None;
-        self.token = py.None();
+        self.marker = None;
+        self.direct = None;
         self.armed = None;
         self.context = py.None();
         self.proactor = py.None();
@@ -262,7 +290,7 @@ pub(crate) fn arm_ring_receive(
     let Some(t) = &this.tables else {
         return Err(ring_closed());
     };
-    let ring = t.ring.clone_ref(py);
+    let ring = t.ring.bind(py).clone();
     let hold = if this.holdable {
         Some(match this.carried.take() {
             Some(conn) => conn,
@@ -284,19 +312,21 @@ pub(crate) fn arm_ring_receive(
         hold,
     });
     let armed = ring
-        .borrow(py)
+        .borrow()
         .arm_stream(this.fd, this.nbytes, this.socket, this.stream, owner);
     match armed {
         Ok(token) => {
             this.cancelled = false;
-            this.token = token.into_pyobject(py)?.into_any().unbind();
             this.armed = Some(token);
+            if let Some(m) = this.marker.take() {
+                drop(m.into_bound(py));
+            }
             Ok(())
         }
         Err((e, owner)) => {
             drop(this);
             if let Some(conn) = owner.and_then(|o| o.hold) {
-                release_conn(py, conn.bind(py))?;
+                release_conn(py, &conn.into_bound(py))?;
             }
             Err(e)
         }
@@ -364,7 +394,13 @@ impl<'py> Tables<'py> {
         value: PyObject,
         owner: Owner,
     ) -> PyResult<()> {
-        let rx = owner.rx.bind(py);
+        // (each Python reference as a `Bound`, whose drop is a plain
+        // decrement, not pyo3's check for the GIL per reference)
+        let Owner { rx, callback, hold } = owner;
+        let (rx, callback) = (rx.into_bound(py), callback.into_bound(py));
+        let hold = hold.map(|h| h.into_bound(py));
+        let value = value.into_bound(py);
+        let rx = &rx;
         if res > 0
             && self.direct
             && (self.redirected.is_empty() || !self.redirected.contains(token)?)
@@ -374,7 +410,7 @@ impl<'py> Tables<'py> {
                 !this.cancelled && this.armed == Some(token)
             };
             if armed {
-                return self.deliver(py, rx, owner.callback, owner.hold, value);
+                return self.deliver(py, rx, callback, hold, value);
             }
         }
         let token = token.into_pyobject(py)?;
@@ -386,11 +422,11 @@ impl<'py> Tables<'py> {
                     this.fd.into_pyobject(py)?.into_any(),
                     this.conn.bind(py).clone(),
                     this.nbytes.into_pyobject(py)?.into_any(),
-                    owner.callback.into_bound(py),
+                    callback,
                 ],
             )?
         };
-        if let Some(conn) = owner.hold {
+        if let Some(conn) = hold {
             self.held.set_item(&token, conn)?;
         }
         let entry = (rx, STREAM, arg).into_pyobject(py)?;
@@ -400,23 +436,33 @@ impl<'py> Tables<'py> {
     }
 
     /// Hands a transport's receive its bytes: `callback(data, None)` in
-    /// the receive's context, as `StreamReceive.deliver` does. The
-    /// receive's hold on its socket (`hold`) goes to the next receive its
-    /// callback arms, and is ended after the callback if it armed none.
+    /// the receive's context, as `StreamReceive.deliver` does; or, when
+    /// the receive has a `direct` (a socket transport reading on with a
+    /// plain protocol), what that callback (`_received`) does with bytes,
+    /// without its Python: the next receive armed, then `data_received`
+    /// called in the receive's context, an exception from it handed to the
+    /// transport's `_fatal_error` (see [`Tables::direct`]). The receive's
+    /// hold on its socket (`hold`) goes to the next receive armed, and is
+    /// ended after the callback if none was.
     fn deliver(
         &self,
         py: Python<'py>,
         rx: &Bound<'py, StreamRx>,
-        callback: PyObject,
-        hold: Option<PyObject>,
-        data: PyObject,
+        callback: Bound<'py, PyAny>,
+        hold: Option<Bound<'py, PyAny>>,
+        data: Bound<'py, PyAny>,
     ) -> PyResult<()> {
-        let context = {
+        let (context, direct) = {
             let mut this = rx.borrow_mut();
-            this.token = py.None();
             this.armed = None;
-            this.carried = hold;
-            this.context.clone_ref(py)
+            if let Some(m) = this.marker.take() {
+                drop(m.into_bound(py));
+            }
+            this.carried = hold.map(Bound::unbind);
+            (
+                this.context.bind(py).clone(),
+                this.direct.as_ref().map(|d| d.bind(py).clone()),
+            )
         };
         let run = CONTEXT_RUN.get_or_try_init(py, || -> PyResult<PyObject> {
             Ok(py
@@ -425,10 +471,22 @@ impl<'py> Tables<'py> {
                 .getattr("run")?
                 .unbind())
         })?;
-        let outcome = run.call1(py, (context, &callback, data, py.None()));
+        let run = run.bind(py);
+        let outcome = match direct {
+            Some(protocol) if arm_receive(py, rx, &callback).is_ok() => {
+                Self::direct(py, run, &context, &callback, &protocol, &data)
+            }
+            // (an arming that failed is tried again, and its error
+            // handled, by the callback)
+            _ => call_in(
+                py,
+                run,
+                &[&context, &callback, &data, &py.None().into_bound(py)],
+            ),
+        };
         let left = rx.borrow_mut().carried.take();
         if let Some(conn) = left {
-            release_conn(py, conn.bind(py))?;
+            release_conn(py, &conn.into_bound(py))?;
         }
         match outcome {
             Ok(_) => Ok(()),
@@ -439,10 +497,43 @@ impl<'py> Tables<'py> {
                 Err(e)
             }
             Err(e) => {
-                rx.call_method1(intern!(py, "report"), (callback, e.value(py)))?;
+                // (into_value: the exception with its traceback attached)
+                rx.call_method1(intern!(py, "report"), (callback, e.into_value(py)))?;
                 Ok(())
             }
         }
+    }
+
+    /// `protocol.data_received(data)` in `context`, the next receive armed: as the
+    /// transport's `_received` (the bound method `callback`) hands bytes to
+    /// a plain protocol. An exception other than `SystemExit` and
+    /// `KeyboardInterrupt` goes to the transport's `_fatal_error`, in the
+    /// same context, as there.
+    fn direct(
+        py: Python<'py>,
+        run: &Bound<'py, PyAny>,
+        context: &Bound<'py, PyAny>,
+        callback: &Bound<'py, PyAny>,
+        protocol: &Bound<'py, PyAny>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let err = match data_received_in(py, context, protocol, data) {
+            Ok(out) => return Ok(out),
+            Err(e) => e,
+        };
+        if err.is_instance_of::<PySystemExit>(py) || err.is_instance_of::<PyKeyboardInterrupt>(py) {
+            return Err(err);
+        }
+        let fatal = callback
+            .getattr(intern!(py, "__self__"))?
+            .getattr(intern!(py, "_fatal_error"))?;
+        let message = intern!(py, "Fatal error: protocol.data_received() call failed.");
+        // The exception with its traceback (`into_value` sets
+        // `__traceback__`; `value` would hand it on without one, so that
+        // `_fatal_error`'s log and `connection_lost` never named the
+        // protocol's code).
+        let exc = err.into_value(py).into_bound(py);
+        call_in(py, run, &[context, &fatal, exc.as_any(), message.as_any()])
     }
 
     /// Ends the hold of operation `token` on its socket (`_release`).
@@ -475,4 +566,82 @@ pub(crate) fn release_conn(py: Python<'_>, conn: &Bound<'_, PyAny>) -> PyResult<
     }
     conn.call_method0(intern!(py, "_decref_socketios"))?;
     Ok(())
+}
+
+/// `protocol.data_received(data)` in `context`, as `context.run(
+/// protocol.data_received, data)` and with its errors, without the bound
+/// method and the call of `Context.run`: the context entered, the method
+/// looked up per message as the interpreter's method call does (asyncio's
+/// transport calls `self._protocol.data_received(data)`: one replaced on
+/// the protocol object is the one called), the context left.
+fn data_received_in<'py>(
+    py: Python<'py>,
+    context: &Bound<'py, PyAny>,
+    protocol: &Bound<'py, PyAny>,
+    data: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use pyo3::ffi;
+    let name = intern!(py, "data_received");
+    let args = [protocol.as_ptr(), data.as_ptr()];
+    // SAFETY: `context`, `protocol`, `data` and `name` are live Python
+    // objects held by this function's caller (or the interned-name cell)
+    // for the whole call; the GIL is held (`py`). `PyContext_Enter` raises
+    // (returns -1 with the exception set) for an object that is not a
+    // `Context` or one already entered, as `Context.run` does.
+    // `PyObject_VectorcallMethod` borrows `args` (self first, then the
+    // one argument; no `PY_VECTORCALL_ARGUMENTS_OFFSET`: the slot before
+    // `args` is not ours) and returns a new reference or NULL with the
+    // exception set, which `from_owned_ptr_or_err` takes over (fetching
+    // it) before the context is left. `PyContext_Exit` of the context
+    // entered here, on this thread, succeeds unless a callee left it
+    // entered otherwise; its error is then returned, as `Context.run`'s.
+    unsafe {
+        if ffi::PyContext_Enter(context.as_ptr()) != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        let out = ffi::PyObject_VectorcallMethod(
+            name.as_ptr(),
+            args.as_ptr(),
+            args.len(),
+            std::ptr::null_mut(),
+        );
+        let out = Bound::from_owned_ptr_or_err(py, out);
+        if ffi::PyContext_Exit(context.as_ptr()) != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        out
+    }
+}
+
+/// `run(*args)` (`Context.run`), called with its arguments in place
+/// (vectorcall): no argument tuple is made and freed per message, as
+/// `call1` makes one.
+fn call_in<'py>(
+    py: Python<'py>,
+    run: &Bound<'py, PyAny>,
+    args: &[&Bound<'py, PyAny>],
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut ptrs = [std::ptr::null_mut(); 4];
+    assert!(
+        args.len() <= ptrs.len(),
+        "call_in takes at most 4 arguments"
+    );
+    for (p, a) in ptrs.iter_mut().zip(args) {
+        *p = a.as_ptr();
+    }
+    // SAFETY: `run` and the arguments are live Python objects, each held
+    // by a reference of this function's caller for the whole call, which
+    // borrows them (vectorcall takes no reference); the first
+    // `args.len()` pointers of `ptrs` are theirs. The GIL is held (`py`).
+    // The result is a new reference, or NULL with the exception set,
+    // which `from_owned_ptr_or_err` takes over.
+    unsafe {
+        let out = pyo3::ffi::PyObject_Vectorcall(
+            run.as_ptr(),
+            ptrs.as_ptr(),
+            args.len(),
+            std::ptr::null_mut(),
+        );
+        Bound::from_owned_ptr_or_err(py, out)
+    }
 }

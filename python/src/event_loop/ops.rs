@@ -78,15 +78,6 @@ impl Memory {
     pub fn fresh(len: usize) -> Self {
         Memory::Owned(Vec::with_capacity(len))
     }
-
-    /// The bytes a completed receive wrote into its own buffer; empty for
-    /// other memory.
-    pub fn received(&self) -> &[u8] {
-        match self {
-            Memory::Owned(v) => v,
-            _ => &[],
-        }
-    }
 }
 
 /// A transport's receive that a stream receive completes (see

@@ -56,6 +56,14 @@ const RECV_MAX: usize = 256 * 1024;
 /// waiting for data pin 20 MiB, not the 625 MiB of 64 KiB each.
 const RECV_FIRST: usize = 2048;
 
+/// How many first buffers of finished receives the ring keeps for the
+/// receives armed next ([`State::spare`]): a message's receive then takes
+/// one back instead of allocating 2 KiB and freeing it (`malloc` and
+/// `free` of a block too large for glibc's per-thread cache, measured in
+/// `docs/benchmarks.md`), and at most 128 KiB stay allocated beside the
+/// buffers in flight.
+const SPARE_MAX: usize = 64;
+
 /// A finished operation, reaped and not yet dispatched.
 pub(crate) enum Done {
     /// Any operation but a transport's receive: `(token, result, value)`
@@ -76,12 +84,48 @@ pub(crate) enum Done {
     },
 }
 
+/// A finished operation as the reap keeps it until its dispatch: a
+/// transport's receive keeps its memory, not yet made into bytes (see
+/// [`LoopRing::next_done`]).
+enum Reaped {
+    /// Made into its value at the reap.
+    Done(Done),
+    /// A transport's receive (`op.owner` set): its bytes are made, and
+    /// the rest its socket holds taken when `rest`, as it is dispatched.
+    Receive {
+        token: u64,
+        op: InFlight,
+        res: i32,
+        rest: bool,
+    },
+}
+
+impl Reaped {
+    /// The owner of a transport's receive.
+    fn owner(&self) -> Option<&Owner> {
+        match self {
+            Reaped::Done(Done::Stream { owner, .. }) => Some(owner),
+            Reaped::Done(Done::Plain(..)) => None,
+            Reaped::Receive { op, .. } => op.owner.as_deref(),
+        }
+    }
+
+    /// The owner of a transport's receive, taken.
+    fn into_owner(self) -> Option<Owner> {
+        match self {
+            Reaped::Done(Done::Stream { owner, .. }) => Some(*owner),
+            Reaped::Done(Done::Plain(..)) => None,
+            Reaped::Receive { mut op, .. } => op.owner.take().map(|o| *o),
+        }
+    }
+}
+
 /// A ring and what is in flight on it.
 struct State {
     ring: IoUring,
     ops: Slots,
     /// Finished operations not yet dispatched (see [`LoopRing::fill`]).
-    pending: VecDeque<Done>,
+    pending: VecDeque<Reaped>,
     /// By descriptor: the token of its transport's latest receive, from
     /// its arming until its completion is dispatched (0: none). The
     /// proactor's `_receiving` for the receives kept in the slab.
@@ -97,6 +141,9 @@ struct State {
     /// receive's token)` (see [`State::mark_peer_receives`]). The inode
     /// tells a socket that took a closed one's number from it.
     peer_receives: Vec<(RawFd, u64, u64)>,
+    /// First buffers of finished socket receives, empty, kept for the
+    /// next ones (at most [`SPARE_MAX`]).
+    spare: Vec<Vec<u8>>,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -139,6 +186,7 @@ impl LoopRing {
                 queued: false,
                 scratch: Vec::new(),
                 peer_receives: Vec::new(),
+                spare: Vec::new(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
             file_reads: AtomicU64::new(0),
@@ -166,7 +214,12 @@ impl LoopRing {
         socket: bool,
         stream: bool,
     ) -> PyResult<u64> {
-        self.submit(recv_op(fd, nbytes, socket, stream))
+        let op = {
+            let mut guard = self.lock()?;
+            let st = guard.as_mut().ok_or_else(closed)?;
+            recv_op(fd, nbytes, socket, stream, &mut st.spare)
+        };
+        self.submit(op)
     }
 
     /// The token of the transport's receive on `fd` armed last (see
@@ -262,6 +315,13 @@ impl LoopRing {
         let token = self.submit(op)?;
         self.flush()?;
         Ok((Some(token), sent))
+    }
+
+    /// [`LoopRing::send`] on a socket, returning only the token (None
+    /// when everything went out now): a transport's write, which needs no
+    /// count, makes no tuple and no int per message.
+    fn send_socket(&self, fd: RawFd, data: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        Ok(self.send(fd, data, true)?.0)
     }
 
     /// Reads at most `length` bytes of the file `fd` at `offset` into new
@@ -479,7 +539,7 @@ impl LoopRing {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Vec<(u64, i64, PyObject)>> {
         self.wait_into(py, timeout)?;
         let mut out = Vec::new();
-        while let Some(done) = self.next_done()? {
+        while let Some(done) = self.next_done(py)? {
             match done {
                 Done::Plain(token, res, value) => out.push((token, res, value)),
                 Done::Stream {
@@ -522,10 +582,7 @@ impl LoopRing {
             return Ok(());
         };
         let owners = st.ops.iter().filter_map(|op| op.owner.as_deref());
-        let done = st.pending.iter().filter_map(|d| match d {
-            Done::Stream { owner, .. } => Some(&**owner),
-            Done::Plain(..) => None,
-        });
+        let done = st.pending.iter().filter_map(Reaped::owner);
         for owner in owners.chain(done) {
             visit.call(&owner.rx)?;
             visit.call(&owner.callback)?;
@@ -557,10 +614,7 @@ impl LoopRing {
             return Ok(Vec::new());
         };
         let owners = st.ops.iter().filter_map(|op| op.owner.as_deref());
-        let done = st.pending.iter().filter_map(|d| match d {
-            Done::Stream { owner, .. } => Some(&**owner),
-            Done::Plain(..) => None,
-        });
+        let done = st.pending.iter().filter_map(Reaped::owner);
         Ok(owners
             .chain(done)
             .map(|o| o.rx.clone_ref(py).into_any())
@@ -678,13 +732,42 @@ impl LoopRing {
 
     /// The next finished operation to dispatch (see [`LoopRing::fill`]);
     /// None when none is left or the ring is closed. A transport's
-    /// receive stops being its descriptor's latest here.
-    pub(crate) fn next_done(&self) -> PyResult<Option<Done>> {
+    /// receive stops being its descriptor's latest here, and its bytes
+    /// are made here, one receive at a time (with the rest its socket
+    /// holds, when its first buffer filled): made at the reap, a batch of
+    /// large messages was alive at once, which grew the heap and gave it
+    /// back to the kernel at every batch (page faults and `brk` per
+    /// message, `docs/benchmarks.md`).
+    pub(crate) fn next_done(&self, py: Python<'_>) -> PyResult<Option<Done>> {
         let mut guard = self.lock()?;
         let Some(st) = guard.as_mut() else {
             return Ok(None);
         };
-        let done = st.pending.pop_front();
+        let done = match st.pending.pop_front() {
+            None => None,
+            Some(Reaped::Done(done)) => Some(done),
+            Some(Reaped::Receive {
+                token,
+                op,
+                res,
+                rest,
+            }) => {
+                let (mut op, res) = if rest {
+                    st.recv_rest(op, res)
+                } else {
+                    (op, res)
+                };
+                let (owner, fd) = (op.owner.take(), op.fd);
+                let value = finish(py, op, res, &mut st.scratch, &mut st.spare)?;
+                owner.map(|owner| Done::Stream {
+                    token,
+                    res: i64::from(res),
+                    value,
+                    fd,
+                    owner,
+                })
+            }
+        };
         if let Some(Done::Stream { token, fd, .. }) = &done {
             if let Some(latest) = usize::try_from(*fd)
                 .ok()
@@ -720,7 +803,7 @@ impl LoopRing {
         let Some(token) = st.ops.vacant() else {
             return Err((too_many(), Some(owner)));
         };
-        let mut op = recv_op(fd, nbytes, socket, stream);
+        let mut op = recv_op(fd, nbytes, socket, stream, &mut st.spare);
         let entry = op.entry(token);
         op.owner = Some(owner);
         st.ops.insert(token, op);
@@ -952,11 +1035,25 @@ impl State {
             if token == CANCEL_TOKEN {
                 continue;
             }
-            if let Some((mut op, res)) = self.advance(token, res)? {
+            if let Some((op, res, rest)) = self.advance(token, res)? {
+                if op.owner.is_some() && op.kind == Kind::Recv {
+                    self.pending.push_back(Reaped::Receive {
+                        token,
+                        op,
+                        res,
+                        rest,
+                    });
+                    continue;
+                }
+                let (mut op, res) = if rest {
+                    self.recv_rest(op, res)
+                } else {
+                    (op, res)
+                };
                 let (owner, fd) = (op.owner.take(), op.fd);
-                let value = finish(py, op, res, &self.scratch)?;
+                let value = finish(py, op, res, &mut self.scratch, &mut self.spare)?;
                 let res = i64::from(res);
-                self.pending.push_back(match owner {
+                self.pending.push_back(Reaped::Done(match owner {
                     Some(owner) => Done::Stream {
                         token,
                         res,
@@ -965,7 +1062,7 @@ impl State {
                         owner,
                     },
                     None => Done::Plain(token, res, value),
-                });
+                }));
             }
         }
         Ok(())
@@ -974,16 +1071,19 @@ impl State {
     /// Moves operation `token` on after a completion with `res`: the next
     /// step is submitted (the rest of a short send, the retry after a
     /// readiness poll, the poll after `EAGAIN`), or the finished operation
-    /// is returned with its result (for a socket receive whose first
-    /// buffer filled: with what [`State::recv_rest`] added).
-    fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<(InFlight, i32)>> {
+    /// is returned with its result, and whether it is a socket receive
+    /// that takes what more its socket holds ([`State::recv_rest`]).
+    fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<(InFlight, i32, bool)>> {
         let Some(op) = self.ops.get_mut(token) else {
             return Ok(None);
         };
         if op.waiting_ready && res >= 0 && op.kind != Kind::Poll && op.cancelled {
             // The readiness poll (after `EAGAIN`) answered, but nothing
             // was transferred: a readiness is no byte count.
-            return Ok(self.ops.remove(token).map(|op| (op, -libc::ECANCELED)));
+            return Ok(self
+                .ops
+                .remove(token)
+                .map(|op| (op, -libc::ECANCELED, false)));
         }
         // A file read's `EAGAIN` (a descriptor in non-blocking mode) goes
         // to the caller: a poll finds a regular file always ready, and the
@@ -1014,26 +1114,24 @@ impl State {
             return Ok(None);
         }
         let filled = res > 0 && res as usize == op.len && op.rest > 0;
-        if (filled || op.peer_sent && res > 0) && !op.cancelled {
-            return Ok(self.recv_rest(token, res));
-        }
-        Ok(self.ops.remove(token).map(|op| (op, res)))
+        let rest = (filled || op.peer_sent && res > 0) && !op.cancelled;
+        Ok(self.ops.remove(token).map(|op| (op, res, rest)))
     }
 
-    /// Finishes socket receive `token`, whose kernel receive took `res`
+    /// Finishes socket receive `op`, whose kernel receive took `res`
     /// bytes and which takes what more its socket holds now without
     /// waiting: its first buffer filled and `rest` room is left, or it took
     /// a send of this loop's own and the loop wrote to that socket again in
     /// the same step (`peer_sent`). The first buffer's room is filled, then
-    /// (when full) at most `rest` bytes go to [`State::scratch`], their
+    /// (when full) at most `rest` bytes go to [`State::scratch`] after
+    /// the first buffer's length (see [`finish`]), their
     /// count kept in `done`; both are added to the result.
     ///
     /// Only the bytes the socket holds (`FIONREAD`) are asked for: a
     /// receive with nothing queued would consume a pending error (a peer's
     /// reset, reported once), so an error or the end of the stream stays
     /// for the next receive to report.
-    fn recv_rest(&mut self, token: u64, res: i32) -> Option<(InFlight, i32)> {
-        let mut op = self.ops.remove(token)?;
+    fn recv_rest(&mut self, mut op: InFlight, res: i32) -> (InFlight, i32) {
         let mut got = res as usize;
         let mut held = queued_bytes(op.fd);
         if let Memory::Owned(v) = &mut op.memory {
@@ -1051,14 +1149,19 @@ impl State {
             }
         }
         if got == op.len && op.rest > 0 && held > 0 {
+            // After room for the first buffer's bytes, which `finish`
+            // copies in front: the message's bytes are then one slice,
+            // made into `bytes` by one copy (no zeroed object filled in
+            // two pieces: a memset of the message per receive).
             let want = op.rest.min(held);
-            if self.scratch.len() < want {
-                self.scratch.resize(want, 0);
+            let end = op.len + want;
+            if self.scratch.len() < end {
+                self.scratch.resize(end, 0);
             }
-            op.done = recv_now(op.fd, &mut self.scratch[..want]);
+            op.done = recv_now(op.fd, &mut self.scratch[op.len..end]);
         }
         let total = i32::try_from(got + op.done).unwrap_or(i32::MAX);
-        Some((op, total))
+        (op, total)
     }
 
     /// Cancels everything but file writes (see [`LoopRing::pwrite`]),
@@ -1069,10 +1172,7 @@ impl State {
     fn shut_down(mut self, py: Python<'_>) -> Vec<Owner> {
         let mut owners: Vec<Owner> = std::mem::take(&mut self.pending)
             .into_iter()
-            .filter_map(|d| match d {
-                Done::Stream { owner, .. } => Some(*owner),
-                Done::Plain(..) => None,
-            })
+            .filter_map(Reaped::into_owner)
             .collect();
         let tokens = self.ops.tokens();
         for t in tokens {
@@ -1156,8 +1256,15 @@ fn recv_now(fd: RawFd, buf: &mut [u8]) -> usize {
 }
 
 /// The Python value of a finished operation (`scratch`: where a socket
-/// receive put its bytes).
-fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResult<PyObject> {
+/// receive put its bytes). A socket receive's first buffer, once copied
+/// into the bytes, goes back to `spare` for the next receive.
+fn finish(
+    py: Python<'_>,
+    mut op: InFlight,
+    res: i32,
+    scratch: &mut [u8],
+    spare: &mut Vec<Vec<u8>>,
+) -> PyResult<PyObject> {
     if res < 0 {
         return Ok(py.None());
     }
@@ -1173,19 +1280,25 @@ fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResul
         unsafe { v.set_len(written) }
     }
     Ok(match (op.kind, op.memory) {
-        (Kind::Recv, memory @ Memory::Owned(_)) if op.done > 0 => {
-            // The first buffer, full, then what `recv_rest` added.
-            let (first, more) = (memory.received(), op.done);
-            PyBytes::new_with(py, first.len() + more, |b| {
-                b[..first.len()].copy_from_slice(first);
-                b[first.len()..].copy_from_slice(&scratch[..more]);
-                Ok(())
-            })?
-            .into_any()
-            .unbind()
-        }
-        (Kind::Recv, memory @ Memory::Owned(_)) => {
-            PyBytes::new(py, memory.received()).into_any().unbind()
+        (Kind::Recv, Memory::Owned(mut first)) => {
+            // The first buffer, then (when it filled) what `recv_rest`
+            // added.
+            let more = op.done;
+            let obj = if more > 0 {
+                // `recv_rest` put the rest after the first buffer's
+                // length (the first buffer filled): the first buffer's
+                // bytes go in front, and the whole is copied once.
+                let head = first.len();
+                scratch[..head].copy_from_slice(&first);
+                PyBytes::new(py, &scratch[..head + more])
+            } else {
+                PyBytes::new(py, &first)
+            };
+            if first.capacity() == RECV_FIRST && spare.len() < SPARE_MAX {
+                first.clear();
+                spare.push(first);
+            }
+            obj.into_any().unbind()
         }
         // The kernel wrote the first `res` bytes of the object, and is done
         // with it: this is its completion.
@@ -1231,12 +1344,26 @@ fn timespec(seconds: f64) -> types::Timespec {
 }
 
 /// A receive into new bytes of at most `nbytes` from `fd` (see
-/// [`LoopRing::recv`]), not yet submitted.
-fn recv_op(fd: RawFd, nbytes: usize, socket: bool, stream: bool) -> InFlight {
+/// [`LoopRing::recv`]), not yet submitted; a stream socket's first buffer
+/// is one kept in `spare` when there is one.
+fn recv_op(
+    fd: RawFd,
+    nbytes: usize,
+    socket: bool,
+    stream: bool,
+    spare: &mut Vec<Vec<u8>>,
+) -> InFlight {
     if socket && stream {
         let want = nbytes.min(RECV_MAX);
         let first = want.min(RECV_FIRST);
-        let mut op = InFlight::new(Kind::Recv, fd, true, Memory::fresh(first), first);
+        let memory = match spare.pop() {
+            Some(v) if first == RECV_FIRST => Memory::Owned(v),
+            kept => {
+                spare.extend(kept);
+                Memory::fresh(first)
+            }
+        };
+        let mut op = InFlight::new(Kind::Recv, fd, true, memory, first);
         op.rest = want - first;
         return op;
     }
