@@ -792,6 +792,50 @@ def test_loop_close_with_opens_in_flight_leaks_no_descriptor(tmp_path):
     assert descriptors_of(path) == 0
 
 
+@pytest.mark.parametrize("end", ["loop closed", "tasks cancelled"])
+def test_opens_the_ring_answered_but_no_task_took_leak_no_descriptor(tmp_path, end):
+    # 200 opens on the loop's ring, answered by the kernel and reaped by
+    # the loop's wait (each future holds its descriptor), then the loop
+    # closed before any of the tasks resumes, or each task cancelled
+    # there: every descriptor is closed, none handed to a task.
+    path = tmp_path / "c"
+    path.write_bytes(b"x")
+    loop = UringEventLoop()
+    try:
+        ring = loop._proactor._ring
+
+        async def warm():
+            # (the engine's wake-up stays in flight beside the loop's own)
+            await (await blockio.open(path, "rb")).close()
+
+        loop.run_until_complete(warm())
+        idle = ring.in_flight()
+        tasks = []
+
+        async def begin():
+            tasks.extend(asyncio.ensure_future(blockio.open(path, "rb")) for _ in range(200))
+            await asyncio.sleep(0)  # (each task runs to its openat on the ring)
+            loop.stop()  # (before the loop's next wait reaps any of them)
+
+        loop.create_task(begin())
+        loop.run_forever()
+        assert ring.in_flight() == idle + 200
+        wait_until(lambda: descriptors_of(path) == 200, "the kernel opened all 200")
+        # The loop's wait, alone: it reaps the opens and schedules the
+        # tasks, which do not run.
+        wait_until(lambda: loop._proactor.select(0) == () and ring.in_flight() == idle, "the 200 opens reaped")
+        assert not any(t.done() for t in tasks)
+        if end == "tasks cancelled":
+            for t in tasks:
+                t.cancel()
+            outcomes = loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            assert all(isinstance(o, asyncio.CancelledError) for o in outcomes)
+            assert descriptors_of(path) == 0
+    finally:
+        loop.close()
+    assert descriptors_of(path) == 0
+
+
 @pytest.mark.parametrize("mode", ["rb", "r+b", "ab", "wb"])
 def test_an_open_cancelled_at_any_step_leaks_no_descriptor(tmp_path, mode):
     # Cancelled k loop steps after it began: before the openat is reaped,
