@@ -5,6 +5,7 @@ epoll fallback, ``blockio-epoll``), made directly so that the engine's
 backend (``BLOCKIO_BACKEND``) stays free."""
 
 import asyncio
+import sys
 
 import uvloop
 
@@ -29,3 +30,34 @@ def run_on(name, coro):
         return loop.run_until_complete(coro)
     finally:
         loop.close()
+
+
+def tasks_alive():
+    """Every asyncio task not yet collected, of any loop (asyncio keeps
+    them in a weak set: ``_all_tasks`` before Python 3.12,
+    ``_scheduled_tasks`` since, beside the eager tasks' set)."""
+    if sys.version_info >= (3, 12):
+        return [*asyncio.tasks._scheduled_tasks, *asyncio.tasks._eager_tasks]
+    return list(asyncio.tasks._all_tasks)
+
+
+def left_pending(loop):
+    """The tasks of ``loop`` (closed) still pending: they never run again."""
+    return [t for t in tasks_alive() if t.get_loop() is loop and not t.done()]
+
+
+def abandon(loop):
+    """Says that the tasks still pending on ``loop``, closed, were left so
+    on purpose: the test is of a program that closes its loop with calls in
+    progress, whose outcome it checks otherwise (the bytes on disk,
+    ``tell()`` and ``close()`` in another loop). asyncio is told not to
+    report them when they are collected ("Task was destroyed but it is
+    pending!", its warning for a program's own tasks, printed whenever the
+    garbage collector gets to them: for tasks in reference cycles (a file's
+    call queue holds the tasks waiting for their turn, whose coroutines
+    hold the file) that may be at interpreter exit, past pytest's capture,
+    in the output of the whole run). Returns them."""
+    left = left_pending(loop)
+    for t in left:
+        t._log_destroy_pending = False
+    return left

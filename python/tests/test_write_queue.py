@@ -17,6 +17,7 @@ import pytest
 
 import blockio
 import loops as loop_kinds
+from loops import abandon
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 LOOPS = pytest.mark.parametrize("new_loop", [pytest.param(f, id=n) for n, f in loop_kinds.FACTORIES.items()])
@@ -25,12 +26,14 @@ TRIALS = 10
 
 def _run(new_loop, coro):
     """Runs ``coro`` to its end on a new loop of ``new_loop``, then closes
-    the loop (tasks left pending stay so: nothing cancels them)."""
+    the loop (tasks left pending stay so: nothing cancels them; they are
+    abandoned, the test checks what their calls did)."""
     loop = new_loop()
     try:
         return loop.run_until_complete(coro)
     finally:
         loop.close()
+        abandon(loop)
 
 
 def _begin_writes_then_close_the_loop(new_loop, open_file, records):
