@@ -834,7 +834,7 @@ def test_opens_the_ring_answered_but_no_task_took_leak_no_descriptor(tmp_path, e
             assert descriptors_of(path) == 0
     finally:
         loop.close()
-        abandon(loop)  # (the opens' tasks, never resumed)
+        abandon(loop, tasks)  # (the opens' tasks, never resumed)
     assert descriptors_of(path) == 0
 
 

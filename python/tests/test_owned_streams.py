@@ -682,7 +682,7 @@ def test_a_waiting_read_under_uvloop_leaves_the_descriptor_blocking(closefd):
             kept = loop.run_until_complete(main())
         finally:
             loop.close()
-            abandon(loop)  # (the read left waiting)
+            abandon(loop, [kept[1]])  # (the read left waiting)
         states.append(os.get_blocking(r))
         del kept
         assert states == [True, True]
@@ -753,7 +753,7 @@ def test_a_descriptor_made_non_blocking_after_a_closed_loops_wait_raises():
             loop.run_until_complete(first())
         finally:
             loop.close()
-            abandon(loop)  # (the read left waiting)
+            abandon(loop, [t for _, t in kept])  # (the read left waiting)
         os.set_blocking(r, False)
         asyncio.run(second())
     finally:

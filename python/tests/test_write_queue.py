@@ -17,7 +17,7 @@ import pytest
 
 import blockio
 import loops as loop_kinds
-from loops import abandon
+from loops import abandon, record_test_tasks
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 LOOPS = pytest.mark.parametrize("new_loop", [pytest.param(f, id=n) for n, f in loop_kinds.FACTORIES.items()])
@@ -29,11 +29,12 @@ def _run(new_loop, coro):
     the loop (tasks left pending stay so: nothing cancels them; they are
     abandoned, the test checks what their calls did)."""
     loop = new_loop()
+    made = record_test_tasks(loop)
     try:
         return loop.run_until_complete(coro)
     finally:
         loop.close()
-        abandon(loop)
+        abandon(loop, made)
 
 
 def _begin_writes_then_close_the_loop(new_loop, open_file, records):
