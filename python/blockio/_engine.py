@@ -1451,21 +1451,28 @@ class Engine:
         descriptor. Errors read as the built-in ``open``'s: ``[Errno 2] No
         such file or directory: 'name'``."""
         encoded = os.fsencode(path)
-        ring_open = getattr(asyncio.events._get_running_loop(), "_ring_open", None)
+        loop: Any = asyncio.events._get_running_loop()
+        ring_open = getattr(loop, "_ring_open", None)
         fut = ring_open(encoded, flags, mode) if ring_open is not None and self._usable_here else None
         if fut is not None:
             try:
-                opened: int = await fut
+                await fut
             except OSError as e:
                 raise OSError(e.errno, os.strerror(e.errno or 0), os.fspath(path)) from None
-            except asyncio.CancelledError:
-                # Cancelled after the loop reaped the open but before this
-                # task resumed: the descriptor is the future's, and nobody
-                # else will close it (a cancel before the reaping cancels
-                # the future, and the ring closes what the kernel opened).
-                if fut.done() and not fut.cancelled() and fut.exception() is None:
-                    os.close(fut.result())
+            except BaseException:
+                # Cancelled (or closed) after the loop reaped the open but
+                # before this task resumed: the descriptor is the future's,
+                # and nobody else will close it (a cancel before the
+                # reaping cancels the future, and the ring closes what the
+                # kernel opened; the loop's close closes one not taken).
+                left = loop._ring_opened(fut)
+                if left is not None:
+                    os.close(left)
                 raise
+            opened: Optional[int] = loop._ring_opened(fut)
+            if opened is None:  # (closed by the loop's close: this task resumed after it)
+                raise OSError(errno.ECANCELED, "the event loop was closed before the open completed",
+                              os.fspath(path))
             if not _waits_not(opened):
                 # A FIFO or a terminal: the kernel's inline attempt opened it
                 # non-blocking (a reader with no writer gets b'' at once);

@@ -1073,6 +1073,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             return None
         return proactor.openat(path, flags, mode)
 
+    def _ring_opened(self, fut: Any) -> Any:
+        """The descriptor of a ``_ring_open`` future, now the caller's to
+        own, or None if the caller is not to have it (cancelled, or closed
+        by this loop's close: see ``RingProactor.take_opened``)."""
+        proactor = self._proactor
+        if proactor is None:
+            return None
+        return proactor.take_opened(fut)
+
     # -- add_reader / add_writer ---------------------------------------------
 
     def _ensure_fd_no_transport(self, fd: Any) -> None:

@@ -389,6 +389,10 @@ class RingProactor:
         self._held: dict[int, socket.socket] = {}
         # the batch being dispatched found no callback queued (see select)
         self._direct = True
+        # opens the ring has answered whose callers have not taken the
+        # descriptor yet (see take_opened): closed by close(), as nobody
+        # else would close them once the tasks awaiting them never run
+        self._opened: set[OpFuture] = set()
 
     def set_loop(self, loop: Any) -> None:
         self._loop = loop
@@ -618,9 +622,23 @@ class RingProactor:
     def openat(self, path: bytes, flags: int, mode: int) -> futures.Future:
         """Opens ``path`` (``os.open``'s ``flags`` and ``mode``; one
         ``openat``, handed to the kernel at once); the result is the new
-        descriptor. Cancelled after the kernel opened the file, the
-        descriptor is closed, never leaked."""
+        descriptor, which its caller takes with :meth:`take_opened`.
+        Cancelled after the kernel opened the file, the descriptor is
+        closed, never leaked; so is one answered but never taken when the
+        loop closes."""
         return self._future(self._ring.openat(path, flags, mode), _OPEN)
+
+    def take_opened(self, fut: futures.Future) -> int | None:
+        """The descriptor an :meth:`openat`'s future holds, for its caller
+        to own from now on, or None when the caller is not to have it (the
+        future was cancelled or failed, or the loop's close has closed the
+        descriptor). A descriptor not taken by the time the loop closes is
+        closed then: the task awaiting it never runs again."""
+        if fut not in self._opened:
+            return None
+        self._opened.discard(fut)
+        fd: int = fut.result()
+        return fd
 
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
@@ -878,6 +896,8 @@ class RingProactor:
             fut.set_result(None)
         else:
             fut.set_result(value)
+            if kind == _OPEN:
+                self._opened.add(fut)
 
     def _finish_stream(self, token: int, rx: StreamReceive, arg: Any, res: int, value: Any) -> None:
         """Hands a transport's receive its outcome, as :meth:`_finish` and
@@ -1024,6 +1044,11 @@ class RingProactor:
             if fut is not None and not fut.done():
                 fut.cancel()
         self._kept.clear()
+        # Opens answered but not taken: their tasks never resume now.
+        opened = [fut.result() for fut in self._opened]
+        self._opened.clear()
+        for fd in opened:
+            os.close(fd)
         for fd in list(self._kept_conns):
             self._drop_kept_conns(fd)
         held = list(self._held.values())

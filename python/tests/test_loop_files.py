@@ -10,6 +10,7 @@ uncached; the counts, not any timing, say where each read went."""
 import asyncio
 import ctypes
 import errno
+import gc
 import mmap
 import os
 import random
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 
 import pytest
 import uvloop
@@ -24,6 +26,7 @@ import uvloop
 import blockio
 from blockio._engine import default_engine
 from blockio._loop import EpollEventLoop, UringEventLoop
+from loops import abandon
 from test_inline_reads import evict
 from waits import await_until, wait_until
 
@@ -790,6 +793,84 @@ def test_loop_close_with_opens_in_flight_leaks_no_descriptor(tmp_path):
     loop.close()
     assert not any(f.done() and not f.cancelled() for f in futs)
     assert descriptors_of(path) == 0
+
+
+def _opens_answered_but_untaken(loop, path, n, engine_used=True):
+    """Begins ``n`` opens of ``path`` on ``loop``'s ring, waits until the
+    kernel opened them all and the loop's wait, alone, reaped them (each
+    future holds its descriptor; the tasks, scheduled, have not run):
+    their tasks. ``engine_used``: a file is closed through the engine on
+    the loop first (else the engine never meets the loop)."""
+    ring = loop._proactor._ring
+
+    async def warm():
+        if engine_used:
+            # (the engine's wake-up stays in flight beside the loop's own)
+            await (await blockio.open(path, "rb")).close()
+        else:
+            await asyncio.sleep(0)  # (the loop's own wake-up in flight)
+
+    loop.run_until_complete(warm())
+    idle = ring.in_flight()
+    tasks = []
+
+    async def begin():
+        tasks.extend(asyncio.ensure_future(blockio.open(path, "rb")) for _ in range(n))
+        await asyncio.sleep(0)  # (each task runs to its openat on the ring)
+        loop.stop()  # (before the loop's next wait reaps any of them)
+
+    loop.create_task(begin())
+    loop.run_forever()
+    assert ring.in_flight() == idle + n
+    wait_until(lambda: descriptors_of(path) == n, f"the kernel opened all {n}")
+    wait_until(lambda: loop._proactor.select(0) == () and ring.in_flight() == idle, f"the {n} opens reaped")
+    assert not any(t.done() for t in tasks)
+    return tasks
+
+
+@pytest.mark.parametrize("end", ["loop closed", "tasks cancelled"])
+def test_opens_the_ring_answered_but_no_task_took_leak_no_descriptor(tmp_path, end):
+    # 200 opens on the loop's ring, answered by the kernel and reaped by
+    # the loop's wait (each future holds its descriptor), then the loop
+    # closed before any of the tasks resumes, or each task cancelled
+    # there: every descriptor is closed, none handed to a task.
+    path = tmp_path / "c"
+    path.write_bytes(b"x")
+    loop = UringEventLoop()
+    tasks = []
+    try:
+        tasks += _opens_answered_but_untaken(loop, path, 200)
+        if end == "tasks cancelled":
+            for t in tasks:
+                t.cancel()
+            outcomes = loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            assert all(isinstance(o, asyncio.CancelledError) for o in outcomes)
+            assert descriptors_of(path) == 0
+    finally:
+        loop.close()
+        abandon(loop, tasks)  # (the opens' tasks, never resumed)
+    assert descriptors_of(path) == 0
+
+
+def test_opens_the_ring_answered_on_a_loop_dropped_unclosed_leak_no_descriptor(tmp_path):
+    # 200 opens on the loop's ring, answered and reaped but not taken (as
+    # above), then the loop dropped without being closed: its tasks are
+    # collected pending, each coroutine closed where it waited for its
+    # open (GeneratorExit there): every descriptor is closed all the same.
+    path = tmp_path / "d"
+    path.write_bytes(b"x")
+
+    def drop():
+        loop = UringEventLoop()
+        # (the engine keeps each loop it served until the loop is closed:
+        # this one, never closed, must not meet it to be collected)
+        abandon(loop, _opens_answered_but_untaken(loop, path, 200, engine_used=False))  # (collected pending, on purpose)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # (the unclosed loop, collected)
+        drop()
+        # (a collection may find only part of the cycles: collect until none is left open)
+        wait_until(lambda: gc.collect() >= 0 and descriptors_of(path) == 0, "every descriptor closed")
 
 
 @pytest.mark.parametrize("mode", ["rb", "r+b", "ab", "wb"])

@@ -31,6 +31,7 @@ import pytest
 import blockio
 import blockio._file
 from blockio._aio import Stops, wait_readable
+from loops import abandon
 from waits import await_until, blocked_in, wait_until, waits_for_bytes, watched
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
@@ -681,6 +682,7 @@ def test_a_waiting_read_under_uvloop_leaves_the_descriptor_blocking(closefd):
             kept = loop.run_until_complete(main())
         finally:
             loop.close()
+            abandon(loop, [kept[1]])  # (the read left waiting)
         states.append(os.get_blocking(r))
         del kept
         assert states == [True, True]
@@ -751,6 +753,7 @@ def test_a_descriptor_made_non_blocking_after_a_closed_loops_wait_raises():
             loop.run_until_complete(first())
         finally:
             loop.close()
+            abandon(loop, [t for _, t in kept])  # (the read left waiting)
         os.set_blocking(r, False)
         asyncio.run(second())
     finally:

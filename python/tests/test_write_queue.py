@@ -17,6 +17,7 @@ import pytest
 
 import blockio
 import loops as loop_kinds
+from loops import abandon, record_test_tasks
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 LOOPS = pytest.mark.parametrize("new_loop", [pytest.param(f, id=n) for n, f in loop_kinds.FACTORIES.items()])
@@ -25,12 +26,15 @@ TRIALS = 10
 
 def _run(new_loop, coro):
     """Runs ``coro`` to its end on a new loop of ``new_loop``, then closes
-    the loop (tasks left pending stay so: nothing cancels them)."""
+    the loop (tasks left pending stay so: nothing cancels them; they are
+    abandoned, the test checks what their calls did)."""
     loop = new_loop()
+    made = record_test_tasks(loop)
     try:
         return loop.run_until_complete(coro)
     finally:
         loop.close()
+        abandon(loop, made)
 
 
 def _begin_writes_then_close_the_loop(new_loop, open_file, records):
@@ -1467,3 +1471,40 @@ def test_calls_awaited_after_a_seek_placed_behind_a_short_write_end_as_the_built
         name, outcome = line.split(" ", 1)
         want, got = eval(outcome)
         assert got == want, name
+
+
+_WRITES_LEFT_TO_THE_RUNNER = r"""
+import asyncio, sys
+import blockio
+path, runner = sys.argv[1], sys.argv[2]
+
+async def main():
+    f = await blockio.open(path, "wb", buffering=0)
+    for k in range(200):
+        asyncio.ensure_future(f.write(b"%03d\n" % k))
+    await asyncio.sleep(0)  # (the writes have begun; none is awaited)
+
+(asyncio.run if runner == "asyncio" else blockio.run)(main())
+"""
+
+
+@BACKENDS
+@pytest.mark.parametrize("runner", ["asyncio", "blockio"])
+def test_writes_begun_in_tasks_a_program_never_awaits_land_in_order_unreported(tmp_path, backend, runner):
+    """A program that begins 200 writes in tasks of its own and returns
+    from its main without awaiting them, run by ``asyncio.run`` or
+    ``blockio.run`` (which cancel the tasks left, then close the loop):
+    every byte lands, in the order the writes began, and asyncio reports
+    no task of it destroyed pending ("Task was destroyed but it is
+    pending!") on the way out."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "f"
+    out = subprocess.run([sys.executable, "-c", _WRITES_LEFT_TO_THE_RUNNER, str(p), runner],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "BLOCKIO_BACKEND": backend})
+    assert out.returncode == 0, out.stderr
+    assert "Task was destroyed but it is pending!" not in out.stderr, out.stderr
+    assert out.stderr == "", out.stderr
+    assert p.read_bytes() == b"".join(b"%03d\n" % k for k in range(200))
