@@ -1,5 +1,5 @@
 //! What serving cached async reads many per system call could gain: the
-//! CPU per cached 4 KiB read (user + system, `getrusage`) of six ways of
+//! CPU per cached 4 KiB read (user + system, `getrusage`) of seven ways of
 //! reading a cached file at pseudo-random offsets for a given time
 //! (`docs/benchmarks.md`, "The async API's cached reads at their first
 //! poll"):
@@ -11,6 +11,10 @@
 //!   per read, nothing else;
 //! * `bare-task`: a raw io_uring loop, 64 reads per `io_uring_enter`, in
 //!   one tokio task: the batch with the runtime around it;
+//! * `task-pread`: 64 tokio tasks, each read a plain `pread` made in the
+//!   task, yielding once every 128 reads as a task whose reads are all
+//!   served at their first poll does: tokio's part of `inline`, without
+//!   blockio's future;
 //! * `inline`: 64 tokio tasks, `AsyncFile::read_at(...).await` (cached
 //!   reads served at their first poll, one `preadv2` each);
 //! * `submit`: the same with every read sent to the ring
@@ -90,12 +94,14 @@ fn main() -> Result<(), Error> {
         "batch" => batch(&w)?,
         "pread" => pread_loop(&w)?,
         "bare-task" => rt.block_on(rt.spawn(bare_task(w.clone())))??,
+        "task-pread" => rt.block_on(pread_tasks(w.clone()))?,
         "inline" => rt.block_on(tasks_on_engine(w.clone(), ReadPath::Auto))?,
         "submit" => rt.block_on(tasks_on_engine(w.clone(), ReadPath::AlwaysSubmit))?,
         "ring-tasks" => rt.block_on(ring_tasks(w.clone()))?,
         other => {
             return Err(format!(
-                "mode {other:?}: expected batch, pread, bare-task, inline, submit or ring-tasks"
+                "mode {other:?}: expected batch, pread, bare-task, task-pread, inline, submit \
+                 or ring-tasks"
             )
             .into())
         }
@@ -244,6 +250,40 @@ async fn bare_task(w: Work) -> Result<u64, Error> {
             w.enters.fetch_add(1, Ordering::Relaxed);
         }
         tokio::task::yield_now().await;
+    }
+    Ok(reads)
+}
+
+/// Reads in a row a task serves before yielding once, as blockio's
+/// `INLINE_BUDGET` has a task reading cached data do.
+const TASK_BUDGET: u64 = 128;
+
+/// `DEPTH` tokio tasks, each read one `pread` in the task: the runtime's
+/// share of a read served at its first poll, with no future of blockio's.
+async fn pread_tasks(w: Work) -> Result<u64, Error> {
+    use std::os::unix::fs::FileExt;
+    let tasks: Vec<_> = (0..DEPTH as u64)
+        .map(|t| {
+            let w = w.clone();
+            tokio::spawn(async move {
+                let mut gen = Offsets::new(t);
+                let mut buf = vec![0u8; BLOCK as usize];
+                let mut reads = 0;
+                while !w.stopped() {
+                    let off = gen.next(w.blocks);
+                    let n = w.file.read_at(&mut buf, off)?;
+                    reads += whole(n as i32)?;
+                    if reads % TASK_BUDGET == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                Ok::<u64, Error>(reads)
+            })
+        })
+        .collect();
+    let mut reads = 0;
+    for t in tasks {
+        reads += t.await??;
     }
     Ok(reads)
 }
