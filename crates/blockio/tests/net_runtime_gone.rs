@@ -434,6 +434,67 @@ fn a_read_parked_when_its_driver_is_aborted_completes() {
     }
 }
 
+/// As [`a_read_parked_when_its_driver_is_aborted_completes`], for a read
+/// of an [`AsyncFile`](blockio::aio::AsyncFile) (one end of a socket pair
+/// opened as a file, whose read waits in the kernel until the other end
+/// writes): the parked read completes once the peer writes, without any
+/// other task starting an operation.
+#[test]
+fn a_file_read_parked_when_its_driver_is_aborted_completes() {
+    use std::os::fd::OwnedFd;
+    let multi_thread = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let runtimes: [(&str, MakeRuntime); 2] =
+        [("multi-thread", multi_thread), ("current-thread", runtime)];
+    for submit in [Submit::OnStart, Submit::PerRound] {
+        for (flavour, rt) in runtimes {
+            let rt = rt();
+            let engine = caller_engine(submit);
+            rt.block_on(async {
+                let driver = tokio::spawn(drive_on_tokio(engine.clone()));
+                let (ours, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+                let file = blockio::aio::AsyncFile::from_file(
+                    &engine,
+                    std::fs::File::from(OwnedFd::from(ours)),
+                );
+                let (parked_tx, parked_rx) = futures::channel::oneshot::channel();
+                let reader = tokio::spawn(async move {
+                    let mut read = std::pin::pin!(file.read_at(vec![0u8; 5], 0));
+                    // Polled once (the read is in the kernel, its task
+                    // parked) before the driver goes.
+                    let first = futures::poll!(read.as_mut());
+                    assert!(first.is_pending(), "the read found bytes nobody sent");
+                    parked_tx.send(()).unwrap();
+                    let (n, buf) = read.await;
+                    n.map(|n| buf[..n].to_vec())
+                });
+                parked_rx.await.expect("the reader ended before parking");
+                driver.abort();
+                match driver.await {
+                    Ok(res) => res.unwrap(),
+                    Err(e) => assert!(e.is_cancelled(), "{e}"),
+                }
+                peer.write_all(b"hello").unwrap();
+                let got = tokio::time::timeout(GUARD, reader)
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!("a file read parked when the driver was aborted never woke ({submit:?}, {flavour})")
+                    })
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(got, b"hello", "{submit:?}, {flavour}");
+            });
+            drop(rt);
+            drop(engine);
+        }
+    }
+}
+
 /// The `drive_on_tokio` task aborted while a read waits on an executor
 /// of its own (no tokio runtime, so nothing there can drive the engine
 /// again): the read's receive is in the kernel already, and the relay
