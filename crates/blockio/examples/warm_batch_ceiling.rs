@@ -1,5 +1,5 @@
 //! What serving cached async reads many per system call could gain: the
-//! CPU per cached 4 KiB read (user + system, `getrusage`) of seven ways of
+//! CPU per cached 4 KiB read (user + system, `getrusage`) of eight ways of
 //! reading a cached file at pseudo-random offsets for a given time
 //! (`docs/benchmarks.md`, "The async API's cached reads at their first
 //! poll"):
@@ -15,6 +15,9 @@
 //!   task, yielding once every 128 reads as a task whose reads are all
 //!   served at their first poll does: tokio's part of `inline`, without
 //!   blockio's future;
+//! * `task-pread-arcs`: the same, each read also taking and dropping two
+//!   reference counts that every task shares (as an async read's future
+//!   takes its engine's and its file's);
 //! * `inline`: 64 tokio tasks, `AsyncFile::read_at(...).await` (cached
 //!   reads served at their first poll, one `preadv2` each);
 //! * `submit`: the same with every read sent to the ring
@@ -94,14 +97,15 @@ fn main() -> Result<(), Error> {
         "batch" => batch(&w)?,
         "pread" => pread_loop(&w)?,
         "bare-task" => rt.block_on(rt.spawn(bare_task(w.clone())))??,
-        "task-pread" => rt.block_on(pread_tasks(w.clone()))?,
+        "task-pread" => rt.block_on(pread_tasks(w.clone(), false))?,
+        "task-pread-arcs" => rt.block_on(pread_tasks(w.clone(), true))?,
         "inline" => rt.block_on(tasks_on_engine(w.clone(), ReadPath::Auto))?,
         "submit" => rt.block_on(tasks_on_engine(w.clone(), ReadPath::AlwaysSubmit))?,
         "ring-tasks" => rt.block_on(ring_tasks(w.clone()))?,
         other => {
             return Err(format!(
-                "mode {other:?}: expected batch, pread, bare-task, task-pread, inline, submit \
-                 or ring-tasks"
+                "mode {other:?}: expected batch, pread, bare-task, task-pread, task-pread-arcs, \
+                 inline, submit or ring-tasks"
             )
             .into())
         }
@@ -259,8 +263,10 @@ async fn bare_task(w: Work) -> Result<u64, Error> {
 const TASK_BUDGET: u64 = 128;
 
 /// `DEPTH` tokio tasks, each read one `pread` in the task: the runtime's
-/// share of a read served at its first poll, with no future of blockio's.
-async fn pread_tasks(w: Work) -> Result<u64, Error> {
+/// share of a read served at its first poll, with no future of blockio's;
+/// with `arcs`, each read also clones and drops two `Arc`s all the tasks
+/// share.
+async fn pread_tasks(w: Work, arcs: bool) -> Result<u64, Error> {
     use std::os::unix::fs::FileExt;
     let tasks: Vec<_> = (0..DEPTH as u64)
         .map(|t| {
@@ -271,7 +277,9 @@ async fn pread_tasks(w: Work) -> Result<u64, Error> {
                 let mut reads = 0;
                 while !w.stopped() {
                     let off = gen.next(w.blocks);
+                    let held = arcs.then(|| (w.file.clone(), w.stop.clone()));
                     let n = w.file.read_at(&mut buf, off)?;
+                    drop(std::hint::black_box(held));
                     reads += whole(n as i32)?;
                     if reads % TASK_BUDGET == 0 {
                         tokio::task::yield_now().await;
