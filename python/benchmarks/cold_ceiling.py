@@ -11,7 +11,7 @@ on the same file (the order swapped every round).
 ``cold.I.json`` (``blockio-bench read --json``) for each round ``I``.
 Prints, as median (lowest-highest round), every figure truncated to three
 decimals (never rounded up): fio's reads per second and mean latency
-(µs), ``sync``'s and ``auto``'s reads per second over fio's in the same
+(µs) and median latency, ``sync``'s and ``auto``'s reads per second over fio's in the same
 round, ``auto`` over ``sync``, fio's rate over the one of the round
 before (the device's own drift from one round to the next, no program
 changed), and ``auto``'s and ``sync``'s CPU µs per read.
@@ -41,10 +41,17 @@ def spread(values: List[float]) -> str:
 
 
 def fio_round(f: Path) -> Optional[Dict[str, float]]:
-    """fio's reads per second and mean completion latency (µs), or None."""
+    """fio's reads per second, mean and median latency (µs), or None (a
+    job that made no read: fio's error report)."""
     try:
         job = json.loads(f.read_text())["jobs"][0]["read"]
-        return {"iops": float(job["iops"]), "lat_us": float(job["lat_ns"]["mean"]) / 1000}
+        if not job["total_ios"]:
+            return None
+        return {
+            "iops": float(job["iops"]),
+            "lat_us": float(job["lat_ns"]["mean"]) / 1000,
+            "p50_us": float(job["clat_ns"]["percentile"]["50.000000"]) / 1000,
+        }
     except (ValueError, KeyError, IndexError):
         return None
 
@@ -89,6 +96,7 @@ def main() -> None:
         "fio psync qd1 reads/s": [fio[i]["iops"] for i in both],
         "fio mean latency us": [fio[i]["lat_us"] for i in both],
         "1e6 / fio mean latency (reads/s)": [1e6 / fio[i]["lat_us"] for i in both],
+        "fio p50 latency us": [fio[i]["p50_us"] for i in both],
         "sync / fio reads/s": [bench[i]["sync"]["iops"] / fio[i]["iops"] for i in both],
         "auto / fio reads/s": [bench[i]["auto"]["iops"] / fio[i]["iops"] for i in both],
         "auto / sync reads/s": [bench[i]["auto"]["iops"] / bench[i]["sync"]["iops"] for i in both],
