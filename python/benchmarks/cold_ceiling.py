@@ -1,6 +1,6 @@
 """The ceiling of ``auto`` at one read in flight on cold data, as in
 ``docs/benchmarks.md`` ("Cold ``auto`` at one read in flight against the
-device's own rate"): each round is fio's ``psync`` job at depth 1 on the
+device"): each round is fio's ``psync`` job at depth 1 on the
 cold file (its page cache dropped by fio's ``--invalidate=1``), then one
 ``blockio-bench read`` process with ``sync`` and ``auto`` at ``--qd 1``
 on the same file (the order swapped every round).
