@@ -15,7 +15,11 @@
 //!   task, yielding once every 128 reads as a task whose reads are all
 //!   served at their first poll does: tokio's part of `inline`, without
 //!   blockio's future;
-//! * `task-pread-arcs`: the same, each read also taking and dropping two
+//! * `task-preadv2`: the same with each read a `preadv2(RWF_NOWAIT)` of
+//!   one buffer, made as the async read's try at its first poll makes it
+//!   (the system call itself, no libc wrapper): the kernel's part of
+//!   `inline`'s read against `pread`'s;
+//! * `task-pread-arcs`: the same as `task-pread`, each read also taking and dropping two
 //!   reference counts that every task shares (as an async read's future
 //!   takes its engine's and its file's);
 //! * `inline`: 64 tokio tasks, `AsyncFile::read_at(...).await` (cached
@@ -97,14 +101,15 @@ fn main() -> Result<(), Error> {
         "batch" => batch(&w)?,
         "pread" => pread_loop(&w)?,
         "bare-task" => rt.block_on(rt.spawn(bare_task(w.clone())))??,
-        "task-pread" => rt.block_on(pread_tasks(w.clone(), false))?,
-        "task-pread-arcs" => rt.block_on(pread_tasks(w.clone(), true))?,
+        "task-pread" => rt.block_on(pread_tasks(w.clone(), false, false))?,
+        "task-preadv2" => rt.block_on(pread_tasks(w.clone(), false, true))?,
+        "task-pread-arcs" => rt.block_on(pread_tasks(w.clone(), true, false))?,
         "inline" => rt.block_on(tasks_on_engine(w.clone(), ReadPath::Auto))?,
         "submit" => rt.block_on(tasks_on_engine(w.clone(), ReadPath::AlwaysSubmit))?,
         "ring-tasks" => rt.block_on(ring_tasks(w.clone()))?,
         other => {
             return Err(format!(
-                "mode {other:?}: expected batch, pread, bare-task, task-pread, task-pread-arcs, \
+                "mode {other:?}: expected batch, pread, bare-task, task-pread, task-preadv2, task-pread-arcs, \
                  inline, submit or ring-tasks"
             )
             .into())
@@ -266,7 +271,7 @@ const TASK_BUDGET: u64 = 128;
 /// share of a read served at its first poll, with no future of blockio's;
 /// with `arcs`, each read also clones and drops two `Arc`s all the tasks
 /// share.
-async fn pread_tasks(w: Work, arcs: bool) -> Result<u64, Error> {
+async fn pread_tasks(w: Work, arcs: bool, nowait: bool) -> Result<u64, Error> {
     use std::os::unix::fs::FileExt;
     let tasks: Vec<_> = (0..DEPTH as u64)
         .map(|t| {
@@ -278,7 +283,18 @@ async fn pread_tasks(w: Work, arcs: bool) -> Result<u64, Error> {
                 while !w.stopped() {
                     let off = gen.next(w.blocks);
                     let held = arcs.then(|| (w.file.clone(), w.stop.clone()));
-                    let n = w.file.read_at(&mut buf, off)?;
+                    let n = if nowait {
+                        // `EAGAIN` now and then on cached data (a page
+                        // marked for readahead): read as the driver would.
+                        match preadv2_nowait(&w.file, &mut buf, off) {
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                w.file.read_at(&mut buf, off)?
+                            }
+                            n => n?,
+                        }
+                    } else {
+                        w.file.read_at(&mut buf, off)?
+                    };
                     drop(std::hint::black_box(held));
                     reads += whole(n as i32)?;
                     if reads % TASK_BUDGET == 0 {
@@ -294,6 +310,32 @@ async fn pread_tasks(w: Work, arcs: bool) -> Result<u64, Error> {
         reads += t.await??;
     }
     Ok(reads)
+}
+
+/// `preadv2(fd, [buf], offset, RWF_NOWAIT)` as the system call itself.
+fn preadv2_nowait(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec over `buf`, borrowed mutably for the call; the
+    // offset split in its low and high halves as the system call takes it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_preadv2,
+            file.as_raw_fd(),
+            &iov as *const libc::iovec,
+            1,
+            offset as libc::c_long,
+            (offset >> 32) as libc::c_long,
+            libc::RWF_NOWAIT,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(rc as usize)
 }
 
 /// `DEPTH` tasks reading through blockio's async API.
