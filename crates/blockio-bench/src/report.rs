@@ -446,7 +446,7 @@ fn summary_lines(s: &mut String, summary: &[Summary]) {
     if summary.iter().any(|x| !x.async_api.is_empty()) {
         let _ = writeln!(
             s,
-            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the batch API; warm, by CPU\nper read, missed: the async read costs 1.05-1.12x a plain pread made in a tokio task, which\nitself reaches 0.96-0.98 of the batch: docs/benchmarks.md, \"The async API's warm reads against\na bare tokio task\";\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT;\nspawn_blocking and the batch API paired per round, median (lowest-highest round), truncated):"
+            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the batch API; warm, by CPU\nper read, missed in the bench's rounds (0.865-0.910): the async read costs what a tokio task's\nown preadv2(RWF_NOWAIT) costs, 1.05-1.07x a pread in the kernel: docs/benchmarks.md, \"The\nasync read served at its first poll, cut to what a tokio task's own preadv2 costs\";\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT;\nspawn_blocking and the batch API paired per round, median (lowest-highest round), truncated):"
         );
         for x in summary {
             for a in &x.async_api {
