@@ -426,7 +426,7 @@ fn spread(x: Option<[f64; 2]>) -> String {
 fn summary_lines(s: &mut String, summary: &[Summary]) {
     let _ = writeln!(
         s,
-        "\nauto (its best configuration) against the best strategy of this run (target >= 0.95),\nand auto one read at a time against the pread loop (target >= 0.97); each paired per\nround, median (lowest-highest round), truncated, never rounded up:"
+        "\nauto (its best configuration) against the best strategy of this run (target >= 0.95),\nand auto one read at a time against the pread loop (target >= 0.97; on cold data both make\none pread per read and wait on the device, whose own rate moves more than 3% between\nrounds: docs/benchmarks.md, \"Cold auto at one read in flight against the device\");\neach paired per round, median (lowest-highest round), truncated, never rounded up:"
     );
     for x in summary {
         let _ = writeln!(
@@ -446,7 +446,7 @@ fn summary_lines(s: &mut String, summary: &[Summary]) {
     if summary.iter().any(|x| !x.async_api.is_empty()) {
         let _ = writeln!(
             s,
-            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the batch API;\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT;\nspawn_blocking and the batch API paired per round, median (lowest-highest round), truncated):"
+            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the batch API; warm, by CPU\nper read, missed in the bench's rounds (0.865-0.910): the async read costs what a tokio task's\nown preadv2(RWF_NOWAIT) costs, 1.05-1.07x a pread in the kernel: docs/benchmarks.md, \"The\nasync read served at its first poll, cut to what a tokio task's own preadv2 costs\";\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT;\nspawn_blocking and the batch API paired per round, median (lowest-highest round), truncated):"
         );
         for x in summary {
             for a in &x.async_api {

@@ -6,8 +6,14 @@
 //! excluded (`docs/benchmarks.md`, "The async API's cached reads at
 //! their first poll").
 //!
+//! With `pread` as a third argument each task makes its reads as plain
+//! `pread`s instead (yielding once every 128, as a task whose reads are
+//! served at their first poll does): the same tasks and runtime without
+//! blockio's future, against which the async read's own instructions are
+//! counted.
+//!
 //! ```sh
-//! cargo run --release --features tokio --example cached_read_cost -- FILE READS
+//! cargo run --release --features tokio --example cached_read_cost -- FILE READS [async|pread]
 //! ```
 
 use std::sync::Arc;
@@ -22,7 +28,12 @@ const BLOCK: u64 = 4096;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args_os().skip(1);
     let (Some(path), Some(reads)) = (args.next(), args.next()) else {
-        return Err("usage: cached_read_cost FILE READS".into());
+        return Err("usage: cached_read_cost FILE READS [async|pread]".into());
+    };
+    let plain = match args.next().as_ref().and_then(|m| m.to_str()) {
+        None | Some("async") => false,
+        Some("pread") => true,
+        Some(other) => return Err(format!("mode {other:?}: expected async or pread").into()),
     };
     let reads: u64 = reads
         .to_str()
@@ -39,7 +50,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let engine = AsyncEngine::builder().queue_depth(TASKS as usize).build()?;
         let file = Arc::new(AsyncFile::open(&engine, &path)?);
         let tasks: Vec<_> = (0..TASKS)
-            .map(|t| tokio::spawn(read_task(file.clone(), t, reads / TASKS, blocks)))
+            .map(|t| {
+                let count = reads / TASKS;
+                if plain {
+                    tokio::spawn(pread_task(file.clone(), t, count, blocks))
+                } else {
+                    tokio::spawn(read_task(file.clone(), t, count, blocks))
+                }
+            })
             .collect();
         let mut bytes = 0;
         for t in tasks {
@@ -69,6 +87,31 @@ async fn read_task(
         let (res, b) = file.read_at(buf, (state % blocks) * BLOCK).await;
         buf = b;
         bytes += res? as u64;
+    }
+    Ok(bytes)
+}
+
+/// [`read_task`] with each read a plain `pread` made in the task, and a
+/// yield every 128 reads (as blockio's budget of reads served inline in a
+/// row makes a task yield).
+async fn pread_task(
+    file: Arc<AsyncFile>,
+    seed: u64,
+    count: u64,
+    blocks: u64,
+) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut buf = vec![0u8; BLOCK as usize];
+    let mut bytes = 0;
+    for i in 0..count {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        bytes += file.file().read_at(&mut buf, (state % blocks) * BLOCK)? as u64;
+        if i % 128 == 127 {
+            tokio::task::yield_now().await;
+        }
     }
     Ok(bytes)
 }

@@ -1,5 +1,5 @@
 //! What serving cached async reads many per system call could gain: the
-//! CPU per cached 4 KiB read (user + system, `getrusage`) of six ways of
+//! CPU per cached 4 KiB read (user + system, `getrusage`) of eight ways of
 //! reading a cached file at pseudo-random offsets for a given time
 //! (`docs/benchmarks.md`, "The async API's cached reads at their first
 //! poll"):
@@ -11,6 +11,17 @@
 //!   per read, nothing else;
 //! * `bare-task`: a raw io_uring loop, 64 reads per `io_uring_enter`, in
 //!   one tokio task: the batch with the runtime around it;
+//! * `task-pread`: 64 tokio tasks, each read a plain `pread` made in the
+//!   task, yielding once every 128 reads as a task whose reads are all
+//!   served at their first poll does: tokio's part of `inline`, without
+//!   blockio's future;
+//! * `task-preadv2`: the same with each read a `preadv2(RWF_NOWAIT)` of
+//!   one buffer, made as the async read's try at its first poll makes it
+//!   (the system call itself, no libc wrapper): the kernel's part of
+//!   `inline`'s read against `pread`'s;
+//! * `task-pread-arcs`: the same as `task-pread`, each read also taking and dropping two
+//!   reference counts that every task shares (as an async read's future
+//!   takes its engine's and its file's);
 //! * `inline`: 64 tokio tasks, `AsyncFile::read_at(...).await` (cached
 //!   reads served at their first poll, one `preadv2` each);
 //! * `submit`: the same with every read sent to the ring
@@ -90,12 +101,16 @@ fn main() -> Result<(), Error> {
         "batch" => batch(&w)?,
         "pread" => pread_loop(&w)?,
         "bare-task" => rt.block_on(rt.spawn(bare_task(w.clone())))??,
+        "task-pread" => rt.block_on(pread_tasks(w.clone(), false, false))?,
+        "task-preadv2" => rt.block_on(pread_tasks(w.clone(), false, true))?,
+        "task-pread-arcs" => rt.block_on(pread_tasks(w.clone(), true, false))?,
         "inline" => rt.block_on(tasks_on_engine(w.clone(), ReadPath::Auto))?,
         "submit" => rt.block_on(tasks_on_engine(w.clone(), ReadPath::AlwaysSubmit))?,
         "ring-tasks" => rt.block_on(ring_tasks(w.clone()))?,
         other => {
             return Err(format!(
-                "mode {other:?}: expected batch, pread, bare-task, inline, submit or ring-tasks"
+                "mode {other:?}: expected batch, pread, bare-task, task-pread, task-preadv2, task-pread-arcs, \
+                 inline, submit or ring-tasks"
             )
             .into())
         }
@@ -246,6 +261,81 @@ async fn bare_task(w: Work) -> Result<u64, Error> {
         tokio::task::yield_now().await;
     }
     Ok(reads)
+}
+
+/// Reads in a row a task serves before yielding once, as blockio's
+/// `INLINE_BUDGET` has a task reading cached data do.
+const TASK_BUDGET: u64 = 128;
+
+/// `DEPTH` tokio tasks, each read one `pread` in the task: the runtime's
+/// share of a read served at its first poll, with no future of blockio's;
+/// with `arcs`, each read also clones and drops two `Arc`s all the tasks
+/// share.
+async fn pread_tasks(w: Work, arcs: bool, nowait: bool) -> Result<u64, Error> {
+    use std::os::unix::fs::FileExt;
+    let tasks: Vec<_> = (0..DEPTH as u64)
+        .map(|t| {
+            let w = w.clone();
+            tokio::spawn(async move {
+                let mut gen = Offsets::new(t);
+                let mut buf = vec![0u8; BLOCK as usize];
+                let mut reads = 0;
+                while !w.stopped() {
+                    let off = gen.next(w.blocks);
+                    let held = arcs.then(|| (w.file.clone(), w.stop.clone()));
+                    let n = if nowait {
+                        // `EAGAIN` now and then on cached data (a page
+                        // marked for readahead): read as the driver would.
+                        match preadv2_nowait(&w.file, &mut buf, off) {
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                w.file.read_at(&mut buf, off)?
+                            }
+                            n => n?,
+                        }
+                    } else {
+                        w.file.read_at(&mut buf, off)?
+                    };
+                    drop(std::hint::black_box(held));
+                    reads += whole(n as i32)?;
+                    if reads % TASK_BUDGET == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                Ok::<u64, Error>(reads)
+            })
+        })
+        .collect();
+    let mut reads = 0;
+    for t in tasks {
+        reads += t.await??;
+    }
+    Ok(reads)
+}
+
+/// `preadv2(fd, [buf], offset, RWF_NOWAIT)` as the system call itself.
+fn preadv2_nowait(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec over `buf`, borrowed mutably for the call; the
+    // offset split in its low and high halves as the system call takes it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_preadv2,
+            file.as_raw_fd(),
+            &iov as *const libc::iovec,
+            1,
+            offset as libc::c_long,
+            (offset >> 32) as libc::c_long,
+            libc::RWF_NOWAIT,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(rc as usize)
 }
 
 /// `DEPTH` tasks reading through blockio's async API.

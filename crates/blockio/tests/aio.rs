@@ -946,6 +946,15 @@ fn async_pipe(engine: &AsyncEngine) -> (AsyncFile, std::fs::File) {
 /// none of the bytes written after the drop, on each backend: io_uring
 /// cancels it in the kernel, and the pool's thread, waiting for the pipe
 /// to become readable, gives it up; the next read gets the bytes.
+///
+/// Known limitation, not covered here: the drop does not wait for the
+/// cancellation, and bytes a dropped read takes are not kept for the next
+/// read, so a write that reaches the kernel before the cancellation lands
+/// is taken by the dropped read and lost (under load, 6-8 of 60 seeded
+/// runs of a randomised test of 300 drops on io_uring, 2 of 30 on the
+/// thread-pool backend; see docs/library.md). This test writes after each
+/// drop at once as well, so on a loaded machine it can meet that race and
+/// fail with "the dropped read took the bytes".
 #[test]
 fn a_dropped_read_of_an_empty_pipe_takes_nothing_written_after() {
     for backend in [

@@ -434,6 +434,102 @@ fn a_read_parked_when_its_driver_is_aborted_completes() {
     }
 }
 
+/// As [`a_read_parked_when_its_driver_is_aborted_completes`], for a read
+/// of an [`AsyncFile`](blockio::aio::AsyncFile) (one end of a socket pair
+/// opened as a file, whose read waits in the kernel until the other end
+/// writes): the parked read completes once the peer writes, without any
+/// other task starting an operation. On io_uring the reader's task is
+/// also woken when the last driver goes, before the peer writes (so that
+/// its next poll can spawn a driver on its runtime): the relay thread
+/// alone would complete the read, but never wake the task earlier.
+/// On the thread-pool backend nothing needs driving and nothing is woken;
+/// there the test checks only that the read completes.
+#[test]
+fn a_file_read_parked_when_its_driver_is_aborted_completes() {
+    use std::os::fd::OwnedFd;
+    let multi_thread = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let runtimes: [(&str, MakeRuntime); 2] =
+        [("multi-thread", multi_thread), ("current-thread", runtime)];
+    for submit in [Submit::OnStart, Submit::PerRound] {
+        for (flavour, rt) in runtimes {
+            let rt = rt();
+            let engine = caller_engine(submit);
+            rt.block_on(async {
+                let driver = tokio::spawn(drive_on_tokio(engine.clone()));
+                let (ours, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+                let file = blockio::aio::AsyncFile::from_file(
+                    &engine,
+                    std::fs::File::from(OwnedFd::from(ours)),
+                );
+                let uring = engine.poll_fd().is_some();
+                let (parked_tx, parked_rx) = futures::channel::oneshot::channel();
+                let (woken_tx, woken_rx) = futures::channel::oneshot::channel();
+                let aborted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let seen = aborted.clone();
+                let reader = tokio::spawn(async move {
+                    let mut read = std::pin::pin!(file.read_at(vec![0u8; 5], 0));
+                    let mut parked_tx = Some(parked_tx);
+                    let mut woken_tx = Some(woken_tx);
+                    let (n, buf) = std::future::poll_fn(|cx| {
+                        if let Some(tx) = parked_tx.take() {
+                            // The first poll: the read goes into the
+                            // kernel and its task parks before the driver
+                            // goes.
+                            let first = std::future::Future::poll(read.as_mut(), cx);
+                            assert!(first.is_pending(), "the read found bytes nobody sent");
+                            tx.send(()).unwrap();
+                            return first;
+                        }
+                        // A poll after the driver's end: the task was woken.
+                        if seen.load(std::sync::atomic::Ordering::SeqCst) {
+                            if let Some(tx) = woken_tx.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                        std::future::Future::poll(read.as_mut(), cx)
+                    })
+                    .await;
+                    n.map(|n| buf[..n].to_vec())
+                });
+                parked_rx.await.expect("the reader ended before parking");
+                aborted.store(true, std::sync::atomic::Ordering::SeqCst);
+                driver.abort();
+                match driver.await {
+                    Ok(res) => res.unwrap(),
+                    Err(e) => assert!(e.is_cancelled(), "{e}"),
+                }
+                if uring {
+                    // Woken by the last driver's drop, with nothing sent
+                    // yet: the relay could not have completed the read.
+                    tokio::time::timeout(GUARD, woken_rx)
+                        .await
+                        .unwrap_or_else(|_| {
+                            panic!("a file read parked when the driver was aborted was not woken ({submit:?}, {flavour})")
+                        })
+                        .expect("the reader ended before the peer wrote");
+                }
+                peer.write_all(b"hello").unwrap();
+                let got = tokio::time::timeout(GUARD, reader)
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!("a file read parked when the driver was aborted never woke ({submit:?}, {flavour})")
+                    })
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(got, b"hello", "{submit:?}, {flavour}");
+            });
+            drop(rt);
+            drop(engine);
+        }
+    }
+}
+
 /// The `drive_on_tokio` task aborted while a read waits on an executor
 /// of its own (no tokio runtime, so nothing there can drive the engine
 /// again): the read's receive is in the kernel already, and the relay

@@ -36,6 +36,7 @@ thread_local! {
 
 impl StripedCounter {
     /// Adds one, in this thread's slot.
+    #[inline]
     pub(crate) fn increment(&self) {
         let slot = MY_SLOT.with(|s| *s);
         self.slots[slot].0.fetch_add(1, Ordering::Relaxed);

@@ -674,6 +674,7 @@ impl AsyncEngine {
     }
 
     /// Counts a read served on the polling thread.
+    #[inline]
     pub(crate) fn count_inline(&self) {
         self.core.served_inline.increment();
     }

@@ -65,6 +65,7 @@ struct OpState<B> {
 }
 
 impl<B> Drop for OpState<B> {
+    #[inline]
     fn drop(&mut self) {
         if let (true, Some(fd)) = (self.new_fd, self.result.filter(|&r| r >= 0)) {
             // SAFETY: the kernel returned `fd` as a new descriptor for this
@@ -683,31 +684,26 @@ impl<B: Send + 'static> OpFuture<B> {
     /// once instead (waking the task, the operation kept for the next
     /// poll, which tries again) when this thread has served
     /// [`INLINE_BUDGET`] operations in a row.
+    ///
+    /// Inlined into the poll, with the case of an operation whose shared
+    /// state was already made (a handle to it was asked for) apart: a
+    /// read served here then costs the poll no more than this.
+    #[inline]
     fn poll_inline(&mut self, cx: &mut Context<'_>) -> Poll<Option<i32>> {
+        if self.shared.get().is_some() {
+            return self.poll_inline_shared(cx);
+        }
         let Some(op) = &self.op else {
             return Poll::Ready(None);
         };
         // The future's own state holds the keep until the shared state is
-        // made (then a handle to the operation exists, which is rare for
-        // a read not yet polled): a reference there, or a count here.
-        let shared_keep;
-        let keep = match self.shared.get() {
-            None => self
-                .local
-                .get_mut()
-                .unwrap_or_else(|e| e.into_inner())
-                .keep
-                .as_deref(),
-            Some(shared) => {
-                shared_keep = shared
-                    .inner
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .keep
-                    .clone();
-                shared_keep.as_deref()
-            }
-        };
+        // made: a reference to it, no count taken.
+        let keep = self
+            .local
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .keep
+            .as_deref();
         let Some(inline) = keep.and_then(|keep| keep.inline(op)) else {
             return Poll::Ready(None);
         };
@@ -717,23 +713,60 @@ impl<B: Send + 'static> OpFuture<B> {
         if !inline_turn_left(cx) {
             return Poll::Pending;
         }
-        // Claimed first, as the driver would, once a handle exists that may
-        // withdraw it (only the shared state gives one out): a withdrawal
-        // that comes later must report the operation as performed; one
-        // that came first wins.
-        if self.shared.get().is_some_and(|shared| !shared.claim()) {
+        let res = inline.try_inline(op);
+        if res.is_some() {
+            self.served_inline();
+        }
+        Poll::Ready(res)
+    }
+
+    /// [`poll_inline`](Self::poll_inline) for an operation whose shared
+    /// state exists: the keep is there, and the operation is claimed
+    /// first, as the driver would, since a handle exists that may
+    /// withdraw it (only the shared state gives one out): a withdrawal
+    /// that comes later must report the operation as performed; one that
+    /// came first wins.
+    #[cold]
+    #[inline(never)]
+    fn poll_inline_shared(&mut self, cx: &mut Context<'_>) -> Poll<Option<i32>> {
+        let (Some(op), Some(shared)) = (&self.op, self.shared.get()) else {
+            return Poll::Ready(None);
+        };
+        let keep = shared
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keep
+            .clone();
+        let Some(inline) = keep.as_deref().and_then(|keep| keep.inline(op)) else {
+            return Poll::Ready(None);
+        };
+        if op.precheck().is_some() {
+            return Poll::Ready(None);
+        }
+        if !inline_turn_left(cx) {
+            return Poll::Pending;
+        }
+        if !shared.claim() {
             return Poll::Ready(None);
         }
         let res = inline.try_inline(op);
         if res.is_some() {
-            count_inline_turn();
-            self.op = None;
-            self.admission.engine().count_inline();
-        } else if let Some(shared) = self.shared.get() {
+            self.served_inline();
+        } else {
             // Not performed: back to waiting, for the driver to claim.
             shared.claim.store(WAITING, Ordering::Release);
         }
         Poll::Ready(res)
+    }
+
+    /// Notes an operation served by [`poll_inline`](Self::poll_inline):
+    /// never to be handed to the driver.
+    #[inline]
+    fn served_inline(&mut self) {
+        count_inline_turn();
+        self.op = None;
+        self.admission.engine().count_inline();
     }
 
     /// Submits the operation now instead of at the first poll, so that
@@ -936,24 +969,43 @@ impl<B: Send + 'static> Future for OpFuture<B> {
         if this.op.is_some() {
             match this.poll_inline(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(res)) => {
-                    let buf = this.with_state(|g| {
-                        g.result = Some(res);
-                        g.buf.take()
-                    });
-                    let buf = buf.expect("OpFuture polled after it resolved");
-                    return Poll::Ready((Ok(served_count(res)), buf));
-                }
+                Poll::Ready(Some(res)) => return Poll::Ready(this.served(res)),
                 Poll::Ready(None) => {}
             }
+        }
+        this.poll_driven(cx)
+    }
+}
+
+impl<B: Send + 'static> OpFuture<B> {
+    /// The output of an operation [served inline](Self::poll_inline)
+    /// with the raw result `res`: recorded in its state (a withdrawal
+    /// asked for later finds it performed), its buffer handed back.
+    #[inline]
+    fn served(&mut self, res: i32) -> BufResult<usize, B> {
+        let buf = self.with_state(|g| {
+            g.result = Some(res);
+            g.buf.take()
+        });
+        let buf = buf.expect("OpFuture polled after it resolved");
+        (Ok(served_count(res)), buf)
+    }
+
+    /// The rest of a poll of an operation not served inline: handed to
+    /// the driver if it has not been, then its result if the driver has
+    /// one. Apart from the poll, so that a read served inline does not
+    /// pay for this part's frame.
+    #[inline(never)]
+    fn poll_driven(&mut self, cx: &mut Context<'_>) -> Poll<BufResult<usize, B>> {
+        if self.op.is_some() {
             // The waker first, so that a completion racing the submission
             // finds it.
-            this.set_waker(cx.waker());
-            this.resume();
+            self.set_waker(cx.waker());
+            self.resume();
         }
-        let refused = this.refused.take();
-        let site = this.site;
-        let (ready, replaced) = this.with_state(|g| {
+        let refused = self.refused.take();
+        let site = self.site;
+        let (ready, replaced) = self.with_state(|g| {
             if let Some(err) = refused {
                 let buf = g.buf.take().expect("OpFuture polled after it resolved");
                 return (Some((Err(err), buf)), None);
@@ -987,10 +1039,30 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
     /// stays with the driver until the completion. An operation on a
     /// regular file or a block device finishes on its own (a dropped write
     /// still lands).
+    #[inline]
     fn drop(&mut self) {
         if self.op.is_some() || self.refused.is_some() {
             return;
         }
+        // Nothing else to do for an operation that never reached the
+        // driver and never waited for its socket (a read served inline):
+        // the rest apart, so that such a drop is these checks alone.
+        #[cfg(feature = "tokio")]
+        let waited = self.gate.is_some();
+        #[cfg(not(feature = "tokio"))]
+        let waited = false;
+        if waited || self.shared.get().is_some() {
+            self.drop_handed_over();
+        }
+    }
+}
+
+impl<B: Send + 'static> OpFuture<B> {
+    /// [`Drop`] of an operation that went to the driver (or waits for its
+    /// socket to go there).
+    #[cold]
+    #[inline(never)]
+    fn drop_handed_over(&mut self) {
         #[cfg(feature = "tokio")]
         if let Some(gate) = self.gate.take() {
             // Not submitted yet: never will be (it completes with

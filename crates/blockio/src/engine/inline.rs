@@ -222,6 +222,11 @@ pub(crate) fn reads_file_data(kind: OpKind) -> bool {
 /// is a cancellation point, and switching cancellation off and on around
 /// it cost about 3 % of a cached 4 KiB read (`docs/benchmarks.md`, "The
 /// async API's cached reads at their first poll").
+///
+/// Inlined where it is called (the async read's try at its first poll
+/// makes the system call from its own frame); reads of several buffers
+/// go through [`try_inline_segments`].
+#[inline]
 pub(crate) fn try_inline(op: &Op<'_>) -> Result<usize, i32> {
     if let Action::Read(read) = &op.action {
         // The common case straight from its arguments: one buffer, its
@@ -238,6 +243,13 @@ pub(crate) fn try_inline(op: &Op<'_>) -> Result<usize, i32> {
         let buf = unsafe { io_slice(&one) };
         return whole(preadv2_nowait_at(op, read.offset, &mut [buf]), read.len);
     }
+    try_inline_segments(op)
+}
+
+/// [`try_inline`] of any read but one of a single buffer: its segments
+/// gathered first.
+#[inline(never)]
+fn try_inline_segments(op: &Op<'_>) -> Result<usize, i32> {
     let segments = op.action.segments();
     let iovs = segments.as_slice();
     let want = iovs.iter().map(|v| v.iov_len).sum::<usize>();
