@@ -17,6 +17,7 @@ pass).
 
     python seq_rounds.py --file F [--rounds 5] [--sizes 4096,65536,...]
         [--build before=DIR --build after=DIR] [--loop asyncio|blockio] [--no-aiofiles]
+        [--digits 2]
 
 ``--loop blockio`` runs blockio's loops on ``blockio.run`` (its own event
 loop); the ``os.pread`` and aiofiles loops stay on asyncio's. F must be
@@ -134,9 +135,9 @@ def child(path: str, sizes: List[int], flip: bool, loop: str, aio: bool) -> None
     print(json.dumps(out))
 
 
-def spread(v: List[float]) -> str:
+def spread(v: List[float], digits: int = 2) -> str:
     v = sorted(v)
-    return f"{statistics.median(v):.2f} ({v[0]:.2f}-{v[-1]:.2f})"
+    return f"{statistics.median(v):.{digits}f} ({v[0]:.{digits}f}-{v[-1]:.{digits}f})"
 
 
 def main() -> int:
@@ -147,6 +148,7 @@ def main() -> int:
     ap.add_argument("--build", action="append", default=[], help="NAME=DIR, first on sys.path")
     ap.add_argument("--loop", choices=["asyncio", "blockio"], default="asyncio")
     ap.add_argument("--no-aiofiles", action="store_true")
+    ap.add_argument("--digits", type=int, default=2, help="decimals of the ratios printed")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--flip", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -181,7 +183,7 @@ def main() -> int:
                     if floor == "aiofiles" and clock == "cpu":
                         continue
                     rs = [p[floor][k][i] / p[what][k][i] for p in res[name]]
-                    line.append(f"{what}/{floor} {clock} {spread(rs)}")
+                    line.append(f"{what}/{floor} {clock} {spread(rs, a.digits)}")
             print(f"  n={n >> 10:>5} KiB  " + "; ".join(line))
     return 0
 
