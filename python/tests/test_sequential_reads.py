@@ -120,12 +120,12 @@ def test_a_cancelled_large_read_keeps_its_object_until_the_kernel_is_done(tmp_pa
                     task = asyncio.ensure_future(f.read(size))
                 else:
                     task = asyncio.ensure_future(engine.aread(plain, offset=10, length=size))
-                # (polled at every turn of the loop for the cached read,
-                # whose pieces complete within milliseconds; every 1 ms
-                # for the one from the disk, so that the kernel is well
-                # into its first piece when it is cancelled)
+                # Polled at every turn of the loop: the turn after the
+                # read's first step submitted its pieces, before their
+                # completions can have resumed it (a wait of any length
+                # here could let a loaded machine finish the read first).
                 await await_until(lambda: task.done() or pieces_in_flight_peak() > 0, "a piece of the read in flight",
-                                  sleep=(lambda _: asyncio.sleep(0)) if cached else asyncio.sleep)
+                                  sleep=lambda _: asyncio.sleep(0))
                 assert not task.done()
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
