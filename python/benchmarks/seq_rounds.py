@@ -17,7 +17,12 @@ pass).
 
     python seq_rounds.py --file F [--rounds 5] [--sizes 4096,65536,...]
         [--build before=DIR --build after=DIR] [--loop asyncio|blockio] [--no-aiofiles]
+        [--digits 2] [--no-turns]
 
+``--no-turns`` adds a contender, ``read(n)`` with the event loop's turns
+by time switched off (``set_turn_time`` of a day: the calls served
+without suspending never yield), printed over the ``os.pread`` loop's:
+what the turns cost, which keep the loop's longest gap bounded.
 ``--loop blockio`` runs blockio's loops on ``blockio.run`` (its own event
 loop); the ``os.pread`` and aiofiles loops stay on asyncio's. F must be
 cached (it is read once before each round).
@@ -109,7 +114,31 @@ async def aiofiles_read(path: str, n: int) -> Tuple[Clocks, int]:
         return (time.thread_time() - c, time.perf_counter() - w), got
 
 
-def child(path: str, sizes: List[int], flip: bool, loop: str, aio: bool) -> None:
+def warm(path: str) -> None:
+    """Reads ``path`` whole into one buffer: before each contender's loop,
+    so that pages other processes' memory use evicted since are back in
+    the page cache (blockio's reads of them would go to the engine, and
+    ``os.pread`` would wait for the disk), for every contender alike."""
+    fd, buf, at = os.open(path, os.O_RDONLY), bytearray(8 << 20), 0
+    try:
+        while k := os.preadv(fd, [buf], at):
+            at += k
+    finally:
+        os.close(fd)
+
+
+def without_turns(run: Callable[[], Tuple[Clocks, int]]) -> Tuple[Clocks, int]:
+    """``run()`` with the turns of the event loop by time switched off."""
+    from blockio._blockio import set_turn_time
+
+    before = set_turn_time(86400 * 10**9)
+    try:
+        return run()
+    finally:
+        set_turn_time(before)
+
+
+def child(path: str, sizes: List[int], flip: bool, loop: str, aio: bool, turnless: bool) -> None:
     """One round in this process: ``{contender: {n: [cpu s, wall s]}}`` as JSON."""
     import blockio
 
@@ -123,20 +152,23 @@ def child(path: str, sizes: List[int], flip: bool, loop: str, aio: bool) -> None
     }
     if aio:
         runs["aiofiles"] = lambda n: asyncio.run(aiofiles_read(path, n))
+    if turnless:
+        runs["read-no-turns"] = lambda n: without_turns(lambda: run_blockio(blockio_read(path, n)))
     names = list(runs)[::-1] if flip else list(runs)
     out: Dict[str, Dict[int, Clocks]] = {k: {} for k in names}
     size = os.path.getsize(path)
     for n in sizes:
         for name in names:
+            warm(path)
             took, got = runs[name](n)
             assert got == size, (name, n, got)
             out[name][n] = took
     print(json.dumps(out))
 
 
-def spread(v: List[float]) -> str:
+def spread(v: List[float], digits: int = 2) -> str:
     v = sorted(v)
-    return f"{statistics.median(v):.2f} ({v[0]:.2f}-{v[-1]:.2f})"
+    return f"{statistics.median(v):.{digits}f} ({v[0]:.{digits}f}-{v[-1]:.{digits}f})"
 
 
 def main() -> int:
@@ -147,12 +179,14 @@ def main() -> int:
     ap.add_argument("--build", action="append", default=[], help="NAME=DIR, first on sys.path")
     ap.add_argument("--loop", choices=["asyncio", "blockio"], default="asyncio")
     ap.add_argument("--no-aiofiles", action="store_true")
+    ap.add_argument("--digits", type=int, default=2, help="decimals of the ratios printed")
+    ap.add_argument("--no-turns", action="store_true", help="also read(n) with no turns of the loop by time")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--flip", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     if a.child:
-        child(a.file, sizes, a.flip, a.loop, not a.no_aiofiles)
+        child(a.file, sizes, a.flip, a.loop, not a.no_aiofiles, a.no_turns)
         return 0
     builds = [b.split("=", 1) for b in a.build] or [["installed", "."]]
     res: Dict[str, List[Dict[str, Dict[str, Clocks]]]] = {b: [] for b, _ in builds}
@@ -165,7 +199,7 @@ def main() -> int:
             if d != ".":
                 env["PYTHONPATH"] = os.path.abspath(d) + os.pathsep + env.get("PYTHONPATH", "")
             cmd = [sys.executable, __file__, "--child", "--file", a.file, "--sizes", a.sizes, "--loop", a.loop]
-            cmd += ["--flip"] * (r % 2) + ["--no-aiofiles"] * a.no_aiofiles
+            cmd += ["--flip"] * (r % 2) + ["--no-aiofiles"] * a.no_aiofiles + ["--no-turns"] * a.no_turns
             res[name].append(json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True,
                                                        text=True).stdout))
     for name, _ in builds:
@@ -173,15 +207,16 @@ def main() -> int:
         for n in sizes:
             k = str(n)
             line = []
-            for what, floor in (("read", "os.pread"), ("readinto", "os.preadv"), ("read", "aiofiles"),
+            for what, floor in (("read", "os.pread"), ("read-no-turns", "os.pread"), ("readinto", "os.preadv"),
+                                ("read", "aiofiles"),
                                 ("os.pread", "memcpy")):
-                if floor not in res[name][0]:
+                if floor not in res[name][0] or what not in res[name][0]:
                     continue
                 for i, clock in ((0, "cpu"), (1, "wall")):
                     if floor == "aiofiles" and clock == "cpu":
                         continue
                     rs = [p[floor][k][i] / p[what][k][i] for p in res[name]]
-                    line.append(f"{what}/{floor} {clock} {spread(rs)}")
+                    line.append(f"{what}/{floor} {clock} {spread(rs, a.digits)}")
             print(f"  n={n >> 10:>5} KiB  " + "; ".join(line))
     return 0
 
