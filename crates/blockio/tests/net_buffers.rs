@@ -81,6 +81,12 @@ fn pair(engine: &AsyncEngine) -> (TcpStream, std::net::TcpStream) {
     let addr = listener.local_addr().unwrap();
     let ours = futures::executor::block_on(TcpStream::connect_with(engine, addr)).unwrap();
     let (peer, _) = listener.accept().unwrap();
+    // A peer's read or write that waits a minute fails the test: only a
+    // hang takes that long.
+    peer.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    peer.set_write_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
     (ours, peer)
 }
 

@@ -134,6 +134,34 @@ pub async fn noting_its_wait<F: std::future::Future>(
     .await
 }
 
+/// A bound that only a hang reaches: a blocking wait on a peer or a
+/// thread that runs past it fails the test instead of holding the run.
+pub const HANG: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A std socket whose blocking reads and writes fail (`WouldBlock`) past
+/// [`HANG`]: a test's peer that waits for bytes that never come fails,
+/// naming the call, instead of blocking the test binary for good.
+pub trait Bounded: Sized {
+    /// The socket, bounded.
+    fn bounded(self) -> Self;
+}
+
+impl Bounded for std::net::TcpStream {
+    fn bounded(self) -> Self {
+        self.set_read_timeout(Some(HANG)).unwrap();
+        self.set_write_timeout(Some(HANG)).unwrap();
+        self
+    }
+}
+
+impl Bounded for std::os::unix::net::UnixStream {
+    fn bounded(self) -> Self {
+        self.set_read_timeout(Some(HANG)).unwrap();
+        self.set_write_timeout(Some(HANG)).unwrap();
+        self
+    }
+}
+
 /// Returns once `cond()` holds, checking it every millisecond (the
 /// polling period, not a guess at the event's time); panics naming `what`
 /// after 30 s, far beyond any event's time on a loaded machine.
