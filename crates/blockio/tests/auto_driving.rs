@@ -226,7 +226,14 @@ fn a_dropped_streams_bytes_arrive_from_a_default_engine() {
         let peer = std::net::TcpStream::connect(listener.local_addr().unwrap())
             .unwrap()
             .bounded();
+        // Buffers of fixed sizes, far below the reply: with the kernel's
+        // autotuning (up to tcp_rmem's 32 MiB here) the socket could take
+        // all 4 MiB, leaving nothing queued.
+        socket2::SockRef::from(&peer)
+            .set_recv_buffer_size(64 << 10)
+            .unwrap();
         let (mut stream, _) = listener.accept().await.unwrap();
+        stream.socket().set_send_buffer_size(16 << 10).unwrap();
         let written = write_until_pending(&mut stream, &reply).await;
         drop(stream);
         (peer, written)
