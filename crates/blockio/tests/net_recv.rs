@@ -443,7 +443,13 @@ fn a_peek_loop_after_a_trait_read_sees_the_bytes_that_come() {
         peer.write_all(b"hello").unwrap();
         let mut buf = [0u8; 10];
         let mut n = drive_until(&e, s.peek(&mut buf)).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while n < 5 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a peek loop saw only {:?}: caller-driven {caller}",
+                String::from_utf8_lossy(&buf[..n])
+            );
             e.reap();
             n = drive_until(&e, s.peek(&mut buf)).unwrap();
         }
