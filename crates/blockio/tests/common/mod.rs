@@ -218,14 +218,25 @@ pub fn accept_queue(port: u16) -> usize {
 /// How many submission-queue entries the kernel has taken from the ring
 /// whose descriptor is `ring` (its `SqHead` in `/proc/self/fdinfo`): it
 /// grows when someone submits, whichever thread does.
+///
+/// The kernel writes a ring's state into its fdinfo only when it can take
+/// the ring's lock at once (`io_uring_show_fdinfo`'s `mutex_trylock`):
+/// read while another thread submits or waits in `io_uring_enter`, the
+/// fdinfo has no `SqHead`. It is read again, every millisecond, until it
+/// has one; past [`HANG`] the test fails.
 pub fn ring_sq_head(ring: std::os::fd::RawFd) -> u32 {
-    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{ring}")).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("SqHead:"))
-        .unwrap_or_else(|| panic!("no SqHead in the fdinfo of descriptor {ring}"))
-        .trim()
-        .parse()
-        .unwrap()
+    let deadline = std::time::Instant::now() + HANG;
+    loop {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{ring}")).unwrap();
+        if let Some(head) = info.lines().find_map(|l| l.strip_prefix("SqHead:")) {
+            return head.trim().parse().unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no SqHead in the fdinfo of descriptor {ring} within {HANG:?}: {info}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// The calling thread's id, as `/proc/self/task` names it.
