@@ -222,6 +222,18 @@ impl<J: Send + 'static> Drop for WorkerPool<J> {
 mod tests {
     use super::*;
     use std::sync::mpsc::sync_channel;
+    use std::time::{Duration, Instant};
+
+    /// A bound that only a hang reaches: a wait that runs past it fails
+    /// the test instead of blocking the run.
+    const HANG: Duration = Duration::from_secs(60);
+
+    /// The next message on `rx`, `what` naming it in the failure of a
+    /// wait past [`HANG`].
+    fn next<T>(rx: &Receiver<T>, what: &str) -> T {
+        rx.recv_timeout(HANG)
+            .unwrap_or_else(|e| panic!("{what}: {e} within {HANG:?}"))
+    }
 
     /// What a test's jobs share: where each job reports its number as it
     /// starts, and, for a job numbered 1000 or more, what it then waits
@@ -267,7 +279,9 @@ mod tests {
     /// Waits until every worker started waits for a job (the event that
     /// ends a job's run: its worker counted idle again).
     fn all_idle<J: Send + 'static>(pool: &WorkerPool<J>) {
+        let start = Instant::now();
         while pool.shared.idle.load(Ordering::Acquire) < pool.started() {
+            assert!(start.elapsed() < HANG, "a worker never waited again");
             std::thread::yield_now();
         }
     }
@@ -282,13 +296,13 @@ mod tests {
         // worker waits again: that one worker takes them all.
         for i in 0..20 {
             assert!(pool.send([i]).is_empty());
-            assert_eq!(reports.recv().unwrap(), i);
+            assert_eq!(next(&reports, "a job's start"), i);
             all_idle(&pool);
         }
         assert_eq!(pool.started(), 1);
         // Eight jobs that wait, all begun: eight workers at once.
         assert!(pool.send(1000..1008).is_empty());
-        let mut begun: Vec<usize> = (0..8).map(|_| reports.recv().unwrap()).collect();
+        let mut begun: Vec<usize> = (0..8).map(|_| next(&reports, "a job's start")).collect();
         begun.sort_unstable();
         assert_eq!(begun, (1000..1008).collect::<Vec<_>>());
         assert_eq!(pool.started(), 8);
@@ -298,7 +312,7 @@ mod tests {
         for _ in 0..8 {
             go.send(()).unwrap();
         }
-        assert_eq!(reports.recv().unwrap(), 8);
+        assert_eq!(next(&reports, "the ninth job's start"), 8);
         *GROWING.reports.lock().unwrap() = None;
     }
 
@@ -308,7 +322,7 @@ mod tests {
         let pool = WorkerPool::new(4, "pool-fail", |n| FAILING.job(n)).unwrap();
         // The one worker busy with a job that waits.
         assert!(pool.send([1000]).is_empty());
-        assert_eq!(reports.recv().unwrap(), 1000);
+        assert_eq!(next(&reports, "the first job's start"), 1000);
         // A second job that waits, sent when no worker can start: queued.
         pool.shared.fail_starts.store(1, Ordering::Release);
         assert!(pool.send([1001]).is_empty());
@@ -317,7 +331,7 @@ mod tests {
         // The next send starts workers again (one per job it sends): the
         // three jobs begin while the first still waits.
         assert!(pool.send([1, 2]).is_empty());
-        let mut begun = [0; 3].map(|_| reports.recv().unwrap());
+        let mut begun = [0; 3].map(|_| next(&reports, "a job's start"));
         begun.sort_unstable();
         assert_eq!(begun, [1, 2, 1001]);
         assert!(pool.started() <= 4);
@@ -337,11 +351,14 @@ mod tests {
         // The one worker takes a job that waits, and pauses between its
         // counts; a job sent then finds no idle worker and starts one.
         assert!(pool.send([1000]).is_empty());
-        is_paused.recv().unwrap();
+        next(&is_paused, "the worker's pause");
         assert!(pool.send([1]).is_empty());
         assert!(pool.started() >= 2, "{}", pool.started());
         resume.send(()).unwrap();
-        let mut begun = [reports.recv().unwrap(), reports.recv().unwrap()];
+        let mut begun = [
+            next(&reports, "a job's start"),
+            next(&reports, "a job's start"),
+        ];
         begun.sort_unstable();
         assert_eq!(begun, [1, 1000]);
         go.send(()).unwrap();

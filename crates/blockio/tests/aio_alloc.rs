@@ -13,7 +13,7 @@ use blockio::aio::{AsyncEngine, AsyncFile};
 use blockio::ReadPath;
 
 mod common;
-use common::data_file;
+use common::{data_file, Bounded};
 
 /// The system allocator, counting the allocations of each thread.
 struct Counting;
@@ -110,7 +110,7 @@ fn a_stream_s_receives_through_the_ring_reuse_one_shared_state() {
     let addr = listener.local_addr().unwrap();
     // Answers each byte with five, until the stream ends.
     let peer = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
+        let mut s = listener.accept().unwrap().0.bounded();
         let mut b = [0u8; 1];
         while s.read(&mut b).unwrap() == 1 {
             s.write_all(&[b[0]; 5]).unwrap();

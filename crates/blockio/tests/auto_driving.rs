@@ -14,7 +14,7 @@ use blockio::net::{TcpListener, TcpStream};
 use blockio::Backend;
 
 mod common;
-use common::count_io_disabled_panics;
+use common::{count_io_disabled_panics, Bounded};
 
 /// A hang guard, far beyond what any step takes.
 const GUARD: Duration = Duration::from_secs(30);
@@ -42,7 +42,9 @@ fn is_caller_driven(engine: &AsyncEngine) -> bool {
 /// owned-buffer calls, under the hang guard.
 async fn echo_once(engine: &AsyncEngine, msg: &[u8]) -> Vec<u8> {
     let listener = TcpListener::bind_with(engine, "127.0.0.1:0").await.unwrap();
-    let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap())
+        .unwrap()
+        .bounded();
     peer.write_all(msg).unwrap();
     let served = async {
         let (stream, _) = listener.accept().await.unwrap();
@@ -221,8 +223,17 @@ fn a_dropped_streams_bytes_arrive_from_a_default_engine() {
         let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
             .await
             .unwrap();
-        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap())
+            .unwrap()
+            .bounded();
+        // Buffers of fixed sizes, far below the reply: with the kernel's
+        // autotuning (up to tcp_rmem's 32 MiB here) the socket could take
+        // all 4 MiB, leaving nothing queued.
+        socket2::SockRef::from(&peer)
+            .set_recv_buffer_size(64 << 10)
+            .unwrap();
         let (mut stream, _) = listener.accept().await.unwrap();
+        stream.socket().set_send_buffer_size(16 << 10).unwrap();
         let written = write_until_pending(&mut stream, &reply).await;
         drop(stream);
         (peer, written)
@@ -435,7 +446,7 @@ fn connected_on(rt: &tokio::runtime::Runtime) -> (AsyncEngine, TcpStream, std::n
         let stream = TcpStream::connect_with(&engine, addr).await.unwrap();
         (engine, stream)
     });
-    let peer = listener.accept().unwrap().0;
+    let peer = listener.accept().unwrap().0.bounded();
     (engine, stream, peer)
 }
 

@@ -10,6 +10,7 @@ use blockio::aio::{AsyncEngine, CallerDriving, Driving, IoBuf, Submit};
 use blockio::net::{TcpListener, TcpStream};
 
 mod common;
+use common::Bounded;
 
 fn engine() -> AsyncEngine {
     AsyncEngine::new().unwrap()
@@ -78,7 +79,7 @@ fn echo_many_connections_on_tokio_multi_thread() {
     let clients: Vec<_> = (0..50u32)
         .map(|c| {
             std::thread::spawn(move || {
-                let mut s = StdStream::connect(addr).unwrap();
+                let mut s = StdStream::connect(addr).unwrap().bounded();
                 for m in 0..200u32 {
                     let msg: Vec<u8> = (0..(1 + (c * 7 + m) % 300))
                         .map(|i| (c + m + i) as u8)
@@ -110,7 +111,9 @@ fn unread(s: &TcpStream) -> usize {
 
 fn pair(e: &AsyncEngine) -> (TcpStream, StdStream) {
     let l = futures::executor::block_on(TcpListener::bind_with(e, "127.0.0.1:0")).unwrap();
-    let peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
+    let peer = StdStream::connect(l.local_addr().unwrap())
+        .unwrap()
+        .bounded();
     let (s, addr) = futures::executor::block_on(l.accept()).unwrap();
     assert_eq!(addr, peer.local_addr().unwrap());
     assert_eq!(s.peer_addr().unwrap(), peer.local_addr().unwrap());
@@ -353,7 +356,7 @@ fn serve_driven(
     let clients: Vec<_> = (0..8u8)
         .map(|c| {
             std::thread::spawn(move || {
-                let mut s = StdStream::connect(addr).unwrap();
+                let mut s = StdStream::connect(addr).unwrap().bounded();
                 for m in 0..50u8 {
                     s.write_all(&[c, m, c ^ m]).unwrap();
                     let mut back = [0u8; 3];
@@ -895,7 +898,7 @@ fn incoming_accepts_a_storm_with_one_multishot_request() {
     let addr = listener.local_addr().unwrap();
     let clients = std::thread::spawn(move || {
         let conns: Vec<StdStream> = (0..CONNS)
-            .map(|_| StdStream::connect(addr).unwrap())
+            .map(|_| StdStream::connect(addr).unwrap().bounded())
             .collect();
         for (i, mut c) in conns.into_iter().enumerate() {
             let me = c.local_addr().unwrap();

@@ -11,7 +11,7 @@ use blockio::net::TcpStream;
 use blockio::BackendChoice;
 
 mod common;
-use common::wait_until;
+use common::{wait_until, Bounded};
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -30,7 +30,7 @@ fn read_once(rt: &tokio::runtime::Runtime, engine: &AsyncEngine, l: &std::net::T
         let s = TcpStream::connect_with(engine, l.local_addr().unwrap())
             .await
             .unwrap();
-        let (mut peer, _) = l.accept().unwrap();
+        let mut peer = l.accept().unwrap().0.bounded();
         let (polled_tx, polled) = tokio::sync::oneshot::channel();
         let read = tokio::spawn(async move {
             let _ = polled_tx.send(());

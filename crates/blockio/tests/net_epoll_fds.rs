@@ -12,7 +12,7 @@ use blockio::net::{TcpListener, TcpStream};
 use blockio::BackendChoice;
 
 mod common;
-use common::noting_its_wait;
+use common::{noting_its_wait, Bounded};
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -47,7 +47,7 @@ fn waiting_operations_open_no_descriptors_and_survive_the_limit() {
     let mut peers = Vec::new();
     let mut streams: Vec<TcpStream> = Vec::new();
     for _ in 0..CONNS {
-        peers.push(std::net::TcpStream::connect(addr).unwrap());
+        peers.push(std::net::TcpStream::connect(addr).unwrap().bounded());
         streams.push(rt.block_on(listener.accept()).unwrap().0);
     }
     // Each stream waits in a read, and in a write its peer does not take.

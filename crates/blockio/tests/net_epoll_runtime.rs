@@ -55,6 +55,7 @@ fn echo_peer(addr: SocketAddr) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut c = std::net::TcpStream::connect(addr).unwrap();
         c.set_nodelay(true).unwrap();
+        c.set_read_timeout(Some(2 * GUARD)).unwrap();
         let mut b = [0u8; 64];
         loop {
             match c.read(&mut b) {
@@ -69,6 +70,9 @@ fn echo_peer(addr: SocketAddr) -> std::thread::JoinHandle<()> {
 async fn connected(engine: &AsyncEngine) -> (TcpStream, std::net::TcpStream) {
     let listener = TcpListener::bind_with(engine, "127.0.0.1:0").await.unwrap();
     let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    // Only a hang makes the peer's read or write wait a minute.
+    peer.set_read_timeout(Some(2 * GUARD)).unwrap();
+    peer.set_write_timeout(Some(2 * GUARD)).unwrap();
     let (stream, _) = listener.accept().await.unwrap();
     (stream, peer)
 }

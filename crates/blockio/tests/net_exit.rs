@@ -30,6 +30,10 @@ use std::process::{Command, Stdio};
 use std::task::Poll;
 use std::time::Duration;
 
+/// A bound that only a hang reaches: a peer's read that waits this long
+/// fails the test instead of blocking the run.
+const HANG: Duration = Duration::from_secs(60);
+
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Bytes the child writes.
@@ -128,6 +132,7 @@ fn returned_bytes_arrive(flavor: &str) {
         .spawn()
         .unwrap();
     let (mut peer, _) = listener.accept().unwrap();
+    peer.set_read_timeout(Some(HANG)).unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "{flavor}: the child failed: {status}");
     let line = BufReader::new(child.stdout.take().unwrap())
@@ -157,6 +162,7 @@ fn all_bytes_arrive(flavor: &str, mode: &str) {
         .spawn()
         .unwrap();
     let (mut peer, _) = listener.accept().unwrap();
+    peer.set_read_timeout(Some(HANG)).unwrap();
     let (mut got, mut buf) = (0usize, vec![0u8; 16 * 1024]);
     loop {
         let n = peer.read(&mut buf).unwrap();
@@ -211,6 +217,7 @@ fn one_runtime(flavor: &str) -> blockio::Backend {
     });
     drop(rt);
     let (mut peer, _) = listener.accept().unwrap();
+    peer.set_read_timeout(Some(HANG)).unwrap();
     let mut got = Vec::new();
     peer.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"hello");

@@ -46,6 +46,10 @@ fn the_default_engine_costs_its_sets_and_its_ring() {
     let (backend, during) = rt.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        // Only a hang makes the pong wait a minute: it fails the test.
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
         let server = tokio::spawn(async move {
             let (s, _) = listener.accept().await.unwrap();
             let (n, buf) = s.read(vec![0u8; 4]).await;

@@ -11,6 +11,7 @@ use blockio::net::{RecvBuf, RecvStream, TcpListener, TcpStream};
 use blockio::Backend;
 
 mod common;
+use common::Bounded;
 
 /// `n` pseudo-random bytes from `seed` (xorshift), different per stream.
 fn payload(seed: u64, n: usize) -> Vec<u8> {
@@ -23,7 +24,9 @@ fn pairs(e: &AsyncEngine, count: usize) -> Vec<(TcpStream, StdStream)> {
     let l = futures::executor::block_on(TcpListener::bind_with(e, "127.0.0.1:0")).unwrap();
     (0..count)
         .map(|_| {
-            let peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
+            let peer = StdStream::connect(l.local_addr().unwrap())
+                .unwrap()
+                .bounded();
             let (s, _) = futures::executor::block_on(l.accept()).unwrap();
             (s, peer)
         })
@@ -315,7 +318,9 @@ fn mixed_reads_keep_every_byte(share: usize, caller: bool) {
     }
     let e = b.build().unwrap();
     let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
-    let peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
+    let peer = StdStream::connect(l.local_addr().unwrap())
+        .unwrap()
+        .bounded();
     let (mut s, _) = drive_until(&e, l.accept()).unwrap();
     let data = payload(11, 1 << 20);
     let sender = send_from_thread(peer, data.clone());
@@ -423,7 +428,9 @@ fn a_peek_loop_after_a_trait_read_sees_the_bytes_that_come() {
         }
         let e = b.build().unwrap();
         let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
-        let mut peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut peer = StdStream::connect(l.local_addr().unwrap())
+            .unwrap()
+            .bounded();
         let (mut s, _) = drive_until(&e, l.accept()).unwrap();
         // A trait read that finds nothing (on io_uring it arms the kept
         // receive), dropped; the next one takes the first byte.
@@ -436,7 +443,13 @@ fn a_peek_loop_after_a_trait_read_sees_the_bytes_that_come() {
         peer.write_all(b"hello").unwrap();
         let mut buf = [0u8; 10];
         let mut n = drive_until(&e, s.peek(&mut buf)).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while n < 5 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a peek loop saw only {:?}: caller-driven {caller}",
+                String::from_utf8_lossy(&buf[..n])
+            );
             e.reap();
             n = drive_until(&e, s.peek(&mut buf)).unwrap();
         }
@@ -614,7 +627,9 @@ fn completions_that_overflow_a_caller_driven_ring_are_all_reaped() {
         .unwrap();
     assert_eq!(e.poll_fd().is_some(), ring_expected(&e));
     let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
-    let mut peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
+    let mut peer = StdStream::connect(l.local_addr().unwrap())
+        .unwrap()
+        .bounded();
     let (s, _) = drive_until(&e, l.accept()).unwrap();
     let data = payload(9, 3000);
     peer.write_all(&data).unwrap();

@@ -1473,8 +1473,12 @@ mod tests {
         // Everything the fill wrote, then the send's byte (which may be
         // read before the send's result is recorded: the wait is for the
         // result itself).
+        // A send the watcher never makes fails the read after a minute.
+        a_peer
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
         let mut sink = vec![0u8; filled + 1];
-        std::io::Read::read_exact(&mut &a_peer, &mut sink).unwrap();
+        std::io::Read::read_exact(&mut &a_peer, &mut sink).expect("the send's byte never came");
         assert_eq!(sink[filled], 1, "the send's byte");
         assert_eq!(settled(&t), 1);
 

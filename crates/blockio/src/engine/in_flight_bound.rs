@@ -95,6 +95,10 @@ impl InFlightBound {
 mod tests {
     use super::*;
 
+    /// A bound that only a hang reaches: a wait that runs past it fails
+    /// the test instead of blocking the run.
+    const HANG: std::time::Duration = std::time::Duration::from_secs(60);
+
     #[test]
     fn takes_at_most_what_is_free() {
         let l = InFlightBound::new(5);
@@ -114,12 +118,14 @@ mod tests {
             let (l, tx) = (l.clone(), tx.clone());
             std::thread::spawn(move || tx.send(l.take(1)).unwrap());
         }
+        let start = std::time::Instant::now();
         while l.sleepers.load(Ordering::SeqCst) < 3 {
+            assert!(start.elapsed() < HANG, "the takers never slept");
             std::thread::yield_now();
         }
         l.give(3);
         for _ in 0..3 {
-            let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+            let got = rx.recv_timeout(HANG);
             assert_eq!(got, Ok(1), "a sleeper was left asleep with a permit free");
         }
     }
@@ -129,12 +135,16 @@ mod tests {
         let l = std::sync::Arc::new(InFlightBound::new(1));
         assert_eq!(l.take(1), 1);
         let l2 = l.clone();
-        let t = std::thread::spawn(move || l2.take(2));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(l2.take(2)).unwrap());
         // The taker has found no permit and registered to sleep.
+        let start = std::time::Instant::now();
         while l.sleepers.load(Ordering::SeqCst) < 1 {
+            assert!(start.elapsed() < HANG, "the taker never slept");
             std::thread::yield_now();
         }
         l.give(1);
-        assert_eq!(t.join().unwrap(), 1);
+        let got = rx.recv_timeout(HANG);
+        assert_eq!(got, Ok(1), "the taker was left asleep with a permit free");
     }
 }

@@ -134,6 +134,34 @@ pub async fn noting_its_wait<F: std::future::Future>(
     .await
 }
 
+/// A bound that only a hang reaches: a blocking wait on a peer or a
+/// thread that runs past it fails the test instead of holding the run.
+pub const HANG: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A std socket whose blocking reads and writes fail (`WouldBlock`) past
+/// [`HANG`]: a test's peer that waits for bytes that never come fails,
+/// naming the call, instead of blocking the test binary for good.
+pub trait Bounded: Sized {
+    /// The socket, bounded.
+    fn bounded(self) -> Self;
+}
+
+impl Bounded for std::net::TcpStream {
+    fn bounded(self) -> Self {
+        self.set_read_timeout(Some(HANG)).unwrap();
+        self.set_write_timeout(Some(HANG)).unwrap();
+        self
+    }
+}
+
+impl Bounded for std::os::unix::net::UnixStream {
+    fn bounded(self) -> Self {
+        self.set_read_timeout(Some(HANG)).unwrap();
+        self.set_write_timeout(Some(HANG)).unwrap();
+        self
+    }
+}
+
 /// Returns once `cond()` holds, checking it every millisecond (the
 /// polling period, not a guess at the event's time); panics naming `what`
 /// after 30 s, far beyond any event's time on a loaded machine.
@@ -190,14 +218,25 @@ pub fn accept_queue(port: u16) -> usize {
 /// How many submission-queue entries the kernel has taken from the ring
 /// whose descriptor is `ring` (its `SqHead` in `/proc/self/fdinfo`): it
 /// grows when someone submits, whichever thread does.
+///
+/// The kernel writes a ring's state into its fdinfo only when it can take
+/// the ring's lock at once (`io_uring_show_fdinfo`'s `mutex_trylock`):
+/// read while another thread submits or waits in `io_uring_enter`, the
+/// fdinfo has no `SqHead`. It is read again, every millisecond, until it
+/// has one; past [`HANG`] the test fails.
 pub fn ring_sq_head(ring: std::os::fd::RawFd) -> u32 {
-    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{ring}")).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("SqHead:"))
-        .unwrap_or_else(|| panic!("no SqHead in the fdinfo of descriptor {ring}"))
-        .trim()
-        .parse()
-        .unwrap()
+    let deadline = std::time::Instant::now() + HANG;
+    loop {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{ring}")).unwrap();
+        if let Some(head) = info.lines().find_map(|l| l.strip_prefix("SqHead:")) {
+            return head.trim().parse().unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no SqHead in the fdinfo of descriptor {ring} within {HANG:?}: {info}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// The calling thread's id, as `/proc/self/task` names it.
