@@ -1150,26 +1150,19 @@ fn tcp_state(s: &StdStream) -> u8 {
 /// long as its drop linger: against a peer that does not read, the rest
 /// is then dropped and the connection reset (the peer sees an error, not
 /// a clean end, after what the kernel had).
+///
+/// The stream's queue is far larger than what the kernel's buffers of
+/// both ends can ever hold while the peer does not read, so its send is
+/// still in flight when the limit passes, however slow the machine: a
+/// queue the kernel took whole within the limit would close the socket
+/// cleanly (as `close` does), its last bytes in the kernel, and the peer
+/// would see no reset.
 #[test]
 fn a_dropped_stream_lingers_no_longer_than_its_limit() {
-    use futures::io::AsyncWriteExt;
     let e = engine();
-    let (mut s, mut peer) = pair(&e);
-    s.socket().set_send_buffer_size(32 * 1024).unwrap();
-    s.set_drop_linger(Duration::from_millis(200));
     let rt = current_thread();
-    // Write until the stream's queue and the kernel's buffers are full
-    // (a write then waits): all of it reported written.
-    let total = rt.block_on(async {
-        let w = &mut s; // the trait's `write`, through a `&mut` binding
-        let chunk = vec![5u8; 64 << 10];
-        let mut total = 0;
-        while let Ok(res) = tokio::time::timeout(Duration::from_millis(300), w.write(&chunk)).await
-        {
-            total += res.unwrap();
-        }
-        total
-    });
+    let (s, mut peer, data) = pair_with_a_send_in_flight(&e, &rt);
+    s.set_drop_linger(Duration::from_millis(200));
     drop(s);
     // The peer starts reading only once the reset has come (its side of
     // the connection closed), however long the machine took to get there.
@@ -1183,25 +1176,31 @@ fn a_dropped_stream_lingers_no_longer_than_its_limit() {
     }
     peer.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut got = 0;
+    let mut got = Vec::new();
     let mut buf = vec![0u8; 1 << 16];
     let end = loop {
         match peer.read(&mut buf) {
             Ok(0) => break None,
-            Ok(n) => got += n,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
             Err(e) => break Some(e.kind()),
         }
     };
+    // Every byte of `data` was accepted: written, or queued by the write
+    // left pending.
+    let total = data.len();
     assert!(
-        got < total,
-        "all {got} bytes went to a peer that did not read"
+        got.len() < total,
+        "all {} bytes went to a peer that did not read",
+        got.len()
     );
+    assert!(got[..] == data[..got.len()], "the peer's bytes differ");
     // Cut short, the connection is reset: the peer cannot take the
     // stream for complete.
     assert_eq!(
         end,
         Some(std::io::ErrorKind::ConnectionReset),
-        "after {got} of {total} bytes"
+        "after {} of {total} bytes",
+        got.len()
     );
 }
 
