@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 import blockio
-from waits import await_until, watched
+from waits import await_until, blocked_in, watched
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 WATCHDOG = 120  # seconds: far beyond any run that works
@@ -369,3 +369,125 @@ def test_pipe_reads_wait_in_each_loops_poll_and_close_ends_them(backend, loop):
         else:
             asyncio.run(body(asyncio.sleep, spawn))
     os.close(w)
+
+
+@BACKENDS
+def test_pipe_writes_waiting_at_once_up_to_the_descriptor_limit(tmp_path, backend):
+    """Under a limit of 1,024 descriptors, 420 pipes (840 descriptors),
+    each full, each write end in a ``blockio.open`` file (``buffering=0``)
+    with one write waiting for room: the waiting writes hold no
+    descriptor each (the file owns its number, and its close leaves it to
+    a write still running: see the next test), a file opened and written
+    meanwhile is written, and once the pipes are read every write lands
+    whole, behind the bytes that filled its pipe. (When each waiting write
+    held a duplicate descriptor, 248 of the 420 failed with EMFILE, and so
+    did the other file's open.)"""
+    code, out = run_limited(f"""
+        import asyncio, os, resource, sys
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from waits import await_until
+        import blockio
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        N = 420
+
+        def count(what):
+            return len(os.listdir(f"/proc/self/{{what}}"))
+
+        def fill(w):
+            os.set_blocking(w, False)
+            n = 0
+            try:
+                while True:
+                    n += os.write(w, b"f" * 65536)
+            except BlockingIOError:
+                pass
+            os.set_blocking(w, True)
+            return n
+
+        def drain(r, n):
+            got = b""
+            while len(got) < n:
+                got += os.read(r, n - len(got))
+            return got
+
+        async def main():
+            pipes = [os.pipe() for _ in range(N)]
+            filled = [fill(w) for r, w in pipes]
+            files = [await blockio.open(w, "wb", buffering=0) for r, w in pipes]
+            fds, threads = count("fd"), count("task")
+            tasks = [asyncio.ensure_future(f.write(b"p" * 1000)) for f in files]
+            await await_until(lambda: count("task") - threads + sum(t.done() for t in tasks) >= N,
+                              "every write waits for room in its pipe, or has failed")
+            more_fds = count("fd") - fds
+            async with blockio.open("out", "wb") as g:
+                await asyncio.wait_for(g.write(b"x" * 100000), 30)
+            read = await asyncio.wait_for(asyncio.gather(
+                *(asyncio.to_thread(drain, r, filled[i] + 1000) for i, (r, w) in enumerate(pipes))), 60)
+            got = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+            bad = [g for g in got if g != 1000]
+            bad += [i for i, b in enumerate(read) if b != b"f" * filled[i] + b"p" * 1000]
+            for f in files:
+                await f.close()
+            bad += [i for i, (r, w) in enumerate(pipes) if os.read(r, 1) != b""]  # (each at its end)
+            for r, w in pipes:
+                os.close(r)
+            print(len(bad), bad[:3], "more descriptors:", more_fds)
+
+        asyncio.run(main())
+    """, backend, tmp_path)
+    assert code == 0 and out.startswith("0 [] more descriptors: 0\n"), out
+    assert (tmp_path / "out").read_bytes() == b"x" * 100000
+
+
+@BACKENDS
+@pytest.mark.parametrize("how", ["close", "engine closed"])
+def test_a_pipe_files_close_leaves_its_number_to_a_write_still_running(backend, how):
+    """A write to a full pipe, its task cancelled while it waits for room
+    (it runs on, as a write to a stream does), then the file closed
+    (with its engine open, or closed before): the close does not wait for the
+    write, which may never end, and the number stays open, naming the
+    same pipe, while the write may still use it, so that no file opened
+    meanwhile can get the number and the write's bytes; once the pipe
+    is read, the write lands whole, then the number is closed (the
+    reader sees the end, and the number is free)."""
+    import threading
+
+    async def main():
+        with blockio.Engine(backend=backend) as e:
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            filled = 0
+            try:
+                while True:
+                    filled += os.write(w, b"f" * 65536)
+            except BlockingIOError:
+                pass
+            os.set_blocking(w, True)
+            f = await blockio.open(w, "wb", buffering=0, engine=e)
+            task = asyncio.ensure_future(f.write(b"p" * 1000))
+            await await_until(lambda: blocked_in("write", w), "the write waits for room")
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            if how == "engine closed":
+                e.close()  # (the file's close then closes the number without the engine)
+            await asyncio.wait_for(f.close(), 30)
+            assert os.fstat(w).st_ino == os.fstat(r).st_ino  # (still the pipe's)
+            got = bytearray()
+            ended = threading.Event()
+
+            def drain():
+                while piece := os.read(r, 1 << 20):
+                    got.extend(piece)
+                ended.set()
+
+            threading.Thread(target=drain, daemon=True).start()
+            await await_until(ended.is_set, "the reader sees the pipe's end")
+            assert bytes(got) == b"f" * filled + b"p" * 1000
+            with pytest.raises(OSError) as err:
+                os.fstat(w)
+            assert err.value.errno == errno.EBADF
+            os.close(r)
+
+    asyncio.run(main())
