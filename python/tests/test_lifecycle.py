@@ -1001,3 +1001,39 @@ def test_reads_left_in_flight_at_exit_are_reported_once_by_asyncio_not_again_by_
     assert code == 0 and "ran" in out, out
     assert out.count("Task was destroyed but it is pending") == 2, out
     assert "never retrieved" not in out, out
+
+
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+def test_a_dropped_unclosed_loop_that_used_the_default_engine_is_collected(tmp_path, backend):
+    """Loops that read and wrote files through the default engine (which
+    lives as long as the process), then were dropped without being closed,
+    are collected: the engine keeps no loop alive, neither the last that
+    used it nor those watching its completions; and the next loop still
+    gets its results. (When the engine kept every loop it served, each
+    such loop stayed in memory for good.)"""
+    env = {"BLOCKIO_BACKEND": backend}
+    code, out = run_child("""
+        import asyncio, gc, warnings, weakref
+        import blockio
+
+        async def use():
+            async with blockio.open("f", "wb") as f:
+                await f.write(b"x" * 100)
+            async with blockio.open("f", "rb") as f:
+                return await f.read()
+
+        warnings.simplefilter("ignore", ResourceWarning)  # (the loops are dropped unclosed on purpose)
+        refs = []
+        for _ in range(3):
+            loop = asyncio.new_event_loop()
+            assert loop.run_until_complete(use()) == b"x" * 100
+            refs.append(weakref.ref(loop))
+            del loop
+        gc.collect()
+        alive = sum(r() is not None for r in refs)
+        last = asyncio.new_event_loop()
+        got = last.run_until_complete(use())
+        last.close()
+        print("alive", alive, got == b"x" * 100)
+    """, tmp_path, env)
+    assert code == 0 and out.startswith("alive 0 True\n"), out
