@@ -518,17 +518,20 @@ impl Core {
         // The engines' own rule, so the ValueError says what they would.
         let queue_depth = blockio::check_queue_depth(queue_depth)
             .map_err(|e| PyValueError::new_err(e.to_string()))? as u32;
+        // (out of descriptors, each part's error says what it needs)
         let engine = Engine::builder()
             .queue_depth(queue_depth as usize)
             .backend(choice)
             .build()
-            .map_err(io_err)?;
+            .map_err(|e| setup_err(e, "the io_uring ring of its synchronous calls", 1))?;
+        let inflight = InFlight::new()
+            .map_err(|e| setup_err(e, "the eventfd that tells event loops of its results", 1))?;
         Ok(Core {
             engine: Mutex::new(Some(engine)),
             closing: AtomicBool::new(false),
             born: Born::here(),
             rings: Rings::new(queue_depth),
-            inflight: InFlight::new().map_err(io_err)?,
+            inflight,
             spare: Mutex::new(Vec::new()),
             fs: fsjobs::Pool::default(),
             inline: InlineReads::default(),

@@ -229,3 +229,24 @@ pub(crate) fn io_err(e: io::Error) -> PyErr {
     let code = errno_of(&e);
     PyOSError::new_err((code, message(&e, code)))
 }
+
+/// The error of making part of an engine (`what`, which needs `needs`
+/// free descriptors and keeps them): out of descriptors (`EMFILE`,
+/// `ENFILE`), an `OSError` with that errno that says what could not be
+/// made and how many descriptors it needs; any other error as [`io_err`]
+/// gives it.
+pub(crate) fn setup_err(e: io::Error, what: &str, needs: usize) -> PyErr {
+    let code = errno_of(&e);
+    if code != libc::EMFILE && code != libc::ENFILE {
+        return io_err(e);
+    }
+    let plural = if needs == 1 { "" } else { "s" };
+    PyOSError::new_err((
+        code,
+        format!(
+            "{}: blockio's engine could not make {what}, which needs {needs} free \
+             descriptor{plural}, kept while the engine is open",
+            message(&e, code)
+        ),
+    ))
+}

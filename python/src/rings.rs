@@ -87,8 +87,20 @@ impl Rings {
                     CallerDriving::new().completion_eventfd(eventfd),
                 ));
             }
+            // (what it makes, for the error when descriptors run out)
+            let (what, needs) = if pool {
+                ("its thread pool's epoll instance and eventfd", 2)
+            } else if loop_driven {
+                ("its io_uring ring for O_DIRECT files", 1)
+            } else {
+                (
+                    "its io_uring ring and the eventfd that wakes the ring's driver thread",
+                    2,
+                )
+            };
             let before = anon_fds();
-            *slot = Some(b.build().map_err(io_err)?);
+            let built = b.build().map_err(|e| setup_err(e, what, needs))?;
+            *slot = Some(built);
             let made = own_new(&before);
             self.own_fds
                 .lock()

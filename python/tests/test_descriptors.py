@@ -491,3 +491,94 @@ def test_a_pipe_files_close_leaves_its_number_to_a_write_still_running(backend, 
             os.close(r)
 
     asyncio.run(main())
+
+
+@BACKENDS
+@pytest.mark.parametrize("mode", ["wb", "ab", "xb", "w"])
+def test_an_open_that_fails_with_emfile_creates_no_file(tmp_path, backend, mode):
+    """With one descriptor free, the file's own, and the engine's not made
+    yet: ``blockio.open`` of a new path raises EMFILE and leaves no file
+    behind, as the built-in ``open`` does (the engine's descriptors are
+    made before the path is opened); once descriptors are free again the
+    open creates and writes it. (When the engine was made after the
+    open, the failed open left an empty file.)"""
+    code, out = run_limited(f"""
+        import asyncio, errno, os, resource
+        import blockio
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+        async def main():
+            blockio.default_engine()  # (the engine object; its asynchronous engine is not made yet)
+            filler = []
+            while True:
+                try:
+                    filler.append(os.open("/dev/null", os.O_RDONLY))
+                except OSError:
+                    break
+            os.close(filler.pop())  # one free: the file's own
+            try:
+                await blockio.open("new", {mode!r})
+            except OSError as e:
+                assert e.errno == errno.EMFILE, e
+            else:
+                raise AssertionError("open succeeded with no descriptor for the engine")
+            print("left:", os.path.exists("new"))
+            for fd in filler:
+                os.close(fd)
+            async with blockio.open("new", {mode!r}) as f:
+                await f.write({'"later"' if "b" not in mode else 'b"later"'})
+            print("ok")
+
+        asyncio.run(main())
+    """, backend, tmp_path)
+    assert code == 0 and out.startswith("left: False\nok\n"), out
+    assert (tmp_path / "new").read_bytes() == b"later"
+
+
+@BACKENDS
+def test_the_first_open_short_of_descriptors_says_what_it_could_not_make(tmp_path, backend):
+    """The first ``blockio.open`` of a process (the engine not made yet),
+    with k = 1, 2, ... descriptors free until it succeeds: each failure is
+    ``OSError`` with errno EMFILE, and says what could not be made: a part
+    of blockio's engine (naming it, and how many descriptors it keeps and
+    needs), or the file itself (its path in the error, as the built-in
+    ``open``'s). It succeeds with at most 5 free (the file's and the
+    engine's 4: on the thread pool 3). (A part of the engine that could
+    not be made raised a bare ``[Errno 24] Too many open files``.)"""
+    seen = []
+    for k in range(1, 8):  # (a new process each: the engine is made once)
+        code, out = run_limited(f"""
+            import asyncio, errno, os, resource
+            import blockio
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+            async def main():
+                filler = []
+                while True:
+                    try:
+                        filler.append(os.open("/dev/null", os.O_RDONLY))
+                    except OSError:
+                        break
+                for fd in filler[-{k}:]:
+                    os.close(fd)  # ({k} free)
+                try:
+                    async with blockio.open("f", "w") as f:
+                        await f.write("x")
+                except OSError as e:
+                    print("failed", e.errno == errno.EMFILE, e.filename, "|", e.strerror)
+                else:
+                    print("ok")
+
+            asyncio.run(main())
+        """, backend, tmp_path)
+        assert code == 0, out
+        seen.append((k, out.strip()))
+        if out.startswith("ok"):
+            break
+    assert seen[-1][1] == "ok" and seen[-1][0] <= (5 if backend == "uring" else 4), seen
+    for k, line in seen[:-1]:
+        assert line.startswith("failed True "), seen
+        assert line.startswith("failed True f |") or "blockio's engine could not make " in line, seen
+        assert "f" in line.split("|")[0] or "needs" in line, seen
