@@ -25,9 +25,9 @@ use crate::*;
 /// it one part for each thing the core owns.
 #[pyclass(module = "blockio._blockio")]
 pub(crate) struct Core {
-    /// `None` once closed. Cloned out (an `Arc` inside) for each call, so
-    /// no lock is held across I/O.
-    pub(crate) engine: Mutex<Option<Engine>>,
+    /// The engine of the synchronous calls (see [`SyncEngine`]); `None`
+    /// once closed.
+    pub(crate) engine: Mutex<Option<SyncEngine>>,
     /// `close` has started: synchronous calls waiting for a descriptor
     /// end at once, without waiting for `close` to finish waiting for the
     /// asynchronous operations.
@@ -52,6 +52,62 @@ pub(crate) struct Core {
     /// `submit_read_after`, `submit_readinto`), for [`Core::reads_started`].
     pub(crate) reads: AtomicU64,
 }
+
+/// The batch engine of the synchronous calls (`Engine.read`,
+/// `read_files`, ...), and the backend every engine of the core uses,
+/// found when the core is made. On io_uring the engine found then is
+/// dropped and made again at the first synchronous call: a program that
+/// only awaits never holds its ring (one descriptor fewer: see the
+/// README's descriptors). Cloned out (an `Arc` inside) for each call, so
+/// no lock is held across I/O.
+pub(crate) struct SyncEngine {
+    made: Option<Engine>,
+    backend: Backend,
+    fallback_reason: Option<String>,
+    queue_depth: u32,
+}
+
+impl SyncEngine {
+    /// Finds the backend as `choice` (and `BLOCKIO_BACKEND`) ask, by
+    /// making the engine; keeps it only where it holds no descriptor (the
+    /// thread pool).
+    fn new(queue_depth: u32, choice: BackendChoice) -> PyResult<SyncEngine> {
+        let engine = Engine::builder()
+            .queue_depth(queue_depth as usize)
+            .backend(choice)
+            .build()
+            .map_err(|e| setup_err(e, SYNC_RING, 1))?;
+        let backend = engine.backend();
+        let fallback_reason = engine.fallback_reason().map(str::to_string);
+        Ok(SyncEngine {
+            made: (backend == Backend::ThreadPool).then_some(engine),
+            backend,
+            fallback_reason,
+            queue_depth,
+        })
+    }
+
+    /// The engine, made now if it is not yet (on the backend found).
+    fn get(&mut self) -> PyResult<Engine> {
+        if let Some(engine) = &self.made {
+            return Ok(engine.clone());
+        }
+        let choice = match self.backend {
+            Backend::IoUring => BackendChoice::IoUring,
+            Backend::ThreadPool => BackendChoice::ThreadPool,
+        };
+        let engine = Engine::builder()
+            .queue_depth(self.queue_depth as usize)
+            .backend(choice)
+            .build()
+            .map_err(|e| setup_err(e, SYNC_RING, 1))?;
+        self.made = Some(engine.clone());
+        Ok(engine)
+    }
+}
+
+/// What [`SyncEngine`] makes, for the error when descriptors run out.
+const SYNC_RING: &str = "the io_uring ring of its synchronous calls";
 
 impl Core {
     /// Starts reads of `length` bytes at each offset of `fd` (held as
@@ -183,24 +239,40 @@ impl Core {
         self.closing.load(Ordering::SeqCst) || self.closed()
     }
 
-    pub(crate) fn check(&self) -> PyResult<Engine> {
+    /// `RuntimeError` once closed, or in a forked child; the backend.
+    pub(crate) fn check(&self) -> PyResult<Backend> {
+        self.with_sync(|e| Ok(e.backend))
+    }
+
+    /// `f` of the synchronous calls' engine, once [`check`](Self::check)ed.
+    fn with_sync<T>(&self, f: impl FnOnce(&mut SyncEngine) -> PyResult<T>) -> PyResult<T> {
         if self.born.forked() {
             return Err(PyRuntimeError::new_err(
                 "this blockio.Engine was created before fork(): its rings belong to the parent; create a new Engine in the child",
             ));
         }
-        self.engine
+        match self
+            .engine
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-            .ok_or_else(|| PyRuntimeError::new_err("the engine is closed"))
+            .as_mut()
+        {
+            Some(e) => f(e),
+            None => Err(PyRuntimeError::new_err("the engine is closed")),
+        }
+    }
+
+    /// The batch engine of the synchronous calls, made at the first (see
+    /// [`SyncEngine`]).
+    pub(crate) fn sync_engine(&self) -> PyResult<Engine> {
+        self.with_sync(SyncEngine::get)
     }
 
     /// The async engine for a descriptor opened with (`direct`) or without
     /// `O_DIRECT` (see [`Rings::get`]).
     pub(crate) fn aio(&self, direct: bool) -> PyResult<AsyncEngine> {
-        let engine = self.check()?;
-        self.rings.get(&engine, direct, self.inflight.eventfd())
+        let backend = self.check()?;
+        self.rings.get(backend, direct, self.inflight.eventfd())
     }
 
     /// Starts a batch for `waiter` (see [`InFlight::start`]); the token,
@@ -519,11 +591,7 @@ impl Core {
         let queue_depth = blockio::check_queue_depth(queue_depth)
             .map_err(|e| PyValueError::new_err(e.to_string()))? as u32;
         // (out of descriptors, each part's error says what it needs)
-        let engine = Engine::builder()
-            .queue_depth(queue_depth as usize)
-            .backend(choice)
-            .build()
-            .map_err(|e| setup_err(e, "the io_uring ring of its synchronous calls", 1))?;
+        let engine = SyncEngine::new(queue_depth, choice)?;
         let inflight = InFlight::new()
             .map_err(|e| setup_err(e, "the eventfd that tells event loops of its results", 1))?;
         Ok(Core {
@@ -543,7 +611,7 @@ impl Core {
     /// "uring" or "threads", as `BLOCKIO_BACKEND` names them.
     #[getter]
     pub(crate) fn backend(&self) -> PyResult<&'static str> {
-        Ok(match self.check()?.backend() {
+        Ok(match self.check()? {
             Backend::IoUring => "uring",
             Backend::ThreadPool => "threads",
         })
@@ -552,7 +620,7 @@ impl Core {
     /// Why the thread pool is in use, if it is.
     #[getter]
     pub(crate) fn fallback_reason(&self) -> PyResult<Option<String>> {
-        Ok(self.check()?.fallback_reason().map(str::to_string))
+        self.with_sync(|e| Ok(e.fallback_reason.clone()))
     }
 
     /// Reads `length` bytes at each offset of `fd`; a list of bytes or
@@ -566,7 +634,7 @@ impl Core {
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
         total_arg(offsets.len(), length)?;
-        let engine = &self.check()?;
+        let engine = &self.sync_engine()?;
         let flags = fd_flags(fd);
         if offsets.iter().any(|&off| off != 0) && without_offsets(fd, flags) {
             return self.read_batch_at_0(py, fd, &offsets, length);
@@ -603,7 +671,7 @@ impl Core {
         ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let ops = buffer_ops(ops)?;
-        let engine = &self.check()?;
+        let engine = &self.sync_engine()?;
         let (at_offsets, flags) = refused_offsets(&ops);
         let bufs: Vec<BufferOp> = ops
             .iter()
@@ -635,7 +703,7 @@ impl Core {
         ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let ops = buffer_ops(ops)?;
-        let engine = &self.check()?;
+        let engine = &self.sync_engine()?;
         let bufs: Vec<BufferOp> = ops
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
@@ -654,7 +722,7 @@ impl Core {
     /// fsync (or fdatasync) of `fd`.
     #[pyo3(signature = (fd, data_only = false))]
     pub(crate) fn fsync(&self, py: Python<'_>, fd: RawFd, data_only: bool) -> PyResult<()> {
-        let engine = &self.check()?;
+        let engine = &self.sync_engine()?;
         let target = RawTarget(fd);
         let r = crate::gil::detach(py, || {
             let mut ops = [if data_only {
@@ -681,7 +749,7 @@ impl Core {
         length: i64,
     ) -> PyResult<()> {
         let (offset, length) = range_arg(offset, length)?;
-        let engine = &self.check()?;
+        let engine = &self.sync_engine()?;
         let target = RawTarget(fd);
         let r = crate::gil::detach(py, || {
             engine.submit(&mut [Op::fallocate(&target, mode, offset, length)])
@@ -1069,7 +1137,7 @@ impl Core {
     /// [`fsjobs::read_files`]); the result is a list of bytes or OSError,
     /// one per path, in order.
     pub(crate) fn submit_read_files(&self, waiter: PyObject, paths: Vec<Vec<u8>>) -> PyResult<u64> {
-        let engine = self.check()?;
+        let engine = self.sync_engine()?;
         let paths = paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
         self.start_job(waiter, Ok(FsCall::ReadFiles { engine, paths }))
     }
@@ -1089,7 +1157,7 @@ impl Core {
         py: Python<'py>,
         paths: Vec<Vec<u8>>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
-        let engine = self.check()?;
+        let engine = self.sync_engine()?;
         let paths: Vec<std::ffi::CString> =
             paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
         let n = paths.len();
