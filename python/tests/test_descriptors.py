@@ -385,7 +385,7 @@ def test_pipe_writes_waiting_at_once_up_to_the_descriptor_limit(tmp_path, backen
     code, out = run_limited(f"""
         import asyncio, os, resource, sys
         sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
-        from waits import await_until
+        from waits import await_until, blocked_in
         import blockio
 
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
@@ -415,10 +415,11 @@ def test_pipe_writes_waiting_at_once_up_to_the_descriptor_limit(tmp_path, backen
             pipes = [os.pipe() for _ in range(N)]
             filled = [fill(w) for r, w in pipes]
             files = [await blockio.open(w, "wb", buffering=0) for r, w in pipes]
-            fds, threads = count("fd"), count("task")
+            fds = count("fd")
             tasks = [asyncio.ensure_future(f.write(b"p" * 1000)) for f in files]
-            await await_until(lambda: count("task") - threads + sum(t.done() for t in tasks) >= N,
-                              "every write waits for room in its pipe, or has failed")
+            await await_until(lambda: blocked_in("write", threads=N - sum(t.done() for t in tasks)),
+                              "every write waits for room in its pipe (in a thread blocked in write), "
+                              "or has failed")
             more_fds = count("fd") - fds
             async with blockio.open("out", "wb") as g:
                 await asyncio.wait_for(g.write(b"x" * 100000), 30)
