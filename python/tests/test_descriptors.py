@@ -205,6 +205,49 @@ def test_open_fails_with_emfile_when_the_engine_cannot_be_made(tmp_path, backend
 
 
 @BACKENDS
+def test_a_failed_open_has_closed_every_descriptor_it_made_when_it_raises(tmp_path, backend):
+    """With one descriptor free and the engine's file engine not made
+    yet, ``blockio.open`` raises EMFILE; at that moment every descriptor
+    the failed setup made is closed already, so a descriptor opened right
+    after it is free, every time of 200 in a row. (The driver thread sent
+    its ring's error before dropping its wake eventfd, so an ``os.open``
+    right after the failed open often found the process still out of
+    descriptors.)"""
+    code, out = run_limited("""
+        import asyncio, errno, os, resource
+        import blockio
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+        async def main():
+            blockio.default_engine()  # (the engine object; its file engine is not made yet)
+            filler = []
+            while True:
+                try:
+                    filler.append(os.open("/dev/null", os.O_RDONLY))
+                except OSError:
+                    break
+            os.close(filler.pop())  # one free
+            held = 0
+            for _ in range(200):
+                try:
+                    await blockio.open("out", "wb")
+                except OSError as e:
+                    assert e.errno == errno.EMFILE, e
+                else:
+                    raise AssertionError("open succeeded with one descriptor free")
+                try:
+                    os.close(os.open("/dev/null", os.O_RDONLY))
+                except OSError:
+                    held += 1
+            print("still held right after the error:", held)
+
+        asyncio.run(main())
+    """, backend, tmp_path)
+    assert code == 0 and out.startswith("still held right after the error: 0\n"), out
+
+
+@BACKENDS
 @pytest.mark.parametrize("kw,call,want", [
     (", buffering=0", "f.read(100)", b"hi\n"),
     ("", "f.readline()", b"hi\n"),
