@@ -816,9 +816,18 @@ impl Core {
     /// it is not made yet: called by `blockio.open` before it returns a
     /// file, so that a file once open can always finish its calls, and
     /// what fails with `EMFILE` when descriptors run out is the open.
-    pub(crate) fn prepare(&self, fd: RawFd) -> PyResult<()> {
+    ///
+    /// With `opener` (called before `blockio.open` runs the caller's
+    /// opener, which may add `O_DIRECT`), the ring of `O_DIRECT` files is
+    /// made too: it is made before the path is opened, so that an open
+    /// short of descriptors for it fails having created no file.
+    #[pyo3(signature = (fd, opener = false))]
+    pub(crate) fn prepare(&self, fd: RawFd, opener: bool) -> PyResult<()> {
         let flags = fd_flags(fd);
         self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
+        if opener {
+            self.aio(true)?;
+        }
         Ok(())
     }
 

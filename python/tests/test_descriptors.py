@@ -581,6 +581,56 @@ def test_an_open_that_fails_with_emfile_creates_no_file(tmp_path, backend, mode)
 
 
 @BACKENDS
+def test_an_open_whose_opener_adds_o_direct_and_fails_with_emfile_creates_no_file(tmp_path, backend):
+    """An opener that adds ``O_DIRECT``, with k = 1, 2, ... descriptors
+    free (the engine object made, none of its file engines) until the open
+    succeeds: each failure is EMFILE and leaves no file behind, as the
+    built-in ``open`` does; the open that succeeds has an ``O_DIRECT``
+    descriptor (so the ring of ``O_DIRECT`` files was needed). (That ring
+    was made after the opener had created the file: with one descriptor
+    short on io_uring the failed open left an empty file.)"""
+    seen = []
+    for k in range(1, 8):  # (a new process each: the engine's parts are made once)
+        code, out = run_limited(f"""
+            import asyncio, concurrent.futures.thread, errno, fcntl, os, resource
+            import blockio
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+            def opener(path, flags):
+                return os.open(path, flags | os.O_DIRECT, 0o666)
+
+            async def main():
+                blockio.default_engine()  # (the engine object; its file engines are not made yet)
+                filler = []
+                while True:
+                    try:
+                        filler.append(os.open("/dev/null", os.O_RDONLY))
+                    except OSError:
+                        break
+                for fd in filler[-{k}:]:
+                    os.close(fd)  # ({k} free)
+                try:
+                    f = await blockio.open("new", "wb", buffering=0, opener=opener)
+                except OSError as e:
+                    print("failed", e.errno == errno.EMFILE, "left:", os.path.exists("new"), "|", e)
+                else:
+                    print("ok direct:", bool(fcntl.fcntl(f.fileno(), fcntl.F_GETFL) & os.O_DIRECT))
+                    await f.close()
+
+            asyncio.run(main())
+        """, backend, tmp_path)
+        assert code == 0, out
+        seen.append((k, out.strip()))
+        if out.startswith("ok"):
+            break
+    assert seen[-1][1] == "ok direct: True", seen
+    assert len(seen) > 1, seen  # (one descriptor free was never enough)
+    for k, line in seen[:-1]:
+        assert line.startswith("failed True left: False |"), seen
+
+
+@BACKENDS
 def test_the_first_open_short_of_descriptors_says_what_it_could_not_make(tmp_path, backend):
     """The first ``blockio.open`` of a process (the engine not made yet),
     with k = 1, 2, ... descriptors free until it succeeds: each failure is
