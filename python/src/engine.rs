@@ -76,7 +76,7 @@ impl SyncEngine {
             .queue_depth(queue_depth as usize)
             .backend(choice)
             .build()
-            .map_err(|e| setup_err(e, SYNC_RING, 1))?;
+            .map_err(|e| setup_err(e, SYNC_RING, 1, Part::Probe))?;
         let backend = engine.backend();
         let fallback_reason = engine.fallback_reason().map(str::to_string);
         Ok(SyncEngine {
@@ -100,7 +100,7 @@ impl SyncEngine {
             .queue_depth(self.queue_depth as usize)
             .backend(choice)
             .build()
-            .map_err(|e| setup_err(e, SYNC_RING, 1))?;
+            .map_err(|e| setup_err(e, SYNC_RING, 1, Part::Later))?;
         self.made = Some(engine.clone());
         Ok(engine)
     }
@@ -592,8 +592,14 @@ impl Core {
             .map_err(|e| PyValueError::new_err(e.to_string()))? as u32;
         // (out of descriptors, each part's error says what it needs)
         let engine = SyncEngine::new(queue_depth, choice)?;
-        let inflight = InFlight::new()
-            .map_err(|e| setup_err(e, "the eventfd that tells event loops of its results", 1))?;
+        let inflight = InFlight::new().map_err(|e| {
+            setup_err(
+                e,
+                "the eventfd that tells event loops of its results",
+                1,
+                Part::Kept,
+            )
+        })?;
         Ok(Core {
             engine: Mutex::new(Some(engine)),
             closing: AtomicBool::new(false),

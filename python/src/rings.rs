@@ -99,7 +99,9 @@ impl Rings {
                 )
             };
             let before = anon_fds();
-            let built = b.build().map_err(|e| setup_err(e, what, needs))?;
+            let built = b
+                .build()
+                .map_err(|e| setup_err(e, what, needs, Part::Kept))?;
             *slot = Some(built);
             let made = own_new(&before);
             self.own_fds

@@ -635,9 +635,10 @@ def test_the_first_open_short_of_descriptors_says_what_it_could_not_make(tmp_pat
     """The first ``blockio.open`` of a process (the engine not made yet),
     with k = 1, 2, ... descriptors free until it succeeds: each failure is
     ``OSError`` with errno EMFILE, and says what could not be made: a part
-    of blockio's engine (naming it, and how many descriptors it keeps and
-    needs), or the file itself (its path in the error, as the built-in
-    ``open``'s). It succeeds with 4 free (the file's and the engine's 3,
+    of blockio's engine (no path in the error; it names the part, and says
+    that the first open needs 4 free descriptors), or the file itself (its
+    path in the error and nothing else, as the built-in ``open``'s). It
+    succeeds with 4 free (the file's and the engine's 3,
     on both backends: the ring of the synchronous calls is made at the
     first of them). (A part of the engine that could not be made raised a
     bare ``[Errno 24] Too many open files``, and on io_uring 5 were
@@ -675,6 +676,14 @@ def test_the_first_open_short_of_descriptors_says_what_it_could_not_make(tmp_pat
             break
     assert seen[-1][1] == "ok" and seen[-1][0] <= 4, seen
     for k, line in seen[:-1]:
-        assert line.startswith("failed True "), seen
-        assert line.startswith("failed True f |") or "blockio's engine could not make " in line, seen
-        assert "f" in line.split("|")[0] or "needs" in line, seen
+        head, _, text = line.partition(" | ")
+        assert head.startswith("failed True "), seen
+        filename = head[len("failed True "):]
+        if filename == "f":  # the file's own open
+            assert text == "Too many open files", seen
+        else:  # a part of the engine
+            assert filename == "None", seen
+            assert text.startswith("Too many open files: blockio's engine could not make "), seen
+            assert "a process's first blockio.open needs 4 free descriptors" in text, seen
+    # (with 3 free the engine is made and the file's own open fails)
+    assert [k for k, line in seen if line.startswith("failed True f |")] == [3], seen
