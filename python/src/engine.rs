@@ -88,6 +88,13 @@ impl SyncEngine {
     }
 
     /// The engine, made now if it is not yet (on the backend found).
+    ///
+    /// The backend is the engine's for good, even when io_uring has become
+    /// unavailable since (`kernel.io_uring_disabled`, a seccomp profile
+    /// installed later): the asynchronous engines already run on it, and
+    /// falling back here would give one engine two backends while
+    /// `Engine.backend` names one. The call fails instead, with the
+    /// cause's errno and an error that says what could not be made.
     fn get(&mut self) -> PyResult<Engine> {
         if let Some(engine) = &self.made {
             return Ok(engine.clone());
@@ -100,6 +107,7 @@ impl SyncEngine {
             .queue_depth(self.queue_depth as usize)
             .backend(choice)
             .build()
+            .map_err(|e| lazy_ring_err(e, self.backend))
             .map_err(|e| setup_err(e, SYNC_RING, 1, Part::Later))?;
         self.made = Some(engine.clone());
         Ok(engine)
@@ -108,6 +116,27 @@ impl SyncEngine {
 
 /// What [`SyncEngine`] makes, for the error when descriptors run out.
 const SYNC_RING: &str = "the io_uring ring of its synchronous calls";
+
+/// The error of the synchronous calls' ring made late on `backend` (see
+/// [`SyncEngine::get`]), past out of descriptors (which [`setup_err`]
+/// words): what could not be made and why, not the builder's "io_uring
+/// was required", since the program asked for no backend; errno kept.
+fn lazy_ring_err(e: io::Error, backend: Backend) -> io::Error {
+    let errno = errno_of(&e);
+    if backend != Backend::IoUring || errno == libc::EMFILE || errno == libc::ENFILE {
+        return e;
+    }
+    let text = message(&e, errno);
+    let why = text
+        .strip_prefix("io_uring was required but is unavailable: ")
+        .unwrap_or(&text);
+    let text = format!(
+        "blockio's engine could not make {SYNC_RING} at its first synchronous call: {why} \
+         (the engine's backend, io_uring, was found when the engine was made and is kept: \
+         the synchronous calls do not fall back to the thread pool)"
+    );
+    io::Error::new(e.kind(), Renamed { errno, text })
+}
 
 impl Core {
     /// Starts reads of `length` bytes at each offset of `fd` (held as

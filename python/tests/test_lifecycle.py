@@ -799,6 +799,40 @@ print("eperm reported")
     assert code == 0 and "eperm reported" in out, out
 
 
+def test_io_uring_denied_after_an_auto_engine_is_made_fails_its_first_synchronous_call(tmp_path):
+    """An engine made with ``backend="auto"`` on io_uring makes the ring
+    of its synchronous calls at the first of them; where io_uring_setup
+    is denied by then (EPERM), that call raises OSError with errno EPERM
+    saying which ring could not be made and that the engine keeps its
+    backend (no fallback: its other rings are io_uring's), not that
+    io_uring "was required"; ``backend`` still says io_uring, and the
+    engine's asynchronous reads still work."""
+    code, out = run_child("""
+import asyncio, errno, os, blockio
+with open("f", "wb") as f:
+    f.write(b"x")
+fd = os.open("f", os.O_RDONLY)
+e = blockio.Engine()
+assert e.backend == "uring", e.backend
+async def aread():
+    return await e.aread(fd, offset=0, length=1)
+assert asyncio.run(aread()) == b"x"  # (its file engine is made now, before the filter)
+""" + DENY_IO_URING + """
+try:
+    e.read_files(["f"])
+except OSError as x:
+    assert x.errno == errno.EPERM, (x.errno, str(x))
+    assert "could not make the io_uring ring of its synchronous calls" in str(x), str(x)
+    assert "required" not in str(x) and "do not fall back to the thread pool" in str(x), str(x)
+else:
+    raise AssertionError("io_uring was denied, yet the synchronous call's ring was made")
+assert e.backend == "uring", e.backend
+assert asyncio.run(aread()) == b"x"
+print("said what failed")
+""", cwd=tmp_path, env={"BLOCKIO_BACKEND": ""})
+    assert code == 0 and "said what failed" in out, out
+
+
 @pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_aread_on_an_epoll_descriptor_completes_or_raises(backend, tmp_path):
     """Point 7: a descriptor the ring cannot read (an epoll instance, what a
