@@ -468,10 +468,13 @@ class Engine:
         #: The process that made the engine: in another (a forked child)
         #: its rings are the parent's, and unusable.
         self._pid = os.getpid()
-        #: The loop that used the engine last (the fast path's check).
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        #: Every loop watching the eventfd, by id.
-        self._loops: Dict[int, asyncio.AbstractEventLoop] = {}
+        #: The loop that used the engine last (the fast path's check), by a
+        #: weak reference: the engine (the default engine lives as long as
+        #: the process) keeps no loop alive.
+        self._loop: Callable[[], Optional[asyncio.AbstractEventLoop]] = _no_loop
+        #: Every loop watching the eventfd, by id, weakly: a loop dropped
+        #: unclosed is collected (its reader of the eventfd goes with it).
+        self._loops: "weakref.WeakValueDictionary[int, asyncio.AbstractEventLoop]" = weakref.WeakValueDictionary()
         self._loops_lock = threading.Lock()
         #: Every ``trio.run`` watching the eventfd: its token, and the
         #: cancel scope of its watching task.
@@ -520,11 +523,11 @@ class Engine:
         touched (nothing of the child waits on it), and is closed."""
         if self._pid != os.getpid():
             with self._loops_lock:
-                self._loops, self._loop, self._trio_runs = {}, None, {}
+                self._loops, self._loop, self._trio_runs = weakref.WeakValueDictionary(), _no_loop, {}
             self._core.close()  # (forgets the parent's rings: see the core)
             return
         with self._loops_lock:
-            loops, self._loops, self._loop = list(self._loops.values()), {}, None
+            loops, self._loops, self._loop = list(self._loops.values()), weakref.WeakValueDictionary(), _no_loop
             trio_runs, self._trio_runs = list(self._trio_runs.items()), {}
         self._stream_waits.end()  # (the reads then fail as the engine's cancelled operations do)
         for token, scope in trio_runs:
@@ -730,7 +733,7 @@ class Engine:
                 if self._loops.get(id(loop)) is not loop:
                     loop.add_reader(efd, self._on_ready, loop)
                     self._loops[id(loop)] = loop
-        self._loop = loop
+        self._loop = weakref.ref(loop)
         return loop
 
     def _on_ready(self, loop: Optional[asyncio.AbstractEventLoop]) -> None:
@@ -793,7 +796,7 @@ class Engine:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return await self._run_trio(keep, start, *args)
-        if loop is not self._loop:
+        if loop is not self._loop():
             self._attach(loop)
         fut = loop.create_future()
         # `keep`: the file objects whose descriptors the operations use, kept
@@ -821,7 +824,7 @@ class Engine:
             self._watch_trio(trio)
             fut: Any = TrioFuture(trio)
         else:
-            if loop is not self._loop:
+            if loop is not self._loop():
                 self._attach(loop)
             fut = loop.create_future()
         token: int = start((fut, keep), *args)
@@ -971,7 +974,7 @@ class Engine:
             on_ring = await self._aread_on_loop_ring(loop, file, fd, offset, length, ring)
             if on_ring is not None:
                 return on_ring
-        if loop is not self._loop:
+        if loop is not self._loop():
             self._attach(loop)
         fut = loop.create_future()
         try:
@@ -1133,7 +1136,7 @@ class Engine:
                 except OSError:
                     pass
         else:
-            if loop is not self._loop:
+            if loop is not self._loop():
                 self._attach(loop)
             fut = loop.create_future()
             token = self._core.submit_read((fut, file), key[0], [offset], length)
@@ -1343,7 +1346,7 @@ class Engine:
             now = self._write_now(writes, num, flat, offset, cancelled, placed)
             if now is not None:
                 return now
-        if loop is not self._loop:
+        if loop is not self._loop():
             self._attach(loop)
         fut = loop.create_future()
         try:
@@ -1549,6 +1552,11 @@ class Engine:
         r = (await self._run(None, self._core.submit_close, fd))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0))
+
+
+def _no_loop() -> None:
+    """What :attr:`Engine._loop` gives before a loop has used the engine."""
+    return None
 
 
 class _KeptCancel(Exception):

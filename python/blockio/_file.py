@@ -83,7 +83,9 @@ path and a terminal refuse reads that never wait: a FIFO is opened again
 on a description of its own in non-blocking mode and read there the same
 way; a terminal is read through the engine once readable, and a read
 cancelled then keeps its bytes for the next. Every write to a stream
-runs on a thread of its own over a duplicate (:class:`_StreamCall`).
+runs on a thread of its own (:class:`_StreamCall`), on the number itself
+where the file owns it (its close leaves the closing of the number to a
+write still running), over a duplicate where the caller keeps it.
 """
 
 from __future__ import annotations
@@ -297,24 +299,48 @@ def _type_name(obj: object) -> str:
     return f"{t.__module__}.{t.__qualname__}" if immutable and t.__module__ != "builtins" else t.__name__
 
 
+def _write_all(fd: int, data: bytes) -> int:
+    done = 0
+    while done < len(data):
+        done += os.write(fd, data[done:])
+    return done
+
+
 def _write_and_close(fd: int, data: bytes) -> int:
     try:
-        done = 0
-        while done < len(data):
-            done += os.write(fd, data[done:])
-        return done
+        return _write_all(fd, data)
     finally:
         os.close(fd)
+
+
+def _close_owned(engine: Engine, num: int) -> None:
+    """Closes ``num``, owned by a file of ``engine``, without awaiting:
+    through the engine, which closes it once the operations still using
+    the number in the core have completed, or at once when the engine can
+    no longer run any (see `AsyncFile._close_descriptor`)."""
+    if engine._usable_here:
+        try:
+            engine._core.submit_close(_NOBODY, num)
+            return
+        except RuntimeError:
+            pass  # (closed meanwhile, by another thread)
+    engine._core.disown(num)
+    os.close(num)
 
 
 class _StreamCall:
     """One call on a stream (a pipe, socket or terminal): a write, or a
     line read's wait for readiness where the event loop cannot watch the
-    descriptor; ``call(dup, arg)``, on a daemon thread, where ``dup`` is a
-    duplicate of the descriptor that ``call`` closes, made before the
-    calling task can be cancelled and the file closed (so a call still
-    blocked then never reaches a file opened later under the same
-    number). Its outcome outlives the call that started it: a write
+    descriptor; ``call(fd, arg)``, on a daemon thread. Where the caller
+    owns the number (``closefd=False``), ``fd`` is a duplicate of it that
+    ``call`` closes, made before the calling task can be cancelled and the
+    file closed (so a call still blocked then never reaches a file opened
+    later under the same number). Where the file owns it (``owned``),
+    ``fd`` is the number itself, no descriptor more per call: the file's
+    close, while the call may still use the number, hands its closing to
+    the call (:meth:`close_when_done`), which closes it once it has ended,
+    so that the number is never released while the thread may still use
+    it. Its outcome outlives the call that started it: a write
     blocked in the kernel cannot be taken back without losing bytes, so a
     task cancelled while waiting for it leaves it to the file. A write
     runs to its end, and a later write (given ``after``) starts only once
@@ -322,21 +348,36 @@ class _StreamCall:
     were made, as on aiofiles' file, whose lock orders its threads. A
     daemon thread never holds up interpreter exit, as a pool's would."""
 
-    __slots__ = ("_lock", "_out", "_waiters", "_done")
+    __slots__ = ("_lock", "_out", "_waiters", "_done", "_then_close")
 
     def __init__(self, call: Callable[[int, Any], Any], fd: int, arg: Any,
-                 after: "Optional[_StreamCall]" = None) -> None:
+                 after: "Optional[_StreamCall]" = None, owned: bool = False) -> None:
         self._lock = threading.Lock()
         self._out: Optional[Tuple[bool, Any]] = None
         self._waiters: List[Tuple[Callable[..., Any], Callable[..., Any]]] = []
         self._done = threading.Event()
-        dup = os.dup(fd)
+        #: The close of the number handed over by the file's close
+        #: (see `close_when_done`), made once the call has ended.
+        self._then_close: Optional[Callable[[], None]] = None
+        use = fd if owned else os.dup(fd)
         try:
-            threading.Thread(target=self._work, args=(call, dup, arg, after), name="blockio-stream",
+            threading.Thread(target=self._work, args=(call, use, arg, after), name="blockio-stream",
                              daemon=True).start()
         except BaseException:
-            os.close(dup)
+            if not owned:
+                os.close(use)
             raise
+
+    def close_when_done(self, close: Callable[[], None]) -> bool:
+        """Hands ``close`` (of the number the call uses, owned by its file)
+        to the call, which makes it once it has ended, and so after every
+        call it follows: whether it took it (false: it has ended, and the
+        caller closes now)."""
+        with self._lock:
+            if self._out is not None:
+                return False
+            self._then_close = close
+            return True
 
     def _work(self, call: Callable[[int, Any], Any], fd: int, arg: Any,
               after: "Optional[_StreamCall]") -> None:
@@ -349,7 +390,10 @@ class _StreamCall:
         with self._lock:
             self._out = out
             waiters, self._waiters = self._waiters, []
+            then_close, self._then_close = self._then_close, None
         self._done.set()
+        if then_close is not None:
+            then_close()
         for call_soon, settle in waiters:
             try:
                 call_soon(settle, out)
@@ -1975,7 +2019,12 @@ class AsyncFile(FileState, LineReader[bytes]):
             last = self._stream_write
             if last is not None and last.done():
                 last = None
-            write = self._stream_write = _StreamCall(_write_and_close, self._live_fd(), bytes(view), last)
+            # (on the number itself where the file owns it: its close,
+            # while this may still run, leaves the number to it, see
+            # `_close_descriptor`)
+            owned = self._file.closefd
+            write = self._stream_write = _StreamCall(_write_all if owned else _write_and_close, self._live_fd(),
+                                                     bytes(view), last, owned)
             if landed is not None:
                 landed[0] = len(view)  # (the thread has them now)
             if placed is not None:
@@ -2362,7 +2411,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             self._sync_offset()  # (the last time: a closed file leaves the descriptor alone)
             self._file.closed = True
             self._end_waits()
-            if self._file.closefd:
+            if self._file.closefd and not self._close_after_stream_write():
                 await self._engine._aclose(self._file.num)
 
     def detach(self) -> io.FileIO:
@@ -2481,13 +2530,20 @@ class AsyncFile(FileState, LineReader[bytes]):
         is collected, its engine unusable, or its open failed): through
         the engine, which closes it once the operations still using the
         number (given up by their tasks) have completed, or at once when
-        the engine can no longer run any."""
+        the engine can no longer run any; or, while a write to a stream
+        whose task was cancelled still runs on the number, once it has
+        ended (see `_close_after_stream_write`)."""
+        if not self._close_after_stream_write():
+            _close_owned(self._engine, self._file.num)
+
+    def _close_after_stream_write(self) -> bool:
+        """Whether the write to a stream still running on the descriptor
+        (its task cancelled: see :class:`_StreamCall`) took the closing of
+        the number the file owns, to make once it has ended: the number is
+        not released while its thread may write to it, and the close does
+        not wait for a write that may never end (a pipe nobody reads)."""
+        last: Optional[_StreamCall] = getattr(self, "_stream_write", None)
+        if last is None or last.done():
+            return False
         engine, num = self._engine, self._file.num
-        if engine._usable_here:
-            try:
-                engine._core.submit_close(_NOBODY, num)
-                return
-            except RuntimeError:
-                pass  # (closed meanwhile, by another thread)
-        engine._core.disown(num)
-        os.close(num)
+        return last.close_when_done(lambda: _close_owned(engine, num))

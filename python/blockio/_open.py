@@ -143,6 +143,13 @@ async def _open_descriptor(file: Any, mode: str, closefd: bool, opener: Optional
         name = file if isinstance(file, (str, bytes)) else os.fspath(file)
         if not closefd:
             raise ValueError("Cannot use closefd=False with file name")
+        # What the file's engine needs (see `_wrap_descriptor`) is made
+        # before the path is opened: when descriptors run out there, the
+        # open fails having created nothing (a "w" mode's new, empty file),
+        # as the built-in's does with EMFILE. An opener may add O_DIRECT,
+        # whose files have a ring of their own (on io_uring): it is made
+        # now too.
+        eng._core.prepare(-1, opener is not None)
         if opener is None:
             fd = await eng._aopen(file, _flags(mode), 0o666)
         else:

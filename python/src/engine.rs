@@ -25,9 +25,9 @@ use crate::*;
 /// it one part for each thing the core owns.
 #[pyclass(module = "blockio._blockio")]
 pub(crate) struct Core {
-    /// `None` once closed. Cloned out (an `Arc` inside) for each call, so
-    /// no lock is held across I/O.
-    pub(crate) engine: Mutex<Option<Engine>>,
+    /// The engine of the synchronous calls (see [`SyncEngine`]); `None`
+    /// once closed.
+    pub(crate) engine: Mutex<Option<SyncEngine>>,
     /// `close` has started: synchronous calls waiting for a descriptor
     /// end at once, without waiting for `close` to finish waiting for the
     /// asynchronous operations.
@@ -51,6 +51,91 @@ pub(crate) struct Core {
     /// Reads started through the engine (`submit_read`,
     /// `submit_read_after`, `submit_readinto`), for [`Core::reads_started`].
     pub(crate) reads: AtomicU64,
+}
+
+/// The batch engine of the synchronous calls (`Engine.read`,
+/// `read_files`, ...), and the backend every engine of the core uses,
+/// found when the core is made. On io_uring the engine found then is
+/// dropped and made again at the first synchronous call: a program that
+/// only awaits never holds its ring (one descriptor fewer: see the
+/// README's descriptors). Cloned out (an `Arc` inside) for each call, so
+/// no lock is held across I/O.
+pub(crate) struct SyncEngine {
+    made: Option<Engine>,
+    backend: Backend,
+    fallback_reason: Option<String>,
+    queue_depth: u32,
+}
+
+impl SyncEngine {
+    /// Finds the backend as `choice` (and `BLOCKIO_BACKEND`) ask, by
+    /// making the engine; keeps it only where it holds no descriptor (the
+    /// thread pool).
+    fn new(queue_depth: u32, choice: BackendChoice) -> PyResult<SyncEngine> {
+        let engine = Engine::builder()
+            .queue_depth(queue_depth as usize)
+            .backend(choice)
+            .build()
+            .map_err(|e| setup_err(e, SYNC_RING, 1, Part::Probe))?;
+        let backend = engine.backend();
+        let fallback_reason = engine.fallback_reason().map(str::to_string);
+        Ok(SyncEngine {
+            made: (backend == Backend::ThreadPool).then_some(engine),
+            backend,
+            fallback_reason,
+            queue_depth,
+        })
+    }
+
+    /// The engine, made now if it is not yet (on the backend found).
+    ///
+    /// The backend is the engine's for good, even when io_uring has become
+    /// unavailable since (`kernel.io_uring_disabled`, a seccomp profile
+    /// installed later): the asynchronous engines already run on it, and
+    /// falling back here would give one engine two backends while
+    /// `Engine.backend` names one. The call fails instead, with the
+    /// cause's errno and an error that says what could not be made.
+    fn get(&mut self) -> PyResult<Engine> {
+        if let Some(engine) = &self.made {
+            return Ok(engine.clone());
+        }
+        let choice = match self.backend {
+            Backend::IoUring => BackendChoice::IoUring,
+            Backend::ThreadPool => BackendChoice::ThreadPool,
+        };
+        let engine = Engine::builder()
+            .queue_depth(self.queue_depth as usize)
+            .backend(choice)
+            .build()
+            .map_err(|e| lazy_ring_err(e, self.backend))
+            .map_err(|e| setup_err(e, SYNC_RING, 1, Part::Later))?;
+        self.made = Some(engine.clone());
+        Ok(engine)
+    }
+}
+
+/// What [`SyncEngine`] makes, for the error when descriptors run out.
+const SYNC_RING: &str = "the io_uring ring of its synchronous calls";
+
+/// The error of the synchronous calls' ring made late on `backend` (see
+/// [`SyncEngine::get`]), past out of descriptors (which [`setup_err`]
+/// words): what could not be made and why, not the builder's "io_uring
+/// was required", since the program asked for no backend; errno kept.
+fn lazy_ring_err(e: io::Error, backend: Backend) -> io::Error {
+    let errno = errno_of(&e);
+    if backend != Backend::IoUring || errno == libc::EMFILE || errno == libc::ENFILE {
+        return e;
+    }
+    let text = message(&e, errno);
+    let why = text
+        .strip_prefix("io_uring was required but is unavailable: ")
+        .unwrap_or(&text);
+    let text = format!(
+        "blockio's engine could not make {SYNC_RING} at its first synchronous call: {why} \
+         (the engine's backend, io_uring, was found when the engine was made and is kept: \
+         the synchronous calls do not fall back to the thread pool)"
+    );
+    io::Error::new(e.kind(), Renamed { errno, text })
 }
 
 impl Core {
@@ -183,24 +268,40 @@ impl Core {
         self.closing.load(Ordering::SeqCst) || self.closed()
     }
 
-    pub(crate) fn check(&self) -> PyResult<Engine> {
+    /// `RuntimeError` once closed, or in a forked child; the backend.
+    pub(crate) fn check(&self) -> PyResult<Backend> {
+        self.with_sync(|e| Ok(e.backend))
+    }
+
+    /// `f` of the synchronous calls' engine, once [`check`](Self::check)ed.
+    fn with_sync<T>(&self, f: impl FnOnce(&mut SyncEngine) -> PyResult<T>) -> PyResult<T> {
         if self.born.forked() {
             return Err(PyRuntimeError::new_err(
                 "this blockio.Engine was created before fork(): its rings belong to the parent; create a new Engine in the child",
             ));
         }
-        self.engine
+        match self
+            .engine
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-            .ok_or_else(|| PyRuntimeError::new_err("the engine is closed"))
+            .as_mut()
+        {
+            Some(e) => f(e),
+            None => Err(PyRuntimeError::new_err("the engine is closed")),
+        }
+    }
+
+    /// The batch engine of the synchronous calls, made at the first (see
+    /// [`SyncEngine`]).
+    pub(crate) fn sync_engine(&self) -> PyResult<Engine> {
+        self.with_sync(SyncEngine::get)
     }
 
     /// The async engine for a descriptor opened with (`direct`) or without
     /// `O_DIRECT` (see [`Rings::get`]).
     pub(crate) fn aio(&self, direct: bool) -> PyResult<AsyncEngine> {
-        let engine = self.check()?;
-        self.rings.get(&engine, direct, self.inflight.eventfd())
+        let backend = self.check()?;
+        self.rings.get(backend, direct, self.inflight.eventfd())
     }
 
     /// Starts a batch for `waiter` (see [`InFlight::start`]); the token,
@@ -518,17 +619,22 @@ impl Core {
         // The engines' own rule, so the ValueError says what they would.
         let queue_depth = blockio::check_queue_depth(queue_depth)
             .map_err(|e| PyValueError::new_err(e.to_string()))? as u32;
-        let engine = Engine::builder()
-            .queue_depth(queue_depth as usize)
-            .backend(choice)
-            .build()
-            .map_err(io_err)?;
+        // (out of descriptors, each part's error says what it needs)
+        let engine = SyncEngine::new(queue_depth, choice)?;
+        let inflight = InFlight::new().map_err(|e| {
+            setup_err(
+                e,
+                "the eventfd that tells event loops of its results",
+                1,
+                Part::Kept,
+            )
+        })?;
         Ok(Core {
             engine: Mutex::new(Some(engine)),
             closing: AtomicBool::new(false),
             born: Born::here(),
             rings: Rings::new(queue_depth),
-            inflight: InFlight::new().map_err(io_err)?,
+            inflight,
             spare: Mutex::new(Vec::new()),
             fs: fsjobs::Pool::default(),
             inline: InlineReads::default(),
@@ -540,7 +646,7 @@ impl Core {
     /// "uring" or "threads", as `BLOCKIO_BACKEND` names them.
     #[getter]
     pub(crate) fn backend(&self) -> PyResult<&'static str> {
-        Ok(match self.check()?.backend() {
+        Ok(match self.check()? {
             Backend::IoUring => "uring",
             Backend::ThreadPool => "threads",
         })
@@ -549,7 +655,7 @@ impl Core {
     /// Why the thread pool is in use, if it is.
     #[getter]
     pub(crate) fn fallback_reason(&self) -> PyResult<Option<String>> {
-        Ok(self.check()?.fallback_reason().map(str::to_string))
+        self.with_sync(|e| Ok(e.fallback_reason.clone()))
     }
 
     /// Reads `length` bytes at each offset of `fd`; a list of bytes or
@@ -563,7 +669,7 @@ impl Core {
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
         total_arg(offsets.len(), length)?;
-        let engine = &self.check()?;
+        let engine = &self.sync_engine()?;
         let flags = fd_flags(fd);
         if offsets.iter().any(|&off| off != 0) && without_offsets(fd, flags) {
             return self.read_batch_at_0(py, fd, &offsets, length);
@@ -600,7 +706,7 @@ impl Core {
         ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let ops = buffer_ops(ops)?;
-        let engine = &self.check()?;
+        let engine = &self.sync_engine()?;
         let (at_offsets, flags) = refused_offsets(&ops);
         let bufs: Vec<BufferOp> = ops
             .iter()
@@ -632,7 +738,7 @@ impl Core {
         ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let ops = buffer_ops(ops)?;
-        let engine = &self.check()?;
+        let engine = &self.sync_engine()?;
         let bufs: Vec<BufferOp> = ops
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
@@ -651,7 +757,7 @@ impl Core {
     /// fsync (or fdatasync) of `fd`.
     #[pyo3(signature = (fd, data_only = false))]
     pub(crate) fn fsync(&self, py: Python<'_>, fd: RawFd, data_only: bool) -> PyResult<()> {
-        let engine = &self.check()?;
+        let engine = &self.sync_engine()?;
         let target = RawTarget(fd);
         let r = crate::gil::detach(py, || {
             let mut ops = [if data_only {
@@ -678,7 +784,7 @@ impl Core {
         length: i64,
     ) -> PyResult<()> {
         let (offset, length) = range_arg(offset, length)?;
-        let engine = &self.check()?;
+        let engine = &self.sync_engine()?;
         let target = RawTarget(fd);
         let r = crate::gil::detach(py, || {
             engine.submit(&mut [Op::fallocate(&target, mode, offset, length)])
@@ -745,9 +851,18 @@ impl Core {
     /// it is not made yet: called by `blockio.open` before it returns a
     /// file, so that a file once open can always finish its calls, and
     /// what fails with `EMFILE` when descriptors run out is the open.
-    pub(crate) fn prepare(&self, fd: RawFd) -> PyResult<()> {
+    ///
+    /// With `opener` (called before `blockio.open` runs the caller's
+    /// opener, which may add `O_DIRECT`), the ring of `O_DIRECT` files is
+    /// made too: it is made before the path is opened, so that an open
+    /// short of descriptors for it fails having created no file.
+    #[pyo3(signature = (fd, opener = false))]
+    pub(crate) fn prepare(&self, fd: RawFd, opener: bool) -> PyResult<()> {
         let flags = fd_flags(fd);
         self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
+        if opener {
+            self.aio(true)?;
+        }
         Ok(())
     }
 
@@ -1066,7 +1181,7 @@ impl Core {
     /// [`fsjobs::read_files`]); the result is a list of bytes or OSError,
     /// one per path, in order.
     pub(crate) fn submit_read_files(&self, waiter: PyObject, paths: Vec<Vec<u8>>) -> PyResult<u64> {
-        let engine = self.check()?;
+        let engine = self.sync_engine()?;
         let paths = paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
         self.start_job(waiter, Ok(FsCall::ReadFiles { engine, paths }))
     }
@@ -1086,7 +1201,7 @@ impl Core {
         py: Python<'py>,
         paths: Vec<Vec<u8>>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
-        let engine = self.check()?;
+        let engine = self.sync_engine()?;
         let paths: Vec<std::ffi::CString> =
             paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
         let n = paths.len();

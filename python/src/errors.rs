@@ -229,3 +229,53 @@ pub(crate) fn io_err(e: io::Error) -> PyErr {
     let code = errno_of(&e);
     PyOSError::new_err((code, message(&e, code)))
 }
+
+/// What a part of an engine that could not be made holds (see
+/// [`setup_err`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Part {
+    /// Made by the first `blockio.open` (or before it, by the engine's
+    /// making) and kept while the engine is open.
+    Kept,
+    /// Made with the engine only to find its backend, and closed again at
+    /// once (the io_uring ring the synchronous calls make again later).
+    Probe,
+    /// Made at the first synchronous call and kept: no open needs it.
+    Later,
+}
+
+/// What a process's first `blockio.open` needs free, all told (the
+/// figures `python/README.md` gives under "Descriptors").
+const FIRST_OPEN: &str = "a process's first blockio.open needs 4 free descriptors \
+     (the engine's 3 and the file's), or 5 on io_uring with an opener (which may open \
+     O_DIRECT: the ring of O_DIRECT files is made before the path is opened)";
+
+/// The error of making part of an engine (`what`, which takes `needs`
+/// descriptors and holds them as `part` says): out of descriptors
+/// (`EMFILE`, `ENFILE`), an `OSError` with that errno that says what could
+/// not be made, how many descriptors it takes, and, for a part a first
+/// open makes, how many the first open needs all told; any other error as
+/// [`io_err`] gives it.
+pub(crate) fn setup_err(e: io::Error, what: &str, needs: usize, part: Part) -> PyErr {
+    let code = errno_of(&e);
+    if code != libc::EMFILE && code != libc::ENFILE {
+        return io_err(e);
+    }
+    let plural = if needs == 1 { "" } else { "s" };
+    let (held, total) = match part {
+        Part::Kept => ("kept while the engine is open", FIRST_OPEN),
+        Part::Probe => (
+            "closed again once the engine's backend is found",
+            FIRST_OPEN,
+        ),
+        Part::Later => ("kept while the engine is open", ""),
+    };
+    let sep = if total.is_empty() { "" } else { "; " };
+    PyOSError::new_err((
+        code,
+        format!(
+            "{}: blockio's engine could not make {what} ({needs} descriptor{plural}, {held}){sep}{total}",
+            message(&e, code)
+        ),
+    ))
+}

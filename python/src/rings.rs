@@ -6,7 +6,7 @@ use std::os::fd::RawFd;
 use std::sync::{Mutex, PoisonError};
 
 use blockio::aio::{AsyncEngine, CallerDriving, Driving};
-use blockio::{Backend, BackendChoice, Engine};
+use blockio::{Backend, BackendChoice};
 use pyo3::prelude::*;
 
 use crate::*;
@@ -57,17 +57,17 @@ impl Rings {
     }
 
     /// The async engine for a descriptor opened with (`direct`) or without
-    /// `O_DIRECT` (see [`AioEngines`]), built on first use beside the batch
-    /// `engine` (whose backend it takes); a loop-driven ring tells
+    /// `O_DIRECT` (see [`AioEngines`]), built on first use on `backend`
+    /// (the core's); a loop-driven ring tells
     /// `eventfd` of its completions.
     pub(crate) fn get(
         &self,
-        engine: &Engine,
+        backend: Backend,
         direct: bool,
         eventfd: RawFd,
     ) -> PyResult<AsyncEngine> {
         let mut aio = self.engines.lock().unwrap_or_else(PoisonError::into_inner);
-        let pool = engine.backend() == Backend::ThreadPool;
+        let pool = backend == Backend::ThreadPool;
         let (slot, loop_driven) = if direct && !pool {
             (&mut aio.loop_driven, true)
         } else {
@@ -87,8 +87,22 @@ impl Rings {
                     CallerDriving::new().completion_eventfd(eventfd),
                 ));
             }
+            // (what it makes, for the error when descriptors run out)
+            let (what, needs) = if pool {
+                ("its thread pool's epoll instance and eventfd", 2)
+            } else if loop_driven {
+                ("its io_uring ring for O_DIRECT files", 1)
+            } else {
+                (
+                    "its io_uring ring and the eventfd that wakes the ring's driver thread",
+                    2,
+                )
+            };
             let before = anon_fds();
-            *slot = Some(b.build().map_err(io_err)?);
+            let built = b
+                .build()
+                .map_err(|e| setup_err(e, what, needs, Part::Kept))?;
+            *slot = Some(built);
             let made = own_new(&before);
             self.own_fds
                 .lock()

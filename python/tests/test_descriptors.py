@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 import blockio
-from waits import await_until, watched
+from waits import await_until, blocked_in, watched
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 WATCHDOG = 120  # seconds: far beyond any run that works
@@ -205,6 +205,49 @@ def test_open_fails_with_emfile_when_the_engine_cannot_be_made(tmp_path, backend
 
 
 @BACKENDS
+def test_a_failed_open_has_closed_every_descriptor_it_made_when_it_raises(tmp_path, backend):
+    """With one descriptor free and the engine's file engine not made
+    yet, ``blockio.open`` raises EMFILE; at that moment every descriptor
+    the failed setup made is closed already, so a descriptor opened right
+    after it is free, every time of 200 in a row. (The driver thread sent
+    its ring's error before dropping its wake eventfd, so an ``os.open``
+    right after the failed open often found the process still out of
+    descriptors.)"""
+    code, out = run_limited("""
+        import asyncio, errno, os, resource
+        import blockio
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+        async def main():
+            blockio.default_engine()  # (the engine object; its file engine is not made yet)
+            filler = []
+            while True:
+                try:
+                    filler.append(os.open("/dev/null", os.O_RDONLY))
+                except OSError:
+                    break
+            os.close(filler.pop())  # one free
+            held = 0
+            for _ in range(200):
+                try:
+                    await blockio.open("out", "wb")
+                except OSError as e:
+                    assert e.errno == errno.EMFILE, e
+                else:
+                    raise AssertionError("open succeeded with one descriptor free")
+                try:
+                    os.close(os.open("/dev/null", os.O_RDONLY))
+                except OSError:
+                    held += 1
+            print("still held right after the error:", held)
+
+        asyncio.run(main())
+    """, backend, tmp_path)
+    assert code == 0 and out.startswith("still held right after the error: 0\n"), out
+
+
+@BACKENDS
 @pytest.mark.parametrize("kw,call,want", [
     (", buffering=0", "f.read(100)", b"hi\n"),
     ("", "f.readline()", b"hi\n"),
@@ -369,3 +412,278 @@ def test_pipe_reads_wait_in_each_loops_poll_and_close_ends_them(backend, loop):
         else:
             asyncio.run(body(asyncio.sleep, spawn))
     os.close(w)
+
+
+@BACKENDS
+def test_pipe_writes_waiting_at_once_up_to_the_descriptor_limit(tmp_path, backend):
+    """Under a limit of 1,024 descriptors, 420 pipes (840 descriptors),
+    each full, each write end in a ``blockio.open`` file (``buffering=0``)
+    with one write waiting for room: the waiting writes hold no
+    descriptor each (the file owns its number, and its close leaves it to
+    a write still running: see the next test), a file opened and written
+    meanwhile is written, and once the pipes are read every write lands
+    whole, behind the bytes that filled its pipe. (When each waiting write
+    held a duplicate descriptor, 248 of the 420 failed with EMFILE, and so
+    did the other file's open.)"""
+    code, out = run_limited(f"""
+        import asyncio, os, resource, sys
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from waits import await_until, blocked_in
+        import blockio
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        N = 420
+
+        def count(what):
+            return len(os.listdir(f"/proc/self/{{what}}"))
+
+        def fill(w):
+            os.set_blocking(w, False)
+            n = 0
+            try:
+                while True:
+                    n += os.write(w, b"f" * 65536)
+            except BlockingIOError:
+                pass
+            os.set_blocking(w, True)
+            return n
+
+        def drain(r, n):
+            got = b""
+            while len(got) < n:
+                got += os.read(r, n - len(got))
+            return got
+
+        async def main():
+            pipes = [os.pipe() for _ in range(N)]
+            filled = [fill(w) for r, w in pipes]
+            files = [await blockio.open(w, "wb", buffering=0) for r, w in pipes]
+            fds = count("fd")
+            tasks = [asyncio.ensure_future(f.write(b"p" * 1000)) for f in files]
+            await await_until(lambda: blocked_in("write", threads=N - sum(t.done() for t in tasks)),
+                              "every write waits for room in its pipe (in a thread blocked in write), "
+                              "or has failed")
+            more_fds = count("fd") - fds
+            async with blockio.open("out", "wb") as g:
+                await asyncio.wait_for(g.write(b"x" * 100000), 30)
+            read = await asyncio.wait_for(asyncio.gather(
+                *(asyncio.to_thread(drain, r, filled[i] + 1000) for i, (r, w) in enumerate(pipes))), 60)
+            got = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+            bad = [g for g in got if g != 1000]
+            bad += [i for i, b in enumerate(read) if b != b"f" * filled[i] + b"p" * 1000]
+            for f in files:
+                await f.close()
+            bad += [i for i, (r, w) in enumerate(pipes) if os.read(r, 1) != b""]  # (each at its end)
+            for r, w in pipes:
+                os.close(r)
+            print(len(bad), bad[:3], "more descriptors:", more_fds)
+
+        asyncio.run(main())
+    """, backend, tmp_path)
+    assert code == 0 and out.startswith("0 [] more descriptors: 0\n"), out
+    assert (tmp_path / "out").read_bytes() == b"x" * 100000
+
+
+@BACKENDS
+@pytest.mark.parametrize("how", ["close", "engine closed"])
+def test_a_pipe_files_close_leaves_its_number_to_a_write_still_running(backend, how):
+    """A write to a full pipe, its task cancelled while it waits for room
+    (it runs on, as a write to a stream does), then the file closed
+    (with its engine open, or closed before): the close does not wait for the
+    write, which may never end, and the number stays open, naming the
+    same pipe, while the write may still use it, so that no file opened
+    meanwhile can get the number and the write's bytes; once the pipe
+    is read, the write lands whole, then the number is closed (the
+    reader sees the end, and the number is free)."""
+    import threading
+
+    async def main():
+        with blockio.Engine(backend=backend) as e:
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            filled = 0
+            try:
+                while True:
+                    filled += os.write(w, b"f" * 65536)
+            except BlockingIOError:
+                pass
+            os.set_blocking(w, True)
+            f = await blockio.open(w, "wb", buffering=0, engine=e)
+            task = asyncio.ensure_future(f.write(b"p" * 1000))
+            await await_until(lambda: blocked_in("write", w), "the write waits for room")
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            if how == "engine closed":
+                e.close()  # (the file's close then closes the number without the engine)
+            await asyncio.wait_for(f.close(), 30)
+            assert os.fstat(w).st_ino == os.fstat(r).st_ino  # (still the pipe's)
+            got = bytearray()
+            ended = threading.Event()
+
+            def drain():
+                while piece := os.read(r, 1 << 20):
+                    got.extend(piece)
+                ended.set()
+
+            threading.Thread(target=drain, daemon=True).start()
+            await await_until(ended.is_set, "the reader sees the pipe's end")
+            assert bytes(got) == b"f" * filled + b"p" * 1000
+            with pytest.raises(OSError) as err:
+                os.fstat(w)
+            assert err.value.errno == errno.EBADF
+            os.close(r)
+
+    asyncio.run(main())
+
+
+@BACKENDS
+@pytest.mark.parametrize("mode", ["wb", "ab", "xb", "w"])
+def test_an_open_that_fails_with_emfile_creates_no_file(tmp_path, backend, mode):
+    """With one descriptor free, the file's own, and the engine's not made
+    yet: ``blockio.open`` of a new path raises EMFILE and leaves no file
+    behind, as the built-in ``open`` does (the engine's descriptors are
+    made before the path is opened); once descriptors are free again the
+    open creates and writes it. (When the engine was made after the
+    open, the failed open left an empty file.)"""
+    code, out = run_limited(f"""
+        import asyncio, errno, os, resource
+        import blockio
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+        async def main():
+            blockio.default_engine()  # (the engine object; its asynchronous engine is not made yet)
+            filler = []
+            while True:
+                try:
+                    filler.append(os.open("/dev/null", os.O_RDONLY))
+                except OSError:
+                    break
+            os.close(filler.pop())  # one free: the file's own
+            try:
+                await blockio.open("new", {mode!r})
+            except OSError as e:
+                assert e.errno == errno.EMFILE, e
+            else:
+                raise AssertionError("open succeeded with no descriptor for the engine")
+            print("left:", os.path.exists("new"))
+            for fd in filler:
+                os.close(fd)
+            async with blockio.open("new", {mode!r}) as f:
+                await f.write({'"later"' if "b" not in mode else 'b"later"'})
+            print("ok")
+
+        asyncio.run(main())
+    """, backend, tmp_path)
+    assert code == 0 and out.startswith("left: False\nok\n"), out
+    assert (tmp_path / "new").read_bytes() == b"later"
+
+
+@BACKENDS
+def test_an_open_whose_opener_adds_o_direct_and_fails_with_emfile_creates_no_file(tmp_path, backend):
+    """An opener that adds ``O_DIRECT``, with k = 1, 2, ... descriptors
+    free (the engine object made, none of its file engines) until the open
+    succeeds: each failure is EMFILE and leaves no file behind, as the
+    built-in ``open`` does; the open that succeeds has an ``O_DIRECT``
+    descriptor (so the ring of ``O_DIRECT`` files was needed). (That ring
+    was made after the opener had created the file: with one descriptor
+    short on io_uring the failed open left an empty file.)"""
+    seen = []
+    for k in range(1, 8):  # (a new process each: the engine's parts are made once)
+        code, out = run_limited(f"""
+            import asyncio, concurrent.futures.thread, errno, fcntl, os, resource
+            import blockio
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+            def opener(path, flags):
+                return os.open(path, flags | os.O_DIRECT, 0o666)
+
+            async def main():
+                blockio.default_engine()  # (the engine object; its file engines are not made yet)
+                filler = []
+                while True:
+                    try:
+                        filler.append(os.open("/dev/null", os.O_RDONLY))
+                    except OSError:
+                        break
+                for fd in filler[-{k}:]:
+                    os.close(fd)  # ({k} free)
+                try:
+                    f = await blockio.open("new", "wb", buffering=0, opener=opener)
+                except OSError as e:
+                    print("failed", e.errno == errno.EMFILE, "left:", os.path.exists("new"), "|", e)
+                else:
+                    print("ok direct:", bool(fcntl.fcntl(f.fileno(), fcntl.F_GETFL) & os.O_DIRECT))
+                    await f.close()
+
+            asyncio.run(main())
+        """, backend, tmp_path)
+        assert code == 0, out
+        seen.append((k, out.strip()))
+        if out.startswith("ok"):
+            break
+    assert seen[-1][1] == "ok direct: True", seen
+    assert len(seen) > 1, seen  # (one descriptor free was never enough)
+    for k, line in seen[:-1]:
+        assert line.startswith("failed True left: False |"), seen
+
+
+@BACKENDS
+def test_the_first_open_short_of_descriptors_says_what_it_could_not_make(tmp_path, backend):
+    """The first ``blockio.open`` of a process (the engine not made yet),
+    with k = 1, 2, ... descriptors free until it succeeds: each failure is
+    ``OSError`` with errno EMFILE, and says what could not be made: a part
+    of blockio's engine (no path in the error; it names the part, and says
+    that the first open needs 4 free descriptors), or the file itself (its
+    path in the error and nothing else, as the built-in ``open``'s). It
+    succeeds with 4 free (the file's and the engine's 3,
+    on both backends: the ring of the synchronous calls is made at the
+    first of them). (A part of the engine that could not be made raised a
+    bare ``[Errno 24] Too many open files``, and on io_uring 5 were
+    needed.)"""
+    seen = []
+    for k in range(1, 8):  # (a new process each: the engine is made once)
+        code, out = run_limited(f"""
+            import asyncio, errno, os, resource
+            import blockio
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+            async def main():
+                filler = []
+                while True:
+                    try:
+                        filler.append(os.open("/dev/null", os.O_RDONLY))
+                    except OSError:
+                        break
+                for fd in filler[-{k}:]:
+                    os.close(fd)  # ({k} free)
+                try:
+                    async with blockio.open("f", "w") as f:
+                        await f.write("x")
+                except OSError as e:
+                    print("failed", e.errno == errno.EMFILE, e.filename, "|", e.strerror)
+                else:
+                    print("ok")
+
+            asyncio.run(main())
+        """, backend, tmp_path)
+        assert code == 0, out
+        seen.append((k, out.strip()))
+        if out.startswith("ok"):
+            break
+    assert seen[-1][1] == "ok" and seen[-1][0] <= 4, seen
+    for k, line in seen[:-1]:
+        head, _, text = line.partition(" | ")
+        assert head.startswith("failed True "), seen
+        filename = head[len("failed True "):]
+        if filename == "f":  # the file's own open
+            assert text == "Too many open files", seen
+        else:  # a part of the engine
+            assert filename == "None", seen
+            assert text.startswith("Too many open files: blockio's engine could not make "), seen
+            assert "a process's first blockio.open needs 4 free descriptors" in text, seen
+    # (with 3 free the engine is made and the file's own open fails)
+    assert [k for k, line in seen if line.startswith("failed True f |")] == [3], seen

@@ -799,6 +799,40 @@ print("eperm reported")
     assert code == 0 and "eperm reported" in out, out
 
 
+def test_io_uring_denied_after_an_auto_engine_is_made_fails_its_first_synchronous_call(tmp_path):
+    """An engine made with ``backend="auto"`` on io_uring makes the ring
+    of its synchronous calls at the first of them; where io_uring_setup
+    is denied by then (EPERM), that call raises OSError with errno EPERM
+    saying which ring could not be made and that the engine keeps its
+    backend (no fallback: its other rings are io_uring's), not that
+    io_uring "was required"; ``backend`` still says io_uring, and the
+    engine's asynchronous reads still work."""
+    code, out = run_child("""
+import asyncio, errno, os, blockio
+with open("f", "wb") as f:
+    f.write(b"x")
+fd = os.open("f", os.O_RDONLY)
+e = blockio.Engine()
+assert e.backend == "uring", e.backend
+async def aread():
+    return await e.aread(fd, offset=0, length=1)
+assert asyncio.run(aread()) == b"x"  # (its file engine is made now, before the filter)
+""" + DENY_IO_URING + """
+try:
+    e.read_files(["f"])
+except OSError as x:
+    assert x.errno == errno.EPERM, (x.errno, str(x))
+    assert "could not make the io_uring ring of its synchronous calls" in str(x), str(x)
+    assert "required" not in str(x) and "do not fall back to the thread pool" in str(x), str(x)
+else:
+    raise AssertionError("io_uring was denied, yet the synchronous call's ring was made")
+assert e.backend == "uring", e.backend
+assert asyncio.run(aread()) == b"x"
+print("said what failed")
+""", cwd=tmp_path, env={"BLOCKIO_BACKEND": ""})
+    assert code == 0 and "said what failed" in out, out
+
+
 @pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_aread_on_an_epoll_descriptor_completes_or_raises(backend, tmp_path):
     """Point 7: a descriptor the ring cannot read (an epoll instance, what a
@@ -1001,3 +1035,39 @@ def test_reads_left_in_flight_at_exit_are_reported_once_by_asyncio_not_again_by_
     assert code == 0 and "ran" in out, out
     assert out.count("Task was destroyed but it is pending") == 2, out
     assert "never retrieved" not in out, out
+
+
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+def test_a_dropped_unclosed_loop_that_used_the_default_engine_is_collected(tmp_path, backend):
+    """Loops that read and wrote files through the default engine (which
+    lives as long as the process), then were dropped without being closed,
+    are collected: the engine keeps no loop alive, neither the last that
+    used it nor those watching its completions; and the next loop still
+    gets its results. (When the engine kept every loop it served, each
+    such loop stayed in memory for good.)"""
+    env = {"BLOCKIO_BACKEND": backend}
+    code, out = run_child("""
+        import asyncio, gc, warnings, weakref
+        import blockio
+
+        async def use():
+            async with blockio.open("f", "wb") as f:
+                await f.write(b"x" * 100)
+            async with blockio.open("f", "rb") as f:
+                return await f.read()
+
+        warnings.simplefilter("ignore", ResourceWarning)  # (the loops are dropped unclosed on purpose)
+        refs = []
+        for _ in range(3):
+            loop = asyncio.new_event_loop()
+            assert loop.run_until_complete(use()) == b"x" * 100
+            refs.append(weakref.ref(loop))
+            del loop
+        gc.collect()
+        alive = sum(r() is not None for r in refs)
+        last = asyncio.new_event_loop()
+        got = last.run_until_complete(use())
+        last.close()
+        print("alive", alive, got == b"x" * 100)
+    """, tmp_path, env)
+    assert code == 0 and out.startswith("alive 0 True\n"), out

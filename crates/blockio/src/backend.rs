@@ -103,18 +103,33 @@ fn describe_setup_error(e: &io::Error) -> String {
 /// with `uring`, or the thread pool with `threads`, which is given the
 /// reason it is in use. With [`BackendChoice::Auto`] a failed io_uring
 /// setup falls back to the pool; with [`BackendChoice::IoUring`] it is an
-/// error that says why.
+/// error that says why. Out of descriptors (`EMFILE`, `ENFILE`) is the
+/// setup's error as it is, with either choice.
 pub(crate) fn select<T>(
     configured: BackendChoice,
     uring: impl FnOnce() -> io::Result<T>,
     threads: impl FnOnce(String) -> io::Result<T>,
 ) -> io::Result<T> {
-    let choice = choice_from_env(configured)?;
+    select_as(choice_from_env(configured)?, uring, threads)
+}
+
+/// [`select`] for `choice`, the environment already read.
+fn select_as<T>(
+    choice: BackendChoice,
+    uring: impl FnOnce() -> io::Result<T>,
+    threads: impl FnOnce(String) -> io::Result<T>,
+) -> io::Result<T> {
     if choice == BackendChoice::ThreadPool {
         return threads(FALLBACK_REQUESTED.to_string());
     }
     match uring() {
         Ok(backend) => Ok(backend),
+        // Out of descriptors (the process's limit, or the system's) is no
+        // sign that io_uring is unavailable: the pool would need
+        // descriptors too, and falling back would keep the pool for good
+        // over a shortage that passes. The error is the caller's, errno
+        // and all.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => Err(e),
         Err(e) if choice == BackendChoice::Auto => threads(format!(
             "io_uring unavailable: {}",
             describe_setup_error(&e)
@@ -143,6 +158,27 @@ pub(crate) fn fallback_threads(configured: usize, queue_depth: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn out_of_descriptors_is_the_setups_error_never_a_fallback() {
+        for choice in [BackendChoice::Auto, BackendChoice::IoUring] {
+            for errno in [libc::EMFILE, libc::ENFILE] {
+                let r: io::Result<&str> = select_as(
+                    choice,
+                    || Err(io::Error::from_raw_os_error(errno)),
+                    |_| Ok("threads"),
+                );
+                assert_eq!(r.unwrap_err().raw_os_error(), Some(errno), "{choice:?}");
+            }
+        }
+        // (any other failure of the ring's setup still falls back under Auto)
+        let r: io::Result<&str> = select_as(
+            BackendChoice::Auto,
+            || Err(io::Error::from_raw_os_error(libc::ENOSYS)),
+            |_| Ok("threads"),
+        );
+        assert_eq!(r.unwrap(), "threads");
+    }
 
     #[test]
     fn the_backend_variable_takes_exactly_its_three_values() {

@@ -223,6 +223,10 @@ fn run(mailbox: Arc<Mailbox>, depth: usize, ready: mpsc::Sender<io::Result<()>>)
             r
         }
         Err(e) => {
+            // The caller returns this error at once: the wake eventfd
+            // (the mailbox owns it) must be closed by then, or a
+            // descriptor the failed setup made outlives its error.
+            drop(mailbox);
             let _ = ready.send(Err(e));
             return;
         }
