@@ -943,18 +943,9 @@ fn async_pipe(engine: &AsyncEngine) -> (AsyncFile, std::fs::File) {
 }
 
 /// A read of an empty pipe whose future is dropped after it started takes
-/// none of the bytes written after the drop, on each backend: io_uring
-/// cancels it in the kernel, and the pool's thread, waiting for the pipe
-/// to become readable, gives it up; the next read gets the bytes.
-///
-/// Known limitation, not covered here: the drop does not wait for the
-/// cancellation, and bytes a dropped read takes are not kept for the next
-/// read, so a write that reaches the kernel before the cancellation lands
-/// is taken by the dropped read and lost (under load, 6-8 of 60 seeded
-/// runs of a randomised test of 300 drops on io_uring, 2 of 30 on the
-/// thread-pool backend; see docs/library.md). This test writes after each
-/// drop at once as well, so on a loaded machine it can meet that race and
-/// fail with "the dropped read took the bytes".
+/// none of the bytes written after the drop for itself, on each backend:
+/// it is kept for the file's next read, which gets the bytes (whether the
+/// dropped read took them or not).
 #[test]
 fn a_dropped_read_of_an_empty_pipe_takes_nothing_written_after() {
     for backend in [
@@ -986,6 +977,73 @@ fn a_dropped_read_of_an_empty_pipe_takes_nothing_written_after() {
             assert_eq!(&buf[..n.unwrap()], &[b'a' + i; 3], "{backend:?}, round {i}");
         }
     }
+}
+
+/// Bytes a dropped read of a pipe already took are kept for the file's
+/// next read, on each backend and on a caller-driven ring: the read is
+/// started on an empty pipe, the bytes are written and taken by it (the
+/// pipe is drained: FIONREAD is 0), and only then is its future dropped,
+/// so it has the bytes whatever happens to its cancellation; the next
+/// read must hand them out, before the bytes written after it.
+#[test]
+fn a_dropped_pipe_read_keeps_what_it_took_for_the_next_read() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for backend in [
+        blockio::BackendChoice::IoUring,
+        blockio::BackendChoice::ThreadPool,
+    ] {
+        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
+        dropped_pipe_read_keeps_its_bytes(&engine, &format!("{backend:?}"));
+    }
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Caller(CallerDriving::new()))
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reaper = {
+        let (engine, stop) = (engine.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if let Some(fd) = engine.poll_fd() {
+                    common::poll_readable(std::os::fd::AsRawFd::as_raw_fd(&fd), 10);
+                }
+                engine.reap();
+            }
+        })
+    };
+    dropped_pipe_read_keeps_its_bytes(&engine, "caller-driven");
+    stop.store(true, Ordering::SeqCst);
+    reaper.join().unwrap();
+}
+
+/// A read of an empty pipe on `engine` is started, takes bytes written
+/// after it, and is dropped: the next read of the same file gets them.
+fn dropped_pipe_read_keeps_its_bytes(engine: &AsyncEngine, what: &str) {
+    let (pipe, w) = async_pipe(engine);
+    let mut read = pipe.read_at(vec![0u8; 16], 0);
+    read.start();
+    std::io::Write::write_all(&mut &w, b"kept").unwrap();
+    common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
+    drop(read);
+    let next = pipe.read_at(vec![0u8; 16], 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(futures::executor::block_on(next)));
+    // A write after it, so that a read that lost the bytes still ends.
+    std::io::Write::write_all(&mut &w, b"after").unwrap();
+    let (n, buf) = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the next read ends");
+    assert_eq!(&buf[..n.unwrap()], b"kept", "{what}");
+}
+
+/// The bytes a pipe holds, by FIONREAD on either of its ends.
+fn pipe_holds(end: &std::fs::File) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through a live pointer.
+    let rc = unsafe { libc::ioctl(end.as_raw_fd(), libc::FIONREAD, &mut n) };
+    assert_eq!(rc, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+    n as usize
 }
 
 /// Reads of cached data served on the polling thread (`ReadPath::Auto`,

@@ -428,6 +428,61 @@ pub(crate) trait Keep: Send + Sync {
     fn inline(&self, _op: &Op<'_>) -> Option<&dyn Inline> {
         None
     }
+
+    /// Keeps `read`, a dropped read of this stream file (a pipe, FIFO or
+    /// character device), for the next read to join; `armed` cancels it
+    /// when dropped before it completed. False if the file keeps none.
+    fn keep_dropped_read(&self, _read: Arc<dyn Abandoned>, _armed: Box<dyn Send>) -> bool {
+        false
+    }
+
+    /// Where dropped reads of this file were kept, once one was: a read
+    /// takes what they hold before it goes to the kernel.
+    fn dropped_reads(&self) -> Option<&crate::net::read_side::ReadSide> {
+        None
+    }
+}
+
+/// Cancels a dropped read kept for the next read when it is let go before
+/// its completion (the file went): nobody is left to take its bytes.
+struct CancelOnDrop<B: Send + 'static> {
+    engine: super::AsyncEngine,
+    target: std::sync::Weak<OpTarget<B>>,
+}
+
+impl<B: Send + 'static> Drop for CancelOnDrop<B> {
+    fn drop(&mut self) {
+        let Some(target) = self.target.upgrade() else {
+            return;
+        };
+        let pending = target
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .result
+            .is_none();
+        drop(target);
+        if pending {
+            let weak: std::sync::Weak<OpTarget<B>> = self.target.clone();
+            self.engine.driver().cancel(Cancel(weak));
+        }
+    }
+}
+
+/// The memory a read (plain, or the first buffer of a vectored one) reads
+/// into; `None` for any other operation.
+fn read_area(op: &Op<'_>) -> Option<(*mut u8, usize)> {
+    use crate::op::action::Action;
+    match &op.action {
+        Action::Read(r) => Some((r.buf, r.len)),
+        Action::ReadVectored(v) if v.0.count > 0 => {
+            // SAFETY: a vectored read's `iovecs` point to `count` live
+            // iovecs, owned by its future.
+            let first = unsafe { &*v.0.iovecs };
+            Some((first.iov_base.cast(), first.iov_len))
+        }
+        _ => None,
+    }
 }
 
 /// Operations a thread may serve inline in a row, without any future on it
@@ -491,6 +546,10 @@ impl<B: Send> Settles for OpTarget<B> {
 /// [`OpFuture::take_spent`]). Never cloned.
 pub(crate) struct SpentTarget<B>(OnceLock<Arc<OpTarget<B>>>);
 
+/// Makes a read's shared state the handle of a dropped read (see
+/// [`OpFuture::kept_if_dropped`]).
+type AsDropped<B> = fn(Arc<OpTarget<B>>) -> Arc<dyn Abandoned>;
+
 /// An async operation. Submitted on its first poll (or by
 /// [`OpFuture::start`]); resolves to its result and its buffer.
 ///
@@ -525,6 +584,10 @@ pub struct OpFuture<B: Send + 'static> {
     /// future is dropped first.
     #[cfg(feature = "tokio")]
     gate: Option<super::paused_clock::Gate>,
+    /// For a read of a file: its state as a dropped read, kept for the
+    /// file's next read if the file is a stream (see
+    /// [`kept_if_dropped`](Self::kept_if_dropped)).
+    as_dropped: Option<AsDropped<B>>,
 }
 
 impl<B: Send + 'static> OpFuture<B> {
@@ -561,6 +624,7 @@ impl<B: Send + 'static> OpFuture<B> {
             refused: None,
             #[cfg(feature = "tokio")]
             gate: None,
+            as_dropped: None,
         }
     }
 
@@ -620,6 +684,7 @@ impl<B: Send + 'static> OpFuture<B> {
             refused: None,
             #[cfg(feature = "tokio")]
             gate: None,
+            as_dropped: None,
         }
     }
 
@@ -779,6 +844,12 @@ impl<B: Send + 'static> OpFuture<B> {
     /// [`Driving::Caller`](super::Driving::Caller)): the future then
     /// resolves with the error.
     ///
+    /// A read of a pipe, FIFO or character device whose file still keeps
+    /// a dropped read (see
+    /// [`AsyncFile::read_at`](super::AsyncFile::read_at)) is not
+    /// submitted here: its first poll takes what that read took, and
+    /// submits it only if that was nothing.
+    ///
     /// # Examples
     ///
     /// ```
@@ -803,8 +874,73 @@ impl<B: Send + 'static> OpFuture<B> {
     /// # }
     /// ```
     pub fn start(&mut self) {
+        if self.joins_dropped() {
+            // Its first poll takes what they hold first, then submits.
+            return;
+        }
         self.admit();
         self.resume();
+    }
+
+    /// Marks this read of a file to be kept, if dropped before its bytes
+    /// were taken, for the file's next read when the file is a stream (a
+    /// pipe, FIFO or character device): the bytes it takes are not lost.
+    pub(crate) fn kept_if_dropped(mut self) -> Self
+    where
+        B: IoBufMut,
+    {
+        self.as_dropped = Some(|target| target);
+        self
+    }
+
+    /// Whether this operation is a read, not yet submitted, that must
+    /// first join the reads of its file that dropped futures left (see
+    /// [`kept_if_dropped`](Self::kept_if_dropped)).
+    #[inline]
+    fn joins_dropped(&mut self) -> bool {
+        if self.op.is_none() {
+            return false;
+        }
+        let kept = self.with_state(|g| {
+            g.keep
+                .as_ref()
+                .and_then(|k| k.dropped_reads())
+                .is_some_and(|side| !side.socket_is_next())
+        });
+        kept && self.op.as_ref().and_then(read_area).is_some()
+    }
+
+    /// Takes into this read's buffer what reads of its file that dropped
+    /// futures left, once they completed: ready with the read's result
+    /// if they held bytes (or an error, or the end of the stream), with
+    /// `None` if they held nothing (the read goes on to the kernel).
+    #[cold]
+    #[inline(never)]
+    fn poll_join(&mut self, cx: &mut Context<'_>) -> Poll<Option<BufResult<usize, B>>> {
+        let keep = self.with_state(|g| g.keep.clone());
+        let side = keep.as_deref().and_then(|k| k.dropped_reads());
+        let (Some(side), Some((ptr, len))) = (side, self.op.as_ref().and_then(read_area)) else {
+            return Poll::Ready(None);
+        };
+        // SAFETY: the read points into memory its future owns, valid for
+        // writes of `len` bytes, which nothing else uses: the read was not
+        // submitted.
+        let out = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+        let mut out = SliceOut::new(out);
+        let res = match std::task::ready!(side.poll_settle(cx, &mut out)) {
+            crate::net::read_side::Settled::Receive => return Poll::Ready(None),
+            crate::net::read_side::Settled::Copied(n) => Ok(n),
+            crate::net::read_side::Settled::Failed(errno) => {
+                Err(io::Error::from_raw_os_error(errno))
+            }
+        };
+        // Never submitted: nothing of it is left for the driver.
+        self.op = None;
+        let buf = self.with_state(|g| {
+            g.result = Some(0);
+            g.buf.take()
+        });
+        Poll::Ready(Some((res, buf.expect("OpFuture polled after it resolved"))))
     }
 
     /// Submits the operation now, without [`admit`](Self::admit): for
@@ -965,6 +1101,13 @@ impl<B: Send + 'static> Future for OpFuture<B> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        if this.joins_dropped() {
+            match this.poll_join(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(out)) => return Poll::Ready(out),
+                Poll::Ready(None) => {}
+            }
+        }
         this.admit();
         if this.op.is_some() {
             match this.poll_inline(cx) {
@@ -1083,18 +1226,49 @@ impl<B: Send + 'static> OpFuture<B> {
         let Some(site) = self.site else {
             return;
         };
-        let pending = shared
-            .inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .result
-            .is_none();
+        let (pending, untaken) = {
+            let g = shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+            (g.result.is_none(), g.buf.is_some())
+        };
+        if untaken && self.keep_dropped(site) {
+            return;
+        }
         if pending && (site.kind.is_socket() || may_wait_forever(site.fd)) {
             let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(shared);
             #[cfg(test)]
             tests::CANCELS_POSTED.with(|n| n.set(n.get() + 1));
             self.admission.engine().driver().cancel(Cancel(weak));
         }
+    }
+}
+
+impl<B: Send + 'static> OpFuture<B> {
+    /// Hands this dropped read, handed to the driver and its bytes not
+    /// taken, to its file for the next read, if it is a read of a stream
+    /// file that keeps dropped reads: whether it was kept (it stays armed
+    /// in the kernel, its buffer with it, until it completes or the file
+    /// goes).
+    fn keep_dropped(&self, site: Site) -> bool {
+        let (Some(as_dropped), Some(shared)) = (self.as_dropped, self.shared.get()) else {
+            return false;
+        };
+        if !may_wait_forever(site.fd) {
+            return false;
+        }
+        let keep = shared
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keep
+            .clone();
+        let Some(keep) = keep else {
+            return false;
+        };
+        let armed = CancelOnDrop {
+            engine: self.admission.engine().clone(),
+            target: Arc::downgrade(shared),
+        };
+        keep.keep_dropped_read(as_dropped(shared.clone()), Box::new(armed))
     }
 }
 

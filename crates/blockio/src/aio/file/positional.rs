@@ -64,6 +64,11 @@ impl AsyncFile {
     /// Reads up to `buf.len()` bytes at `offset`; resolves to the byte count
     /// (short at end of file) and the buffer.
     ///
+    /// On a pipe, FIFO or character device, a read whose future is dropped
+    /// before its bytes were taken is not cancelled: it stays in the
+    /// kernel, and the file's next read waits for it and hands out what
+    /// it took first, so no byte is lost (dropping the file cancels it).
+    ///
     /// # Examples
     ///
     /// ```
