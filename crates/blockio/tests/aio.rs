@@ -1016,6 +1016,52 @@ fn a_dropped_pipe_read_keeps_what_it_took_for_the_next_read() {
     reaper.join().unwrap();
 }
 
+/// Dropping an `AsyncFile` cancels the dropped reads it kept: the pipe's
+/// read end closes (its write end reports the error of a pipe without
+/// readers) although nothing is ever written, on each backend.
+#[test]
+fn dropping_the_file_cancels_the_dropped_reads_it_kept() {
+    use std::os::fd::AsRawFd;
+    for backend in [
+        blockio::BackendChoice::IoUring,
+        blockio::BackendChoice::ThreadPool,
+    ] {
+        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
+        let (pipe, w) = async_pipe(&engine);
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        drop(read);
+        drop(pipe);
+        common::wait_until("the pipe's read end closes", || {
+            let mut p = libc::pollfd {
+                fd: w.as_raw_fd(),
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // SAFETY: one live pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, 10) };
+            n == 1 && p.revents & libc::POLLERR != 0
+        });
+    }
+}
+
+/// A dropped read of a regular file, started at an offset, keeps nothing
+/// for the next read: that one reads its own offset.
+#[test]
+fn a_dropped_read_of_a_regular_file_leaves_nothing_for_the_next() {
+    let (path, data) = data_file(8192, 62);
+    let engine = AsyncEngine::builder()
+        .read_path(ReadPath::AlwaysSubmit)
+        .build()
+        .unwrap();
+    let file = AsyncFile::open(&engine, &path).unwrap();
+    let mut read = file.read_at(vec![0u8; 16], 0);
+    read.start();
+    drop(read);
+    let (n, buf) = futures::executor::block_on(file.read_at(vec![0u8; 16], 4096));
+    assert_eq!(&buf[..n.unwrap()], &data[4096..4112]);
+}
+
 /// A read of an empty pipe on `engine` is started, takes bytes written
 /// after it, and is dropped: the next read of the same file gets them.
 fn dropped_pipe_read_keeps_its_bytes(engine: &AsyncEngine, what: &str) {
