@@ -443,6 +443,11 @@ pub(crate) trait Keep: Send + Sync {
     }
 }
 
+/// Set once any file has kept a dropped read (see
+/// [`Keep::keep_dropped_read`]): until then a read asks its file nothing
+/// more (a program that never drops a pipe's read pays one load per read).
+static DROPPED_READ_KEPT: AtomicBool = AtomicBool::new(false);
+
 /// Cancels a dropped read kept for the next read when it is let go before
 /// its completion (the file went): nobody is left to take its bytes.
 struct CancelOnDrop<B: Send + 'static> {
@@ -885,12 +890,12 @@ impl<B: Send + 'static> OpFuture<B> {
     /// Marks this read of a file to be kept, if dropped before its bytes
     /// were taken, for the file's next read when the file is a stream (a
     /// pipe, FIFO or character device): the bytes it takes are not lost.
-    pub(crate) fn kept_if_dropped(mut self) -> Self
+    #[inline]
+    pub(crate) fn kept_if_dropped(&mut self)
     where
         B: IoBufMut,
     {
         self.as_dropped = Some(|target| target);
-        self
     }
 
     /// Whether this operation is a read, not yet submitted, that must
@@ -898,7 +903,7 @@ impl<B: Send + 'static> OpFuture<B> {
     /// [`kept_if_dropped`](Self::kept_if_dropped)).
     #[inline]
     fn joins_dropped(&mut self) -> bool {
-        if self.op.is_none() {
+        if !DROPPED_READ_KEPT.load(Ordering::Acquire) || self.op.is_none() {
             return false;
         }
         let kept = self.with_state(|g| {
@@ -1268,7 +1273,11 @@ impl<B: Send + 'static> OpFuture<B> {
             engine: self.admission.engine().clone(),
             target: Arc::downgrade(shared),
         };
-        keep.keep_dropped_read(as_dropped(shared.clone()), Box::new(armed))
+        let kept = keep.keep_dropped_read(as_dropped(shared.clone()), Box::new(armed));
+        if kept {
+            DROPPED_READ_KEPT.store(true, Ordering::Release);
+        }
+        kept
     }
 }
 

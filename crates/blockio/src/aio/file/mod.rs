@@ -158,8 +158,9 @@ impl Handle {
                 len,
                 offset,
             };
-            self.op(engine, Action::Read(read), buf, Vec::new())
-                .kept_if_dropped()
+            let mut read = self.op(engine, Action::Read(read), buf, Vec::new());
+            read.kept_if_dropped();
+            read
         }
     }
 }
