@@ -20,24 +20,11 @@ changed), and ``auto``'s and ``sync``'s CPU µs per read.
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-
-def trunc(x: float) -> str:
-    """``x`` truncated (toward zero) to three decimals."""
-    return f"{math.trunc(x * 1000) / 1000:.3f}"
-
-
-def spread(values: List[float]) -> str:
-    """Median (lowest-highest) of ``values``, truncated, and their count."""
-    if not values:
-        return "no rounds"
-    v = sorted(values)
-    return f"{trunc(statistics.median(v))} ({trunc(v[0])}-{trunc(v[-1])}) n={len(v)}"
+from read_rounds import spread, trunc
 
 
 def fio_round(f: Path) -> Optional[Dict[str, float]]:

@@ -368,21 +368,27 @@ impl ReadBy {
 /// Builds a runtime of one flavour.
 type MakeRuntime = fn() -> tokio::runtime::Runtime;
 
+/// A multi-thread runtime of two workers.
+fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Both runtime flavours, named, for tests that run on each.
+fn both_flavours() -> [(&'static str, MakeRuntime); 2] {
+    [("multi-thread", multi_thread), ("current-thread", runtime)]
+}
+
 /// The `drive_on_tokio` task aborted while its runtime lives on, with a
 /// task waiting in a read: the read still completes once the peer sends
 /// (its task is woken and has the engine driven again), as on tokio,
 /// where aborting one task never stalls another's read.
 #[test]
 fn a_read_parked_when_its_driver_is_aborted_completes() {
-    let multi_thread = || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let runtimes: [(&str, MakeRuntime); 2] =
-        [("multi-thread", multi_thread), ("current-thread", runtime)];
+    let runtimes = both_flavours();
     for submit in [Submit::OnStart, Submit::PerRound] {
         for (by, (flavour, rt)) in ReadBy::ALL
             .into_iter()
@@ -447,15 +453,7 @@ fn a_read_parked_when_its_driver_is_aborted_completes() {
 #[test]
 fn a_file_read_parked_when_its_driver_is_aborted_completes() {
     use std::os::fd::OwnedFd;
-    let multi_thread = || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let runtimes: [(&str, MakeRuntime); 2] =
-        [("multi-thread", multi_thread), ("current-thread", runtime)];
+    let runtimes = both_flavours();
     for submit in [Submit::OnStart, Submit::PerRound] {
         for (flavour, rt) in runtimes {
             let rt = rt();

@@ -1114,7 +1114,7 @@ mod tests {
     use std::io::Write;
     use std::os::fd::{AsFd, AsRawFd};
     use std::os::unix::net::UnixStream;
-    use std::sync::Mutex;
+    use std::sync::{Condvar, Mutex};
     use std::time::{Duration, Instant};
 
     use super::*;
@@ -1132,12 +1132,15 @@ mod tests {
     /// A receive's target: its result, and the buffer the kernel fills.
     struct Received {
         result: Mutex<Option<i32>>,
+        /// Notified when the result is set.
+        set: Condvar,
         buf: Box<[u8; 8]>,
     }
 
     impl Complete for Received {
         fn complete(&self, res: i32) {
             *self.result.lock().unwrap() = Some(res);
+            self.set.notify_all();
         }
     }
 
@@ -1158,6 +1161,7 @@ mod tests {
         let op = unsafe { Op::from_action(sock.as_raw_fd(), Action::Recv(args), None) };
         let target = Arc::new(Received {
             result: Mutex::new(None),
+            set: Condvar::new(),
             buf,
         });
         let done: Arc<dyn Complete> = target.clone();
@@ -1175,6 +1179,7 @@ mod tests {
         let op = unsafe { Op::from_action(sock.as_raw_fd(), Action::Send(args), None) };
         let target = Arc::new(Received {
             result: Mutex::new(None),
+            set: Condvar::new(),
             buf,
         });
         let done: Arc<dyn Complete> = target.clone();
@@ -1185,19 +1190,17 @@ mod tests {
         r.watcher.waiting.lock().unwrap().fds.len()
     }
 
-    /// Waits for the target's result (a minute at most).
+    /// Waits for the target's result (a minute at most: a result that
+    /// never comes fails the test instead of hanging the run).
     fn settled(t: &Received) -> i32 {
-        let start = Instant::now();
-        loop {
-            if let Some(res) = result(t) {
-                return res;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "the receive never completed"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let (res, wait) = t
+            .set
+            .wait_timeout_while(t.result.lock().unwrap(), Duration::from_secs(60), |r| {
+                r.is_none()
+            })
+            .unwrap();
+        assert!(!wait.timed_out(), "the receive never completed");
+        res.unwrap()
     }
 
     /// The socket inode behind `fd`, as `/proc` names it.
@@ -1456,9 +1459,10 @@ mod tests {
 
         // A send that fills the socket, then waits for room.
         let chunk = vec![7u8; 64 << 10];
+        let mut filled = 0;
         loop {
             match std::io::Write::write(&mut &a, &chunk) {
-                Ok(_) => continue,
+                Ok(n) => filled += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => panic!("{e}"),
             }
@@ -1466,11 +1470,13 @@ mod tests {
         let (t, req) = send(&a);
         r.submit(req);
         assert_eq!(result(&t), None, "the send did not wait");
-        let mut sink = vec![0u8; 1 << 20];
-        while result(&t).is_none() {
-            let _ = std::io::Read::read(&mut &a_peer, &mut sink).unwrap();
-        }
-        assert_eq!(result(&t), Some(1));
+        // Everything the fill wrote, then the send's byte (which may be
+        // read before the send's result is recorded: the wait is for the
+        // result itself).
+        let mut sink = vec![0u8; filled + 1];
+        std::io::Read::read_exact(&mut &a_peer, &mut sink).unwrap();
+        assert_eq!(sink[filled], 1, "the send's byte");
+        assert_eq!(settled(&t), 1);
 
         // Added, then watched for writing too: nothing more.
         assert_eq!(r.watcher.thread.set.ctls.load(Ordering::Relaxed), 2);
@@ -1610,19 +1616,11 @@ mod tests {
         for (_, b) in &pairs {
             std::io::Write::write_all(&mut &*b, b"x").unwrap();
         }
-        let start = Instant::now();
         for (i, t) in targets.iter().enumerate() {
             if i == cancelled {
                 continue;
             }
-            while result(t).is_none() {
-                assert!(
-                    start.elapsed() < Duration::from_secs(60),
-                    "receive {i} never completed"
-                );
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            assert_eq!(result(t), Some(1));
+            assert_eq!(settled(t), 1, "receive {i}");
             assert_eq!(t.buf[0], b'x');
         }
         // The index entries leave under the lock before the completions
