@@ -947,7 +947,7 @@ fn async_pipe(engine: &AsyncEngine) -> (AsyncFile, std::fs::File) {
 /// it is kept for the file's next read, which gets the bytes (whether the
 /// dropped read took them or not).
 #[test]
-fn a_dropped_read_of_an_empty_pipe_takes_nothing_written_after() {
+fn a_dropped_read_of_an_empty_pipe_hands_what_is_written_after_to_the_next_read() {
     for backend in [
         blockio::BackendChoice::IoUring,
         blockio::BackendChoice::ThreadPool,
@@ -1080,6 +1080,217 @@ fn dropped_pipe_read_keeps_its_bytes(engine: &AsyncEngine, what: &str) {
         .recv_timeout(std::time::Duration::from_secs(60))
         .expect("the next read ends");
     assert_eq!(&buf[..n.unwrap()], b"kept", "{what}");
+}
+
+/// A future that reports, once, that it was polled and left pending
+/// (its waker registered).
+struct Signal<F> {
+    fut: Pin<Box<F>>,
+    pending: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl<F: Future> Future for Signal<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let out = self.fut.as_mut().poll(cx);
+        if out.is_pending() {
+            if let Some(tx) = self.pending.take() {
+                tx.send(()).unwrap();
+            }
+        }
+        out
+    }
+}
+
+/// A caller-driven engine and a pipe read started and dropped on it (kept
+/// for the next read), nothing reaped yet: the kept read stays pending
+/// (its cancel's outcome unseen) until `engine.reap()`.
+fn caller_engine_with_a_kept_read() -> (AsyncEngine, Arc<AsyncFile>, std::fs::File) {
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Caller(CallerDriving::new()))
+        .build()
+        .unwrap();
+    let (pipe, w) = async_pipe(&engine);
+    let mut read = pipe.read_at(vec![0u8; 16], 0);
+    read.start();
+    drop(read);
+    (engine, Arc::new(pipe), w)
+}
+
+/// Reaps `engine` on a thread of its own until `stop`.
+fn reap_until(
+    engine: &AsyncEngine,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let (engine, stop) = (engine.clone(), stop.clone());
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Some(fd) = engine.poll_fd() {
+                common::poll_readable(std::os::fd::AsRawFd::as_raw_fd(&fd), 10);
+            }
+            engine.reap();
+        }
+    })
+}
+
+/// Two reads of one `Arc<AsyncFile>` of a pipe, on two threads, both
+/// waiting for the same kept dropped read (a caller-driven ring not yet
+/// reaped keeps it pending until both wait): both are woken when it ends,
+/// and they get the two writes that follow, one each, as without the
+/// kept read (a kept read has one waker slot; the reads waiting on it
+/// share one waker that wakes them all).
+#[test]
+fn two_reads_waiting_for_one_kept_read_both_end() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (engine, pipe, w) = caller_engine_with_a_kept_read();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for _ in 0..2 {
+        let (pending_tx, pending_rx) = std::sync::mpsc::channel();
+        let read = Signal {
+            fut: Box::pin(pipe.read_at(vec![0u8; 16], 0)),
+            pending: Some(pending_tx),
+        };
+        let done_tx = done_tx.clone();
+        std::thread::spawn(move || {
+            let (n, buf) = futures::executor::block_on(read);
+            done_tx.send(buf[..n.unwrap()].to_vec()).unwrap();
+        });
+        pending_rx.recv().expect("the read waits");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let reaper = reap_until(&engine, &stop);
+    // (a guard against a hang, not a timing)
+    let guard = Duration::from_secs(60);
+    std::io::Write::write_all(&mut &w, b"one").unwrap();
+    let first = done_rx.recv_timeout(guard).expect("a read ends");
+    std::io::Write::write_all(&mut &w, b"two").unwrap();
+    let second = done_rx
+        .recv_timeout(guard)
+        .expect("the other read ends too: it was woken");
+    stop.store(true, Ordering::SeqCst);
+    reaper.join().unwrap();
+    assert_eq!(
+        (first.as_slice(), second.as_slice()),
+        (&b"one"[..], &b"two"[..])
+    );
+}
+
+/// A read of no bytes while a dropped read is kept returns 0 and takes
+/// none of what the kept read holds (it waits for nothing: it goes to the
+/// kernel, as on a pipe with nothing kept), and the next read gets those
+/// bytes, on each backend.
+#[test]
+fn a_read_of_no_bytes_leaves_a_kept_read_for_the_next() {
+    for backend in [
+        blockio::BackendChoice::IoUring,
+        blockio::BackendChoice::ThreadPool,
+    ] {
+        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
+        let (pipe, w) = async_pipe(&engine);
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        std::io::Write::write_all(&mut &w, b"abc").unwrap();
+        common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
+        drop(read);
+        let (n, _) = futures::executor::block_on(pipe.read_at(Vec::<u8>::new(), 0));
+        assert_eq!(n.unwrap(), 0, "{backend:?}");
+        let (n, buf) = futures::executor::block_on(pipe.read_at(vec![0u8; 16], 0));
+        assert_eq!(&buf[..n.unwrap()], b"abc", "{backend:?}");
+    }
+}
+
+/// A vectored read taking the bytes a dropped read kept fills its
+/// buffers in order, skipping an empty one: with "abcdef" kept and
+/// buffers of 0, 2 and 16 bytes it returns 6 ("ab", "cdef"), never 0
+/// (the end of the stream), on each backend.
+#[test]
+fn a_vectored_read_fills_every_buffer_from_a_kept_read() {
+    for backend in [
+        blockio::BackendChoice::IoUring,
+        blockio::BackendChoice::ThreadPool,
+    ] {
+        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
+        let (pipe, w) = async_pipe(&engine);
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        std::io::Write::write_all(&mut &w, b"abcdef").unwrap();
+        common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
+        drop(read);
+        let bufs = vec![Vec::new(), vec![0u8; 2], vec![0u8; 16]];
+        let (n, bufs) = futures::executor::block_on(pipe.read_vectored_at(bufs, 0));
+        assert_eq!(n.unwrap(), 6, "{backend:?}");
+        assert_eq!(&bufs[1], b"ab", "{backend:?}");
+        assert_eq!(&bufs[2][..4], b"cdef", "{backend:?}");
+    }
+}
+
+/// With `queue_depth(2)`, two dropped reads of idle pipes (kept for the
+/// next reads) leave room for other I/O: a write to a regular file on the
+/// same engine completes, on each backend (a kept read is cancelled, its
+/// outcome waited for by the next read: it holds neither a place in the
+/// in-flight limit nor a pool thread for good).
+#[test]
+fn kept_reads_of_idle_pipes_leave_room_for_other_io() {
+    for backend in [
+        blockio::BackendChoice::IoUring,
+        blockio::BackendChoice::ThreadPool,
+    ] {
+        let engine = AsyncEngine::builder()
+            .backend(backend)
+            .queue_depth(2)
+            .build()
+            .unwrap();
+        let mut pipes = Vec::new();
+        for _ in 0..2 {
+            let (pipe, w) = async_pipe(&engine);
+            let mut read = pipe.read_at(vec![0u8; 16], 0);
+            read.start();
+            drop(read);
+            pipes.push((pipe, w));
+        }
+        let file = AsyncFile::from_file(&engine, tempfile::tempfile().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (n, _) = futures::executor::block_on(file.write_at(vec![7u8; 16], 0));
+            tx.send(n.map_err(|e| e.to_string())).unwrap();
+        });
+        // (a guard against a hang, not a timing)
+        let n = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{backend:?}: the write waits behind the kept reads"));
+        assert_eq!(n, Ok(16), "{backend:?}");
+        // The pipes still work: the next read gets what is written.
+        for (pipe, w) in &pipes {
+            std::io::Write::write_all(&mut &*w, b"late").unwrap();
+            let (n, buf) = futures::executor::block_on(pipe.read_at(vec![0u8; 16], 0));
+            assert_eq!(&buf[..n.unwrap()], b"late", "{backend:?}");
+        }
+    }
+}
+
+/// The streaming reads of a pipe (`AsyncRead`) keep none of their dropped
+/// read-aheads for `read_at`, on the thread pool, where a read-ahead past
+/// offset 0 of a pipe fails with ESPIPE: the first streaming read gets
+/// the bytes, the second the error of the read-ahead after them, which
+/// drops the others (failed or not); a `read_at` then gets the bytes
+/// written after, not an error a dropped read-ahead met.
+#[test]
+fn a_streaming_read_keeps_no_read_ahead_for_read_at() {
+    let engine = AsyncEngine::builder()
+        .backend(blockio::BackendChoice::ThreadPool)
+        .build()
+        .unwrap();
+    let (mut pipe, w) = async_pipe(&engine);
+    std::io::Write::write_all(&mut &w, b"0123456789").unwrap();
+    let mut buf = [0u8; 16];
+    let n = futures::executor::block_on(pipe.read(&mut buf)).unwrap();
+    assert_eq!(&buf[..n], b"0123456789");
+    let err = futures::executor::block_on(pipe.read(&mut buf)).unwrap_err();
+    assert!(err.to_string().contains("os error 29"), "{err}");
+    std::io::Write::write_all(&mut &w, b"Z").unwrap();
+    let (n, buf) = futures::executor::block_on(pipe.read_at(vec![0u8; 16], 0));
+    assert_eq!(&buf[..n.unwrap()], b"Z");
 }
 
 /// The bytes a pipe holds, by FIONREAD on either of its ends.

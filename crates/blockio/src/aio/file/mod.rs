@@ -27,12 +27,11 @@ pub use options::{AsyncOpenOptions, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES, MAX
 
 use super::buf::IoBufMut;
 use super::driven::Admission;
-use super::op::{Abandoned, Inline, Keep, OpFuture};
+use super::op::{Abandoned, Inline, Keep, KeptReads, OpFuture};
 use super::AsyncEngine;
 use crate::direct::Alignment;
 use crate::error::PathError;
 use crate::kind::OpKind;
-use crate::net::read_side::ReadSide;
 use crate::op::action::{Action, ReadArgs};
 use crate::op::Op;
 use crate::ReadPath;
@@ -53,7 +52,7 @@ struct Handle {
     /// Reads of a stream file (a pipe, FIFO or character device) whose
     /// futures were dropped before their bytes were taken: the next read
     /// takes those bytes first.
-    dropped: ReadSide,
+    dropped: KeptReads,
     /// Whether a dropped read was ever kept in `dropped` (until then, a
     /// read looks no further).
     any_dropped: AtomicBool,
@@ -75,17 +74,17 @@ impl Keep for Handle {
         if !self.open.load(Ordering::SeqCst) {
             return false;
         }
-        self.dropped.detach(read, Some(armed));
+        self.dropped.side.detach(read, Some(armed));
         self.any_dropped.store(true, Ordering::SeqCst);
         // The file went meanwhile: nobody takes the read's bytes.
         if !self.open.load(Ordering::SeqCst) {
-            self.dropped.forget();
+            self.dropped.side.forget();
         }
         true
     }
 
     #[inline]
-    fn dropped_reads(&self) -> Option<&ReadSide> {
+    fn dropped_reads(&self) -> Option<&KeptReads> {
         self.any_dropped
             .load(Ordering::Acquire)
             .then_some(&self.dropped)
@@ -110,7 +109,7 @@ impl Handle {
             direct,
             owned,
             inline_reads: InlineReads::new(inline, direct.is_some()),
-            dropped: ReadSide::default(),
+            dropped: KeptReads::default(),
             any_dropped: AtomicBool::new(false),
             open: AtomicBool::new(true),
         })
@@ -158,9 +157,7 @@ impl Handle {
                 len,
                 offset,
             };
-            let mut read = self.op(engine, Action::Read(read), buf, Vec::new());
-            read.kept_if_dropped();
-            read
+            self.op(engine, Action::Read(read), buf, Vec::new())
         }
     }
 }

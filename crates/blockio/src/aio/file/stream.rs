@@ -287,7 +287,7 @@ impl Drop for AsyncFile {
         self.handle
             .open
             .store(false, std::sync::atomic::Ordering::SeqCst);
-        self.handle.dropped.forget();
+        self.handle.dropped.side.forget();
         if self.stream.wbuf.is_some() {
             self.issue_write(None);
         }
