@@ -1225,6 +1225,60 @@ fn a_vectored_read_fills_every_buffer_from_a_kept_read() {
     }
 }
 
+/// A buffer whose pointer is null while it is empty: `IoBuf` promises
+/// only the first byte, and an empty buffer has none.
+struct NullWhenEmpty(Vec<u8>);
+
+// SAFETY: the `Vec`'s bytes do not move with the value; the pointer is
+// null only when there are no bytes.
+unsafe impl blockio::aio::IoBuf for NullWhenEmpty {
+    fn stable_ptr(&self) -> *const u8 {
+        if self.0.is_empty() {
+            std::ptr::null()
+        } else {
+            self.0.as_ptr()
+        }
+    }
+    fn bytes_len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+// SAFETY: as above, written only through `&mut`.
+unsafe impl blockio::aio::IoBufMut for NullWhenEmpty {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        if self.0.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            self.0.as_mut_ptr()
+        }
+    }
+}
+
+/// A vectored read whose first buffer is empty with a null pointer takes
+/// the bytes a dropped read kept into the others (an empty buffer makes
+/// no slice: from a null pointer that would be undefined, and debug
+/// builds abort on it), on each backend.
+#[test]
+fn a_vectored_read_with_a_null_empty_buffer_takes_a_kept_read() {
+    for backend in [
+        blockio::BackendChoice::IoUring,
+        blockio::BackendChoice::ThreadPool,
+    ] {
+        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
+        let (pipe, w) = async_pipe(&engine);
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        std::io::Write::write_all(&mut &w, b"abcdef").unwrap();
+        common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
+        drop(read);
+        let bufs = vec![NullWhenEmpty(Vec::new()), NullWhenEmpty(vec![0u8; 16])];
+        let (n, bufs) = futures::executor::block_on(pipe.read_vectored_at(bufs, 0));
+        assert_eq!(n.unwrap(), 6, "{backend:?}");
+        assert_eq!(&bufs[1].0[..6], b"abcdef", "{backend:?}");
+    }
+}
+
 /// With `queue_depth(2)`, two dropped reads of idle pipes (kept for the
 /// next reads) leave room for other I/O: a write to a regular file on the
 /// same engine completes, on each backend (a kept read is cancelled, its

@@ -1086,8 +1086,14 @@ impl<B: Send + 'static> OpFuture<B> {
         };
         let areas = read_areas(op)
             .into_iter()
-            // SAFETY: each area is memory the read's future owns, valid
-            // for writes of its length, which nothing else uses (the read
+            // An empty buffer takes no bytes, and its pointer promises
+            // nothing (`IoBuf::stable_ptr` is its first byte, and it has
+            // none: it may be null or dangling), so it makes no slice.
+            .filter(|&(_, len)| len > 0)
+            // SAFETY: each area left has at least one byte, so its pointer
+            // is its buffer's first byte (`IoBufMut::stable_mut_ptr`):
+            // non-null, and valid for writes of `len` initialised bytes
+            // the read's future owns, which nothing else uses (the read
             // was not submitted); the areas do not overlap (distinct
             // buffers of the future).
             .map(|(ptr, len)| unsafe { std::slice::from_raw_parts_mut(ptr, len) })
