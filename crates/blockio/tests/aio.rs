@@ -1176,28 +1176,59 @@ fn two_reads_waiting_for_one_kept_read_both_end() {
     );
 }
 
-/// A read of no bytes while a dropped read is kept returns 0 and takes
-/// none of what the kept read holds (it waits for nothing: it goes to the
-/// kernel, as on a pipe with nothing kept), and the next read gets those
-/// bytes, on each backend.
+/// A read of no bytes while a dropped read of an empty pipe is kept and
+/// still pending (nothing written) returns 0 at once: it waits for
+/// nothing (it goes to the kernel, as on a pipe with nothing kept), and
+/// the next read gets the bytes written after it. On a caller-driven
+/// ring (the kept read is in the kernel from its start, and pending until
+/// reaped) and on the thread pool (a pool thread waits for the pipe).
 #[test]
 fn a_read_of_no_bytes_leaves_a_kept_read_for_the_next() {
-    for backend in [
-        blockio::BackendChoice::IoUring,
-        blockio::BackendChoice::ThreadPool,
-    ] {
-        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
-        let (pipe, w) = async_pipe(&engine);
-        let mut read = pipe.read_at(vec![0u8; 16], 0);
-        read.start();
-        std::io::Write::write_all(&mut &w, b"abc").unwrap();
-        common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
-        drop(read);
-        let (n, _) = futures::executor::block_on(pipe.read_at(Vec::<u8>::new(), 0));
-        assert_eq!(n.unwrap(), 0, "{backend:?}");
-        let (n, buf) = futures::executor::block_on(pipe.read_at(vec![0u8; 16], 0));
-        assert_eq!(&buf[..n.unwrap()], b"abc", "{backend:?}");
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (ring, ring_pipe, ring_w) = caller_engine_with_a_kept_read();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reaper = reap_until(&ring, &stop);
+    no_bytes_then_the_next_read(&ring_pipe, &ring_w, "caller-driven");
+    stop.store(true, Ordering::SeqCst);
+    reaper.join().unwrap();
+
+    let pool = AsyncEngine::builder()
+        .backend(blockio::BackendChoice::ThreadPool)
+        .build()
+        .unwrap();
+    let (pipe, w) = async_pipe(&pool);
+    let mut read = pipe.read_at(vec![0u8; 16], 0);
+    read.start();
+    if pool.backend() == blockio::Backend::ThreadPool {
+        // A pool thread has taken the read: it waits for the pipe.
+        common::wait_until("a pool thread waits for the pipe", || {
+            common::a_thread_blocked_in(common::POLL_CALLS)
+        });
     }
+    drop(read);
+    no_bytes_then_the_next_read(&Arc::new(pipe), &w, "thread pool");
+}
+
+/// A read of no bytes of `pipe` (nothing written) returns 0, and the next
+/// read gets "abc" written after it.
+fn no_bytes_then_the_next_read(pipe: &Arc<AsyncFile>, w: &std::fs::File, what: &str) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let empty = pipe.read_at(Vec::<u8>::new(), 0);
+    std::thread::spawn(move || tx.send(futures::executor::block_on(empty).0.unwrap()));
+    // (a guard against a hang, not a timing: nothing is written before
+    // it ends)
+    let n = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what}: the read of no bytes waits for the kept one"));
+    assert_eq!(n, 0, "{what}");
+    std::io::Write::write_all(&mut &*w, b"abc").unwrap();
+    let next = pipe.read_at(vec![0u8; 16], 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(futures::executor::block_on(next)));
+    let (n, buf) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what}: the next read ends"));
+    assert_eq!(&buf[..n.unwrap()], b"abc", "{what}");
 }
 
 /// A vectored read taking the bytes a dropped read kept fills its
