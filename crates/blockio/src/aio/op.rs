@@ -36,6 +36,9 @@ pub(crate) struct OpTarget<B> {
     hold: Mutex<Option<Arc<dyn Send + Sync>>>,
     /// Set by [`OpFuture::detach`]: performed even with the future gone.
     detached: AtomicBool,
+    /// Set when a cancel was asked of a pool driver (see
+    /// [`Complete::ask_cancel`]).
+    cancel_asked: AtomicBool,
     /// [`WAITING`], [`CLAIMED`] or [`WITHDRAWN`]: whether the driver has
     /// handed the operation to the kernel, or a [`Withdrawal`] has kept it
     /// from ever getting there. Whichever comes first wins.
@@ -110,6 +113,14 @@ unsafe impl<B: Send> Send for OpState<B> {}
 impl<B: Send> Complete for OpTarget<B> {
     fn detached(&self) -> bool {
         self.detached.load(Ordering::Acquire)
+    }
+
+    fn ask_cancel(&self) {
+        self.cancel_asked.store(true, Ordering::Release);
+    }
+
+    fn cancel_asked(&self) -> bool {
+        self.cancel_asked.load(Ordering::Acquire)
     }
 
     fn claim(&self) -> bool {
@@ -273,7 +284,8 @@ pub(crate) trait ReadOut {
     /// Appends `bytes`, which fit its room.
     fn put(&mut self, bytes: &[u8]);
 
-    /// Its unfilled part (`room` bytes, maybe never initialised), for a
+    /// Its unfilled part (`room` bytes, maybe never initialised; for
+    /// several buffers, the rest of the first one not yet full), for a
     /// system call to write into without zeroing it first.
     ///
     /// # Safety
@@ -428,6 +440,208 @@ pub(crate) trait Keep: Send + Sync {
     fn inline(&self, _op: &Op<'_>) -> Option<&dyn Inline> {
         None
     }
+
+    /// Keeps `read`, a dropped read of this stream file (a pipe, FIFO or
+    /// character device), for the next read to join; `armed` cancels it
+    /// when dropped before it completed. False if the file keeps none.
+    fn keep_dropped_read(&self, _read: Arc<dyn Abandoned>, _armed: Box<dyn Send>) -> bool {
+        false
+    }
+
+    /// Where dropped reads of this file were kept, once one was: a read
+    /// takes what they hold before it goes to the kernel.
+    fn dropped_reads(&self) -> Option<&KeptReads> {
+        None
+    }
+}
+
+/// A stream file's dropped reads kept for its next reads (see
+/// [`Keep::keep_dropped_read`]), and the reads waiting for them.
+#[derive(Default)]
+pub(crate) struct KeptReads {
+    /// The dropped reads and what they left.
+    pub(crate) side: crate::net::read_side::ReadSide,
+    /// Every read waiting for them (`read_at(&self)` lets many wait at
+    /// once): a kept read wakes one waker, this one, which wakes them
+    /// all.
+    joiners: Arc<Joiners>,
+}
+
+/// The wakers of the reads waiting for a file's kept dropped reads.
+#[derive(Default)]
+struct Joiners(Mutex<Vec<Waker>>);
+
+impl std::task::Wake for Joiners {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let all = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in all {
+            w.wake();
+        }
+    }
+}
+
+impl KeptReads {
+    /// [`ReadSide::poll_settle`](crate::net::read_side::ReadSide::poll_settle)
+    /// for one of maybe many reads waiting at once: `cx`'s waker is woken
+    /// with every other waiter's when a kept read completes.
+    fn poll_settle(
+        &self,
+        cx: &mut Context<'_>,
+        out: &mut dyn ReadOut,
+    ) -> Poll<crate::net::read_side::Settled> {
+        {
+            let mut g = self.joiners.0.lock().unwrap_or_else(|e| e.into_inner());
+            if !g.iter().any(|w| w.will_wake(cx.waker())) {
+                g.push(cx.waker().clone());
+            }
+        }
+        let all = Waker::from(self.joiners.clone());
+        let res = self.side.poll_settle(&mut Context::from_waker(&all), out);
+        if res.is_ready() {
+            let mut g = self.joiners.0.lock().unwrap_or_else(|e| e.into_inner());
+            g.retain(|w| !w.will_wake(cx.waker()));
+        }
+        res
+    }
+}
+
+/// Buffers a joined read fills in order (a vectored read's iovecs).
+struct AreasOut<'a> {
+    areas: Vec<&'a mut [u8]>,
+    /// The buffer being filled, and how much of it is.
+    at: usize,
+    filled: usize,
+    room: usize,
+}
+
+impl<'a> AreasOut<'a> {
+    fn new(areas: Vec<&'a mut [u8]>) -> AreasOut<'a> {
+        let room = areas.iter().map(|a| a.len()).sum();
+        AreasOut {
+            areas,
+            at: 0,
+            filled: 0,
+            room,
+        }
+    }
+
+    /// Moves on past full (or empty) buffers.
+    fn skip_full(&mut self) {
+        while self
+            .areas
+            .get(self.at)
+            .is_some_and(|a| a.len() == self.filled)
+        {
+            self.at += 1;
+            self.filled = 0;
+        }
+    }
+}
+
+impl ReadOut for AreasOut<'_> {
+    fn room(&self) -> usize {
+        self.room
+    }
+
+    fn put(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            self.skip_full();
+            let area = &mut self.areas[self.at][self.filled..];
+            let n = area.len().min(bytes.len());
+            area[..n].copy_from_slice(&bytes[..n]);
+            self.filled += n;
+            self.room -= n;
+            bytes = &bytes[n..];
+        }
+    }
+
+    unsafe fn unfilled(&mut self) -> &mut [MaybeUninit<u8>] {
+        self.skip_full();
+        let Some(area) = self.areas.get_mut(self.at) else {
+            return &mut [];
+        };
+        let rest = &mut area[self.filled..];
+        // SAFETY: `MaybeUninit<u8>` has the layout of `u8`, and the caller
+        // writes only initialised bytes, so the slice stays initialised.
+        unsafe { std::slice::from_raw_parts_mut(rest.as_mut_ptr().cast(), rest.len()) }
+    }
+
+    unsafe fn advance(&mut self, n: usize) {
+        self.filled += n;
+        self.room -= n;
+    }
+}
+
+/// Set once any file has kept a dropped read (see
+/// [`Keep::keep_dropped_read`]): until then a read asks its file nothing
+/// more (a program that never drops a pipe's read pays one load per read).
+static DROPPED_READ_KEPT: AtomicBool = AtomicBool::new(false);
+
+/// Cancels a dropped read kept for the next read when it is let go before
+/// its completion (the file went): nobody is left to take its bytes.
+struct CancelOnDrop<B: Send + 'static> {
+    engine: super::AsyncEngine,
+    target: std::sync::Weak<OpTarget<B>>,
+}
+
+impl<B: Send + 'static> Drop for CancelOnDrop<B> {
+    fn drop(&mut self) {
+        let Some(target) = self.target.upgrade() else {
+            return;
+        };
+        let pending = target
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .result
+            .is_none();
+        drop(target);
+        if pending {
+            let weak: std::sync::Weak<OpTarget<B>> = self.target.clone();
+            self.engine.driver().cancel(Cancel(weak));
+        }
+    }
+}
+
+/// The iovecs of a vectored read; empty for any other operation.
+fn iovecs<'a>(op: &'a Op<'_>) -> &'a [libc::iovec] {
+    use crate::op::action::Action;
+    match &op.action {
+        Action::ReadVectored(v) if v.0.count > 0 => {
+            // SAFETY: a vectored read's `iovecs` point to `count` live
+            // iovecs, owned by its future, which outlives `op`'s borrow.
+            unsafe { std::slice::from_raw_parts(v.0.iovecs, v.0.count) }
+        }
+        _ => &[],
+    }
+}
+
+/// The bytes a read (plain or vectored) asks for; `None` for any other
+/// operation.
+fn read_len(op: &Op<'_>) -> Option<usize> {
+    use crate::op::action::Action;
+    match &op.action {
+        Action::Read(r) => Some(r.len),
+        Action::ReadVectored(_) => Some(iovecs(op).iter().map(|v| v.iov_len).sum()),
+        _ => None,
+    }
+}
+
+/// The memory a read (plain or vectored) reads into, in order, as
+/// (address, length); empty for any other operation.
+fn read_areas(op: &Op<'_>) -> Vec<(*mut u8, usize)> {
+    use crate::op::action::Action;
+    match &op.action {
+        Action::Read(r) => vec![(r.buf, r.len)],
+        _ => iovecs(op)
+            .iter()
+            .map(|v| (v.iov_base.cast(), v.iov_len))
+            .collect(),
+    }
 }
 
 /// Operations a thread may serve inline in a row, without any future on it
@@ -491,6 +705,10 @@ impl<B: Send> Settles for OpTarget<B> {
 /// [`OpFuture::take_spent`]). Never cloned.
 pub(crate) struct SpentTarget<B>(OnceLock<Arc<OpTarget<B>>>);
 
+/// Makes a read's shared state the handle of a dropped read (see
+/// [`OpFuture::kept_if_dropped`]).
+type AsDropped<B> = fn(Arc<OpTarget<B>>) -> Arc<dyn Abandoned>;
+
 /// An async operation. Submitted on its first poll (or by
 /// [`OpFuture::start`]); resolves to its result and its buffer.
 ///
@@ -525,6 +743,10 @@ pub struct OpFuture<B: Send + 'static> {
     /// future is dropped first.
     #[cfg(feature = "tokio")]
     gate: Option<super::paused_clock::Gate>,
+    /// For a read of a file: its state as a dropped read, kept for the
+    /// file's next read if the file is a stream (see
+    /// [`kept_if_dropped`](Self::kept_if_dropped)).
+    as_dropped: Option<AsDropped<B>>,
 }
 
 impl<B: Send + 'static> OpFuture<B> {
@@ -561,6 +783,7 @@ impl<B: Send + 'static> OpFuture<B> {
             refused: None,
             #[cfg(feature = "tokio")]
             gate: None,
+            as_dropped: None,
         }
     }
 
@@ -620,6 +843,7 @@ impl<B: Send + 'static> OpFuture<B> {
             refused: None,
             #[cfg(feature = "tokio")]
             gate: None,
+            as_dropped: None,
         }
     }
 
@@ -664,6 +888,7 @@ impl<B: Send + 'static> OpFuture<B> {
                 inner: Mutex::new(state),
                 hold: Mutex::new(None),
                 detached: AtomicBool::new(false),
+                cancel_asked: AtomicBool::new(false),
                 claim: AtomicU8::new(claim),
             })
         })
@@ -779,6 +1004,12 @@ impl<B: Send + 'static> OpFuture<B> {
     /// [`Driving::Caller`](super::Driving::Caller)): the future then
     /// resolves with the error.
     ///
+    /// A read of a pipe, FIFO or character device whose file still keeps
+    /// a dropped read (see
+    /// [`AsyncFile::read_at`](super::AsyncFile::read_at)) is not
+    /// submitted here: its first poll takes what that read took, and
+    /// submits it only if that was nothing.
+    ///
     /// # Examples
     ///
     /// ```
@@ -803,8 +1034,85 @@ impl<B: Send + 'static> OpFuture<B> {
     /// # }
     /// ```
     pub fn start(&mut self) {
+        if self.joins_dropped() {
+            // Its first poll takes what they hold first, then submits.
+            return;
+        }
         self.admit();
         self.resume();
+    }
+
+    /// Marks this read of a file to be kept, if dropped before its bytes
+    /// were taken, for the file's next read when the file is a stream (a
+    /// pipe, FIFO or character device): the bytes it takes are not lost.
+    #[inline]
+    pub(crate) fn kept_if_dropped(&mut self)
+    where
+        B: IoBufMut,
+    {
+        self.as_dropped = Some(|target| target);
+    }
+
+    /// Whether this operation is a read, not yet submitted, that must
+    /// first join the reads of its file that dropped futures left (see
+    /// [`kept_if_dropped`](Self::kept_if_dropped)).
+    #[inline]
+    fn joins_dropped(&mut self) -> bool {
+        if !DROPPED_READ_KEPT.load(Ordering::Acquire) || self.op.is_none() {
+            return false;
+        }
+        let kept = self.with_state(|g| {
+            g.keep
+                .as_ref()
+                .and_then(|k| k.dropped_reads())
+                .is_some_and(|kept| !kept.side.socket_is_next())
+        });
+        // A read of no bytes takes none: it goes on (to the kernel, which
+        // returns 0 at once).
+        kept && self.op.as_ref().and_then(read_len).is_some_and(|n| n > 0)
+    }
+
+    /// Takes into this read's buffer what reads of its file that dropped
+    /// futures left, once they completed: ready with the read's result
+    /// if they held bytes (or an error, or the end of the stream), with
+    /// `None` if they held nothing (the read goes on to the kernel).
+    #[cold]
+    #[inline(never)]
+    fn poll_join(&mut self, cx: &mut Context<'_>) -> Poll<Option<BufResult<usize, B>>> {
+        let keep = self.with_state(|g| g.keep.clone());
+        let (Some(kept), Some(op)) = (keep.as_deref().and_then(|k| k.dropped_reads()), &self.op)
+        else {
+            return Poll::Ready(None);
+        };
+        let areas = read_areas(op)
+            .into_iter()
+            // An empty buffer takes no bytes, and its pointer promises
+            // nothing (`IoBuf::stable_ptr` is its first byte, and it has
+            // none: it may be null or dangling), so it makes no slice.
+            .filter(|&(_, len)| len > 0)
+            // SAFETY: each area left has at least one byte, so its pointer
+            // is its buffer's first byte (`IoBufMut::stable_mut_ptr`):
+            // non-null, and valid for writes of `len` initialised bytes
+            // the read's future owns, which nothing else uses (the read
+            // was not submitted); the areas do not overlap (distinct
+            // buffers of the future).
+            .map(|(ptr, len)| unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+            .collect();
+        let mut out = AreasOut::new(areas);
+        let res = match std::task::ready!(kept.poll_settle(cx, &mut out)) {
+            crate::net::read_side::Settled::Receive => return Poll::Ready(None),
+            crate::net::read_side::Settled::Copied(n) => Ok(n),
+            crate::net::read_side::Settled::Failed(errno) => {
+                Err(io::Error::from_raw_os_error(errno))
+            }
+        };
+        // Never submitted: nothing of it is left for the driver.
+        self.op = None;
+        let buf = self.with_state(|g| {
+            g.result = Some(0);
+            g.buf.take()
+        });
+        Poll::Ready(Some((res, buf.expect("OpFuture polled after it resolved"))))
     }
 
     /// Submits the operation now, without [`admit`](Self::admit): for
@@ -965,6 +1273,13 @@ impl<B: Send + 'static> Future for OpFuture<B> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        if this.joins_dropped() {
+            match this.poll_join(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(out)) => return Poll::Ready(out),
+                Poll::Ready(None) => {}
+            }
+        }
         this.admit();
         if this.op.is_some() {
             match this.poll_inline(cx) {
@@ -1083,18 +1398,55 @@ impl<B: Send + 'static> OpFuture<B> {
         let Some(site) = self.site else {
             return;
         };
-        let pending = shared
-            .inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .result
-            .is_none();
-        if pending && (site.kind.is_socket() || may_wait_forever(site.fd)) {
+        let (pending, untaken) = {
+            let g = shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+            (g.result.is_none(), g.buf.is_some())
+        };
+        // A kept read is cancelled all the same (its place in the
+        // in-flight limit, or its pool thread, is not held for good); the
+        // next read waits for the cancel's outcome and hands out what the
+        // read took before it landed.
+        let kept = untaken && self.keep_dropped(site);
+        if pending && (kept || site.kind.is_socket() || may_wait_forever(site.fd)) {
             let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(shared);
             #[cfg(test)]
             tests::CANCELS_POSTED.with(|n| n.set(n.get() + 1));
             self.admission.engine().driver().cancel(Cancel(weak));
         }
+    }
+}
+
+impl<B: Send + 'static> OpFuture<B> {
+    /// Hands this dropped read, handed to the driver and its bytes not
+    /// taken, to its file for the next read, if it is a read of a stream
+    /// file that keeps dropped reads: whether it was kept (its buffer
+    /// with it, until it completes; the caller cancels it all the same,
+    /// and the next read waits for the outcome).
+    fn keep_dropped(&self, site: Site) -> bool {
+        let (Some(as_dropped), Some(shared)) = (self.as_dropped, self.shared.get()) else {
+            return false;
+        };
+        if !may_wait_forever(site.fd) {
+            return false;
+        }
+        let keep = shared
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keep
+            .clone();
+        let Some(keep) = keep else {
+            return false;
+        };
+        let armed = CancelOnDrop {
+            engine: self.admission.engine().clone(),
+            target: Arc::downgrade(shared),
+        };
+        let kept = keep.keep_dropped_read(as_dropped(shared.clone()), Box::new(armed));
+        if kept {
+            DROPPED_READ_KEPT.store(true, Ordering::Release);
+        }
+        kept
     }
 }
 

@@ -101,8 +101,12 @@ impl PoolDriver {
 
     /// Completes a socket request waiting for readiness with `ECANCELED`
     /// at once; a file request on a worker cannot be interrupted and
-    /// finishes.
+    /// finishes, except a read waiting for its pipe to become readable,
+    /// which gives up within 100 ms and completes with `ECANCELED`.
     pub(crate) fn cancel(&self, target: &Cancel) {
+        if let Some(done) = target.0.upgrade() {
+            done.ask_cancel();
+        }
         self.sockets.cancel(target);
     }
 }

@@ -29,6 +29,16 @@ pub(crate) trait Complete: Send + Sync {
         false
     }
 
+    /// Notes that the operation's cancel was asked of a pool driver: a
+    /// read a pool thread holds waiting for its pipe to become readable
+    /// gives up (see `Request::run_blocking`).
+    fn ask_cancel(&self) {}
+
+    /// Whether [`ask_cancel`](Self::ask_cancel) was called.
+    fn cancel_asked(&self) -> bool {
+        false
+    }
+
     /// Called by the driver as it hands the operation to the kernel (or as
     /// a pool thread starts it): false if the operation was withdrawn
     /// before that (see [`Withdrawal`](super::Withdrawal)), and must be
@@ -60,6 +70,17 @@ pub(crate) trait Complete: Send + Sync {
     }
 }
 
+/// What a pool thread found waiting for a read's descriptor
+/// (`Request::readable_unless_dropped`).
+enum Wait {
+    /// Readable (or not to be waited for): the read is made.
+    Readable,
+    /// Its future is gone: the read is never made, nor completed.
+    Dropped,
+    /// Its cancel was asked: it completes with `ECANCELED`, unmade.
+    Cancelled,
+}
+
 /// An operation to perform, and where its result goes.
 pub(crate) struct Request {
     pub op: Op<'static>,
@@ -88,8 +109,12 @@ impl Request {
     /// serving the next request.
     pub(crate) fn run_blocking(self) {
         let _ = call_user(move || {
-            if !self.abandoned() && self.readable_unless_dropped() {
-                self.done.complete(self.op.run_blocking_raw());
+            if !self.abandoned() {
+                match self.readable_unless_dropped() {
+                    Wait::Readable => self.done.complete(self.op.run_blocking_raw()),
+                    Wait::Cancelled => self.done.complete(-libc::ECANCELED),
+                    Wait::Dropped => {}
+                }
             }
             drop(self);
         });
@@ -104,7 +129,11 @@ impl Request {
     /// For a read at offset 0, where a pipe, FIFO, socket or terminal is
     /// read (with `read`): waits until the descriptor is readable, in
     /// slices of 100 ms, and gives up (false: the read is never made) once
-    /// the future that made the request is dropped. So a cancelled read of
+    /// the future that made the request is dropped ([`Wait::Dropped`]: the
+    /// read is never made) or its cancel is asked ([`Wait::Cancelled`]: a
+    /// dropped read kept for the next read, which waits for its result,
+    /// so that a kept read of an idle pipe holds no pool thread for good).
+    /// So a cancelled read of
     /// an empty pipe takes none of the bytes written after it, as a read
     /// io_uring cancels takes none, instead of blocking a pool thread in
     /// `read` until they come. A regular file, and a descriptor `poll`
@@ -112,12 +141,12 @@ impl Request {
     /// descriptor not open for reading (its read fails with `EBADF`) and a
     /// read of no bytes are read at once. A non-blocking descriptor waits
     /// like any other, as io_uring's read of it does.
-    fn readable_unless_dropped(&self) -> bool {
+    fn readable_unless_dropped(&self) -> Wait {
         if !matches!(self.op.kind(), OpKind::Read | OpKind::ReadVectored)
             || self.op.offset() != 0
             || self.op.byte_len() == 0
         {
-            return true;
+            return Wait::Readable;
         }
         let fd = self.op.fd();
         let ready = |timeout| {
@@ -132,18 +161,25 @@ impl Request {
                 && !(n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR))
         };
         if ready(0) {
-            return true;
+            return Wait::Readable;
         }
         // SAFETY: F_GETFL only reads the descriptor's flags.
         let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         if flags == -1 || flags & libc::O_ACCMODE == libc::O_WRONLY {
-            return true;
+            return Wait::Readable;
         }
         loop {
+            if self.done.cancel_asked() {
+                return Wait::Cancelled;
+            }
             if ready(100) || self.dropped() {
                 // (looked at again once readable: a future dropped while
                 // the thread waited takes nothing)
-                return !self.dropped();
+                return if self.dropped() {
+                    Wait::Dropped
+                } else {
+                    Wait::Readable
+                };
             }
         }
     }

@@ -63,7 +63,7 @@ mod addr;
 mod handed;
 mod incoming;
 mod poll_io;
-mod read_side;
+pub(crate) mod read_side;
 mod recv_stream;
 mod socket;
 mod split;

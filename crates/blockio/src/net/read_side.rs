@@ -398,6 +398,14 @@ impl ReadSide {
         });
     }
 
+    /// Lets go of every dropped read still registered and of what they
+    /// left (the stream is going): those still in the kernel are
+    /// cancelled as their keepers drop, with the read side unlocked.
+    pub(crate) fn forget(&self) {
+        let gone = std::mem::take(&mut *self.state.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(gone);
+    }
+
     /// Ready once every registered read has completed, its bytes moved to
     /// `leftover`.
     fn poll_dropped(&self, cx: &mut Context<'_>) -> Poll<()> {

@@ -27,7 +27,7 @@ pub use options::{AsyncOpenOptions, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES, MAX
 
 use super::buf::IoBufMut;
 use super::driven::Admission;
-use super::op::{Inline, Keep, OpFuture};
+use super::op::{Abandoned, Inline, Keep, KeptReads, OpFuture};
 use super::AsyncEngine;
 use crate::direct::Alignment;
 use crate::error::PathError;
@@ -36,6 +36,7 @@ use crate::op::action::{Action, ReadArgs};
 use crate::op::Op;
 use crate::ReadPath;
 use inline::InlineReads;
+use std::sync::atomic::{AtomicBool, Ordering};
 use stream::Stream;
 
 /// The open file, shared with every operation in flight on it so that the
@@ -48,6 +49,16 @@ struct Handle {
     owned: bool,
     /// Reads tried on the polling thread first.
     inline_reads: InlineReads,
+    /// Reads of a stream file (a pipe, FIFO or character device) whose
+    /// futures were dropped before their bytes were taken: the next read
+    /// takes those bytes first.
+    dropped: KeptReads,
+    /// Whether a dropped read was ever kept in `dropped` (until then, a
+    /// read looks no further).
+    any_dropped: AtomicBool,
+    /// Cleared when the `AsyncFile` goes: no dropped read is kept after,
+    /// nobody being left to take its bytes.
+    open: AtomicBool,
 }
 
 /// A file's reads are tried on the polling thread first (see `inline`);
@@ -57,6 +68,26 @@ impl Keep for Handle {
     fn inline(&self, op: &Op<'_>) -> Option<&dyn Inline> {
         let read = matches!(op.action, Action::Read(_) | Action::ReadVectored(_));
         read.then_some(&self.inline_reads as &dyn Inline)
+    }
+
+    fn keep_dropped_read(&self, read: Arc<dyn Abandoned>, armed: Box<dyn Send>) -> bool {
+        if !self.open.load(Ordering::SeqCst) {
+            return false;
+        }
+        self.dropped.side.detach(read, Some(armed));
+        self.any_dropped.store(true, Ordering::SeqCst);
+        // The file went meanwhile: nobody takes the read's bytes.
+        if !self.open.load(Ordering::SeqCst) {
+            self.dropped.side.forget();
+        }
+        true
+    }
+
+    #[inline]
+    fn dropped_reads(&self) -> Option<&KeptReads> {
+        self.any_dropped
+            .load(Ordering::Acquire)
+            .then_some(&self.dropped)
     }
 }
 
@@ -78,6 +109,9 @@ impl Handle {
             direct,
             owned,
             inline_reads: InlineReads::new(inline, direct.is_some()),
+            dropped: KeptReads::default(),
+            any_dropped: AtomicBool::new(false),
+            open: AtomicBool::new(true),
         })
     }
 

@@ -64,6 +64,11 @@ impl AsyncFile {
     /// Reads up to `buf.len()` bytes at `offset`; resolves to the byte count
     /// (short at end of file) and the buffer.
     ///
+    /// On a pipe, FIFO or character device, a read whose future is dropped
+    /// before its bytes were taken is cancelled, but kept: the file's
+    /// next read waits for the cancellation's outcome and hands out what
+    /// the dropped read took before it landed first, so no byte is lost.
+    ///
     /// # Examples
     ///
     /// ```
@@ -83,7 +88,11 @@ impl AsyncFile {
     /// # }
     /// ```
     pub fn read_at<B: IoBufMut>(&self, buf: B, offset: u64) -> OpFuture<B> {
-        self.read_part(buf, 0, offset)
+        let mut read = self.read_part(buf, 0, offset);
+        // Only `read_at`'s futures are kept: the other reads made here and
+        // the streaming read-ahead are cancelled when dropped.
+        read.kept_if_dropped();
+        read
     }
 
     /// Writes `buf` at `offset`; resolves to the byte count and the buffer.

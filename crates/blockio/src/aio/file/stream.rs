@@ -282,6 +282,12 @@ impl Drop for AsyncFile {
     /// then. Their errors have nobody to go to: flush (or close) first to
     /// see them.
     fn drop(&mut self) {
+        // Dropped reads kept for the next read are cancelled: there is
+        // none (they hold the file, so this is the only place they go).
+        self.handle
+            .open
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.handle.dropped.side.forget();
         if self.stream.wbuf.is_some() {
             self.issue_write(None);
         }
