@@ -1286,6 +1286,20 @@ unsafe impl blockio::aio::IoBufMut for NullWhenEmpty {
     }
 }
 
+/// An empty part of a buffer whose pointer is null while it is empty
+/// reads as no bytes (no slice is made from the null pointer: debug builds
+/// abort on that), and an empty part of a full buffer too.
+#[test]
+fn an_empty_slice_of_a_null_empty_buffer_reads_as_no_bytes() {
+    use blockio::aio::IoBuf;
+    let part = NullWhenEmpty(Vec::new()).slice(..);
+    assert_eq!(&*part, b"");
+    let part = NullWhenEmpty(b"abc".to_vec()).slice(3..);
+    assert_eq!(&*part, b"");
+    let part = NullWhenEmpty(b"abc".to_vec()).slice(1..);
+    assert_eq!(&*part, b"bc");
+}
+
 /// A vectored read whose first buffer is empty with a null pointer takes
 /// the bytes a dropped read kept into the others (an empty buffer makes
 /// no slice: from a null pointer that would be undefined, and debug

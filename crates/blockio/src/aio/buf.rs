@@ -156,9 +156,15 @@ impl<B> Slice<B> {
 impl<B: IoBuf> std::ops::Deref for Slice<B> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
+        // An empty part has no first byte: its buffer's pointer may be
+        // null, which no slice may be made from.
+        if self.begin == self.end {
+            return &[];
+        }
         // SAFETY: `begin..end` is within the buffer's `bytes_len`
-        // initialised bytes (checked when the slice was made), which stay
-        // valid while `self.buf` lives and is borrowed shared.
+        // initialised bytes (checked when the slice was made), at least one
+        // byte, so the pointer is the buffer's first byte, non-null; they
+        // stay valid while `self.buf` lives and is borrowed shared.
         unsafe {
             std::slice::from_raw_parts(self.buf.stable_ptr().add(self.begin), self.end - self.begin)
         }
