@@ -475,6 +475,11 @@ class StreamRx:
     def holdable(self) -> bool: ...
     @property
     def context(self) -> object: ...
+    @property
+    def first(self) -> int:
+        """The first buffer the next receive lends the kernel on a stream
+        socket, in bytes: 2 KiB, grown after a message that filled it,
+        halved after small ones."""
     token: object
     cancelled: bool
     direct: Optional[object]

@@ -1057,3 +1057,55 @@ def test_the_loop_s_close_lands_a_file_write_and_ends_a_transport_receive_s_hold
     finally:
         a.close()
         b.close()
+
+
+def test_a_receive_s_first_buffer_grows_after_a_large_message_and_shrinks_after_small_ones(monkeypatch):
+    """On the io_uring loop a transport's receive lends the kernel a 2 KiB
+    first buffer; a message that fills it (whose rest then takes a
+    ``FIONREAD`` and a second ``recv``) grows the next one to the power of
+    two above the message (128 KiB for 100 KiB taken at once), so that the
+    next such message is one receive, and small messages halve it back to
+    2 KiB (an idle connection pins 2 KiB again). Every byte arrives once
+    and in order through the growth and the shrinking."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    big = bytes(random.Random(7).randrange(256) for _ in range(100 * 1024))
+
+    async def main():
+        accepted = loop.create_future()
+
+        def server_protocol():
+            pr = Collect()
+            accepted.set_result(pr)
+            return pr
+
+        server = await loop.create_server(server_protocol, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        tr, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
+        pr = await accepted
+        rx = pr.transport._rx
+        assert rx.first == 2048
+        tr.write(big)
+        await await_until(lambda: len(pr.data) == len(big), "the 100 KiB message")
+        grown = rx.first
+        assert 2048 < grown <= 256 * 1024, grown
+        expected = bytearray(big)
+        for i in range(12):
+            before = len(pr.data)
+            tr.write(b"%d" % (i % 10))
+            expected += b"%d" % (i % 10)
+            await await_until(lambda: len(pr.data) == before + 1, f"small message {i}")
+        assert rx.first == 2048, (grown, rx.first)
+        tr.write(big)
+        expected += big
+        await await_until(lambda: len(pr.data) == len(expected), "the second 100 KiB message")
+        assert bytes(pr.data) == bytes(expected)
+        tr.close()
+        server.close()
+        await server.wait_closed()
+        await pr.lost
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()

@@ -114,6 +114,10 @@ pub(crate) struct InFlight {
     /// kernel fills that buffer, they are received at once from the
     /// socket, without waiting.
     pub rest: usize,
+    /// Bytes of a grown first buffer (larger than 2 KiB) a socket
+    /// receive lends the kernel, counted against the ring's budget for
+    /// them until its completion is finished; 0 for any other.
+    pub grown: usize,
     /// The poll mask of a [`Kind::Poll`]; the `open` flags of a
     /// [`Kind::Open`].
     pub mask: u32,
@@ -144,6 +148,7 @@ impl InFlight {
             len,
             done: 0,
             rest: 0,
+            grown: 0,
             mask: 0,
             offset: 0,
             waiting_ready: false,

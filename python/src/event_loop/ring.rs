@@ -54,15 +54,61 @@ const RECV_MAX: usize = 256 * 1024;
 /// The buffer a socket receive into new bytes lends the kernel while it
 /// waits: a request or a small message fits it, and 10,000 connections
 /// waiting for data pin 20 MiB, not the 625 MiB of 64 KiB each.
-const RECV_FIRST: usize = 2048;
+pub(crate) const RECV_FIRST: usize = 2048;
 
 /// How many first buffers of finished receives the ring keeps for the
-/// receives armed next ([`State::spare`]): a message's receive then takes
+/// receives armed next ([`Spares::small`]): a message's receive then takes
 /// one back instead of allocating 2 KiB and freeing it (`malloc` and
 /// `free` of a block too large for glibc's per-thread cache, measured in
 /// `docs/benchmarks.md`), and at most 128 KiB stay allocated beside the
 /// buffers in flight.
 const SPARE_MAX: usize = 64;
+
+/// How many grown first buffers (larger than [`RECV_FIRST`], see
+/// [`next_first`]) the ring keeps for the receives armed next
+/// ([`Spares::large`]): at most 2 MiB beside the buffers in flight. A
+/// grown buffer is 128 KiB for a 100 KiB message, at glibc's threshold
+/// for `mmap`: allocated per message, it would cost a `mmap` and a
+/// `munmap`, or the heap's growth and trimming.
+const SPARE_LARGE_MAX: usize = 8;
+
+/// The most that grown first buffers (see [`next_first`]) lend the
+/// kernel at once, over all of the ring's receives: past it a receive
+/// lends [`RECV_FIRST`] whatever its connection's last message was. So
+/// connections waiting for data pin 2 KiB each plus at most 16 MiB in
+/// all (128 connections whose last message was 100 KiB).
+const GROWN_BUDGET: usize = 16 * 1024 * 1024;
+
+/// The first buffer a transport's next receive lends the kernel, after
+/// one that lent `lent` bytes took `got` (0 when it failed or ended the
+/// stream): a message that filled it (and so needed `FIONREAD` and a
+/// second `recv` for its rest) grows it to the power of two above the
+/// message, at most [`RECV_MAX`], so that the next such message is taken
+/// by the kernel's one receive; a message of a quarter of it or less
+/// halves it, down to [`RECV_FIRST`], so that a connection back to small
+/// messages (or idle) gives the memory back within a few messages.
+pub(crate) fn next_first(lent: usize, got: usize) -> usize {
+    if got >= lent {
+        (got + 1).next_power_of_two().clamp(RECV_FIRST, RECV_MAX)
+    } else if got <= lent / 4 {
+        (lent / 2).max(RECV_FIRST)
+    } else {
+        lent
+    }
+}
+
+/// The first buffers of finished socket receives, empty, kept for the
+/// next ones, and what grown first buffers lend the kernel now.
+#[derive(Default)]
+struct Spares {
+    /// Buffers of [`RECV_FIRST`] bytes (at most [`SPARE_MAX`]).
+    small: Vec<Vec<u8>>,
+    /// Grown buffers (at most [`SPARE_LARGE_MAX`]), of any size.
+    large: Vec<Vec<u8>>,
+    /// Bytes of grown first buffers lent to receives in flight or not
+    /// yet finished (at most [`GROWN_BUDGET`]).
+    lent: usize,
+}
 
 /// A finished operation, reaped and not yet dispatched.
 pub(crate) enum Done {
@@ -141,9 +187,8 @@ struct State {
     /// receive's token)` (see [`State::mark_peer_receives`]). The inode
     /// tells a socket that took a closed one's number from it.
     peer_receives: Vec<(RawFd, u64, u64)>,
-    /// First buffers of finished socket receives, empty, kept for the
-    /// next ones (at most [`SPARE_MAX`]).
-    spare: Vec<Vec<u8>>,
+    /// First buffers of finished socket receives, kept for the next ones.
+    spare: Spares,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -186,7 +231,7 @@ impl LoopRing {
                 queued: false,
                 scratch: Vec::new(),
                 peer_receives: Vec::new(),
-                spare: Vec::new(),
+                spare: Spares::default(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
             file_reads: AtomicU64::new(0),
@@ -217,7 +262,7 @@ impl LoopRing {
         let op = {
             let mut guard = self.lock()?;
             let st = guard.as_mut().ok_or_else(closed)?;
-            recv_op(fd, nbytes, socket, stream, &mut st.spare)
+            recv_op(fd, nbytes, socket, stream, RECV_FIRST, &mut st.spare)
         };
         self.submit(op)
     }
@@ -757,8 +802,15 @@ impl LoopRing {
                 } else {
                     (op, res)
                 };
-                let (owner, fd) = (op.owner.take(), op.fd);
+                let (owner, fd, lent) = (op.owner.take(), op.fd, op.len);
                 let value = finish(py, op, res, &mut st.scratch, &mut st.spare)?;
+                if let Some(owner) = &owner {
+                    // (borrowed elsewhere only by `arm_ring_receive`,
+                    // which never runs within this call)
+                    if let Ok(mut rx) = owner.rx.bind(py).try_borrow_mut() {
+                        rx.first = next_first(lent, usize::try_from(res).unwrap_or(0));
+                    }
+                }
                 owner.map(|owner| Done::Stream {
                     token,
                     res: i64::from(res),
@@ -781,16 +833,20 @@ impl LoopRing {
         Ok(done)
     }
 
-    /// Arms a transport's receive on `fd` (as [`LoopRing::recv`]) kept
-    /// in the slab with `owner`, and makes it the descriptor's latest
-    /// (see [`LoopRing::receiving`]). On failure `owner` is handed back,
-    /// so that the caller ends the hold it carries.
+    /// Arms a transport's receive on `fd` (as [`LoopRing::recv`], its
+    /// first buffer of `first` bytes on a stream socket, see
+    /// [`next_first`]) kept in the slab with `owner`, and makes it the
+    /// descriptor's latest (see [`LoopRing::receiving`]). On failure
+    /// `owner` is handed back, so that the caller ends the hold it
+    /// carries.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn arm_stream(
         &self,
         fd: RawFd,
         nbytes: usize,
         socket: bool,
         stream: bool,
+        first: usize,
         owner: Box<Owner>,
     ) -> Result<u64, (PyErr, Option<Box<Owner>>)> {
         let mut guard = match self.lock() {
@@ -803,7 +859,7 @@ impl LoopRing {
         let Some(token) = st.ops.vacant() else {
             return Err((too_many(), Some(owner)));
         };
-        let mut op = recv_op(fd, nbytes, socket, stream, &mut st.spare);
+        let mut op = recv_op(fd, nbytes, socket, stream, first, &mut st.spare);
         let entry = op.entry(token);
         op.owner = Some(owner);
         st.ops.insert(token, op);
@@ -1263,8 +1319,9 @@ fn finish(
     mut op: InFlight,
     res: i32,
     scratch: &mut [u8],
-    spare: &mut Vec<Vec<u8>>,
+    spare: &mut Spares,
 ) -> PyResult<PyObject> {
+    spare.lent -= op.grown;
     if res < 0 {
         return Ok(py.None());
     }
@@ -1294,9 +1351,12 @@ fn finish(
             } else {
                 PyBytes::new(py, &first)
             };
-            if first.capacity() == RECV_FIRST && spare.len() < SPARE_MAX {
+            if first.capacity() == RECV_FIRST && spare.small.len() < SPARE_MAX {
                 first.clear();
-                spare.push(first);
+                spare.small.push(first);
+            } else if op.grown > 0 && spare.large.len() < SPARE_LARGE_MAX {
+                first.clear();
+                spare.large.push(first);
             }
             obj.into_any().unbind()
         }
@@ -1345,26 +1405,42 @@ fn timespec(seconds: f64) -> types::Timespec {
 
 /// A receive into new bytes of at most `nbytes` from `fd` (see
 /// [`LoopRing::recv`]), not yet submitted; a stream socket's first buffer
-/// is one kept in `spare` when there is one.
+/// is of `first` bytes (at least [`RECV_FIRST`]; [`RECV_FIRST`] when
+/// grown buffers lend [`GROWN_BUDGET`] already), one kept in `spare` when
+/// there is one.
 fn recv_op(
     fd: RawFd,
     nbytes: usize,
     socket: bool,
     stream: bool,
-    spare: &mut Vec<Vec<u8>>,
+    first: usize,
+    spare: &mut Spares,
 ) -> InFlight {
     if socket && stream {
         let want = nbytes.min(RECV_MAX);
-        let first = want.min(RECV_FIRST);
-        let memory = match spare.pop() {
-            Some(v) if first == RECV_FIRST => Memory::Owned(v),
-            kept => {
-                spare.extend(kept);
-                Memory::fresh(first)
-            }
+        let mut size = first.clamp(RECV_FIRST, RECV_MAX);
+        if size > RECV_FIRST && spare.lent + size > GROWN_BUDGET {
+            size = RECV_FIRST;
+        }
+        let first = want.min(size);
+        let kept = if first == RECV_FIRST {
+            spare.small.pop()
+        } else if first > RECV_FIRST {
+            let i = spare.large.iter().position(|v| v.capacity() == first);
+            i.map(|i| spare.large.swap_remove(i))
+        } else {
+            None
+        };
+        let memory = match kept {
+            Some(v) => Memory::Owned(v),
+            None => Memory::fresh(first),
         };
         let mut op = InFlight::new(Kind::Recv, fd, true, memory, first);
         op.rest = want - first;
+        if first > RECV_FIRST {
+            op.grown = first;
+            spare.lent += first;
+        }
         return op;
     }
     InFlight::new(Kind::Recv, fd, socket, Memory::fresh(nbytes), nbytes)
