@@ -320,6 +320,7 @@ pub(crate) fn arm_ring_receive(
         hold,
     });
     let armed = ring.borrow().arm_stream(
+        py,
         this.fd,
         this.nbytes,
         this.socket,

@@ -60,8 +60,8 @@ pub(crate) enum Memory {
     /// The caller's buffer, held until the completion.
     Lent(PyBuffer<u8>),
     /// A new `bytes` object the kernel fills (a file read whose result is
-    /// new bytes: made by `fresh::unfilled`, not set), and the address of
-    /// its contents. Held until the completion, even after a cancel, and
+    /// new bytes, or a socket receive's grown first buffer: made by
+    /// `fresh::unfilled`, not set), and the address of its contents. Held until the completion, even after a cancel, and
     /// then cut to what the kernel wrote: the bytes are never copied.
     Bytes(Py<PyBytes>, usize),
     /// A socket address (an accept).

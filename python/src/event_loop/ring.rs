@@ -64,14 +64,6 @@ pub(crate) const RECV_FIRST: usize = 2048;
 /// buffers in flight.
 const SPARE_MAX: usize = 64;
 
-/// How many grown first buffers (larger than [`RECV_FIRST`], see
-/// [`next_first`]) the ring keeps for the receives armed next
-/// ([`Spares::large`]): at most 2 MiB beside the buffers in flight. A
-/// grown buffer is 128 KiB for a 100 KiB message, at glibc's threshold
-/// for `mmap`: allocated per message, it would cost a `mmap` and a
-/// `munmap`, or the heap's growth and trimming.
-const SPARE_LARGE_MAX: usize = 8;
-
 /// The most that grown first buffers (see [`next_first`]) lend the
 /// kernel at once, over all of the ring's receives: past it a receive
 /// lends [`RECV_FIRST`] whatever its connection's last message was. So
@@ -98,13 +90,13 @@ pub(crate) fn next_first(lent: usize, got: usize) -> usize {
 }
 
 /// The first buffers of finished socket receives, empty, kept for the
-/// next ones, and what grown first buffers lend the kernel now.
+/// next ones, and what grown first buffers lend the kernel now. A grown
+/// first buffer is a new `bytes` object the kernel fills, cut to what it
+/// took (no copy of the message; see [`recv_op`]), so none is kept.
 #[derive(Default)]
 struct Spares {
     /// Buffers of [`RECV_FIRST`] bytes (at most [`SPARE_MAX`]).
     small: Vec<Vec<u8>>,
-    /// Grown buffers (at most [`SPARE_LARGE_MAX`]), of any size.
-    large: Vec<Vec<u8>>,
     /// Bytes of grown first buffers lent to receives in flight or not
     /// yet finished (at most [`GROWN_BUDGET`]).
     lent: usize,
@@ -254,6 +246,7 @@ impl LoopRing {
     /// would take the next message, not the rest of this one.
     pub(crate) fn recv(
         &self,
+        py: Python<'_>,
         fd: RawFd,
         nbytes: usize,
         socket: bool,
@@ -262,7 +255,7 @@ impl LoopRing {
         let op = {
             let mut guard = self.lock()?;
             let st = guard.as_mut().ok_or_else(closed)?;
-            recv_op(fd, nbytes, socket, stream, RECV_FIRST, &mut st.spare)
+            recv_op(py, fd, nbytes, socket, stream, RECV_FIRST, &mut st.spare)?
         };
         self.submit(op)
     }
@@ -804,11 +797,15 @@ impl LoopRing {
                 };
                 let (owner, fd, lent) = (op.owner.take(), op.fd, op.len);
                 let value = finish(py, op, res, &mut st.scratch, &mut st.spare)?;
-                if let Some(owner) = &owner {
+                let got = usize::try_from(res).unwrap_or(0);
+                // (the common small message, taken by a 2 KiB buffer, sets
+                // nothing: the receive's size stays what it was, 2 KiB
+                // unless the budget cut a grown one to it)
+                if let (Some(owner), false) = (&owner, lent == RECV_FIRST && got < lent) {
                     // (borrowed elsewhere only by `arm_ring_receive`,
                     // which never runs within this call)
                     if let Ok(mut rx) = owner.rx.bind(py).try_borrow_mut() {
-                        rx.first = next_first(lent, usize::try_from(res).unwrap_or(0));
+                        rx.first = next_first(lent, got);
                     }
                 }
                 owner.map(|owner| Done::Stream {
@@ -842,6 +839,7 @@ impl LoopRing {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn arm_stream(
         &self,
+        py: Python<'_>,
         fd: RawFd,
         nbytes: usize,
         socket: bool,
@@ -859,7 +857,10 @@ impl LoopRing {
         let Some(token) = st.ops.vacant() else {
             return Err((too_many(), Some(owner)));
         };
-        let mut op = recv_op(fd, nbytes, socket, stream, first, &mut st.spare);
+        let mut op = match recv_op(py, fd, nbytes, socket, stream, first, &mut st.spare) {
+            Ok(op) => op,
+            Err(e) => return Err((e, Some(owner))),
+        };
         let entry = op.entry(token);
         op.owner = Some(owner);
         st.ops.insert(token, op);
@@ -1001,12 +1002,19 @@ impl State {
             if n >= op.len || n > sent.len() {
                 continue; // (a full first buffer takes the rest anyway)
             }
-            if let Memory::Owned(v) = &op.memory {
-                // SAFETY: `v` was lent to the kernel as `op.len` bytes of
-                // room for this receive, and its completion, posted, says
-                // the kernel wrote `n` < `op.len` bytes from its start and
-                // is done with it; they are only read here.
-                let got = unsafe { std::slice::from_raw_parts(v.as_ptr(), n) };
+            let start = match &op.memory {
+                Memory::Owned(v) => Some(v.as_ptr()),
+                Memory::Bytes(_, at) => Some(*at as *const u8),
+                _ => None,
+            };
+            if let Some(start) = start {
+                // SAFETY: `start` is the receive's memory (its own buffer,
+                // or a `bytes` object it holds), lent to the kernel as
+                // `op.len` bytes of room for this receive, and its
+                // completion, posted, says the kernel wrote `n` < `op.len`
+                // bytes from its start and is done with it; they are only
+                // read here.
+                let got = unsafe { std::slice::from_raw_parts(start, n) };
                 if *got == sent[..n] {
                     if let Some(ino) = socket_inode(fd) {
                         self.peer_receives.push((fd, ino, cqe.user_data()));
@@ -1190,6 +1198,15 @@ impl State {
     fn recv_rest(&mut self, mut op: InFlight, res: i32) -> (InFlight, i32) {
         let mut got = res as usize;
         let mut held = queued_bytes(op.fd);
+        if let (Memory::Bytes(_, at), true) = (&op.memory, got < op.len && held > 0) {
+            // SAFETY: the object's contents are `op.len` bytes at `at`
+            // (see `recv_op`), held by the operation and written by no one
+            // else: the kernel is done with them (this is the completion).
+            let room = unsafe { std::slice::from_raw_parts_mut(*at as *mut u8, op.len) };
+            let want = (op.len - got).min(held);
+            let n = recv_now(op.fd, &mut room[got..got + want]);
+            (got, held) = (got + n, held - n);
+        }
         if let Memory::Owned(v) = &mut op.memory {
             if got < op.len && held > 0 {
                 // SAFETY: the kernel wrote `got` <= `op.len` bytes (this
@@ -1354,15 +1371,24 @@ fn finish(
             if first.capacity() == RECV_FIRST && spare.small.len() < SPARE_MAX {
                 first.clear();
                 spare.small.push(first);
-            } else if op.grown > 0 && spare.large.len() < SPARE_LARGE_MAX {
-                first.clear();
-                spare.large.push(first);
             }
             obj.into_any().unbind()
         }
+        // A grown first buffer (see `recv_op`) that filled, with the rest
+        // `recv_rest` put after its length: its bytes go in front, and the
+        // whole is copied once.
+        (Kind::Recv, Memory::Bytes(obj, _)) if op.done > 0 => {
+            let head = op.len;
+            scratch[..head].copy_from_slice(&obj.bind(py).as_bytes()[..head]);
+            PyBytes::new(py, &scratch[..head + op.done])
+                .into_any()
+                .unbind()
+        }
         // The kernel wrote the first `res` bytes of the object, and is done
         // with it: this is its completion.
-        (Kind::Pread, Memory::Bytes(obj, _)) => crate::fresh::shrunk(py, obj, n.min(op.len))?,
+        (Kind::Recv | Kind::Pread, Memory::Bytes(obj, _)) => {
+            crate::fresh::shrunk(py, obj, n.min(op.len))?
+        }
         (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)
             .into_pyobject(py)?
             .into_any()
@@ -1406,16 +1432,20 @@ fn timespec(seconds: f64) -> types::Timespec {
 /// A receive into new bytes of at most `nbytes` from `fd` (see
 /// [`LoopRing::recv`]), not yet submitted; a stream socket's first buffer
 /// is of `first` bytes (at least [`RECV_FIRST`]; [`RECV_FIRST`] when
-/// grown buffers lend [`GROWN_BUDGET`] already), one kept in `spare` when
-/// there is one.
+/// grown buffers lend [`GROWN_BUDGET`] already): one kept in `spare` when
+/// there is one, and when grown a new `bytes` object that the kernel
+/// fills and that is cut to what it took, so that a large message is
+/// never copied in user space. `MemoryError` when it cannot be made.
+#[inline(always)]
 fn recv_op(
+    py: Python<'_>,
     fd: RawFd,
     nbytes: usize,
     socket: bool,
     stream: bool,
     first: usize,
     spare: &mut Spares,
-) -> InFlight {
+) -> PyResult<InFlight> {
     if socket && stream {
         let want = nbytes.min(RECV_MAX);
         let mut size = first.clamp(RECV_FIRST, RECV_MAX);
@@ -1423,17 +1453,16 @@ fn recv_op(
             size = RECV_FIRST;
         }
         let first = want.min(size);
-        let kept = if first == RECV_FIRST {
-            spare.small.pop()
-        } else if first > RECV_FIRST {
-            let i = spare.large.iter().position(|v| v.capacity() == first);
-            i.map(|i| spare.large.swap_remove(i))
+        let memory = if first > RECV_FIRST {
+            grown_memory(py, first)?
         } else {
-            None
-        };
-        let memory = match kept {
-            Some(v) => Memory::Owned(v),
-            None => Memory::fresh(first),
+            match spare.small.pop() {
+                Some(v) if first == RECV_FIRST => Memory::Owned(v),
+                kept => {
+                    spare.small.extend(kept);
+                    Memory::fresh(first)
+                }
+            }
         };
         let mut op = InFlight::new(Kind::Recv, fd, true, memory, first);
         op.rest = want - first;
@@ -1441,9 +1470,28 @@ fn recv_op(
             op.grown = first;
             spare.lent += first;
         }
-        return op;
+        return Ok(op);
     }
-    InFlight::new(Kind::Recv, fd, socket, Memory::fresh(nbytes), nbytes)
+    Ok(InFlight::new(
+        Kind::Recv,
+        fd,
+        socket,
+        Memory::fresh(nbytes),
+        nbytes,
+    ))
+}
+
+/// A grown first buffer of `first` bytes (see [`recv_op`]): a new
+/// `bytes` object the kernel fills. Apart from [`recv_op`], so that the
+/// small receive's path stays inlined where it is armed.
+#[inline(never)]
+fn grown_memory(py: Python<'_>, first: usize) -> PyResult<Memory> {
+    let obj = crate::fresh::unfilled(py, first)?;
+    // SAFETY: `obj` is a bytes object (`unfilled`'s); its contents,
+    // `first` bytes, stay where they are while the operation holds it,
+    // and only `finish` resizes it, after the completion.
+    let at = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
+    Ok(Memory::Bytes(obj, at))
 }
 
 fn too_many() -> PyErr {
