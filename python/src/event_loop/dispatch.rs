@@ -319,15 +319,14 @@ pub(crate) fn arm_ring_receive(
         callback: callback.clone().unbind(),
         hold,
     });
-    let armed = ring.borrow().arm_stream(
-        py,
-        this.fd,
-        this.nbytes,
-        this.socket,
-        this.stream,
-        this.first,
-        owner,
-    );
+    let ask = super::ring::RecvAsk {
+        fd: this.fd,
+        nbytes: this.nbytes,
+        socket: this.socket,
+        stream: this.stream,
+        first: this.first,
+    };
+    let armed = ring.borrow().arm_stream(py, ask, owner);
     match armed {
         Ok(token) => {
             this.cancelled = false;

@@ -61,8 +61,9 @@ pub(crate) enum Memory {
     Lent(PyBuffer<u8>),
     /// A new `bytes` object the kernel fills (a file read whose result is
     /// new bytes, or a socket receive's grown first buffer: made by
-    /// `fresh::unfilled`, not set), and the address of its contents. Held until the completion, even after a cancel, and
-    /// then cut to what the kernel wrote: the bytes are never copied.
+    /// `fresh::unfilled`, not set), and the address of its contents.
+    /// Held until the completion, even after a cancel, and then cut to
+    /// what the kernel wrote: the bytes are never copied.
     Bytes(Py<PyBytes>, usize),
     /// A socket address (an accept).
     Addr(Box<AddrSlot>),
@@ -118,6 +119,13 @@ pub(crate) struct InFlight {
     /// receive lends the kernel, counted against the ring's budget for
     /// them until its completion is finished; 0 for any other.
     pub grown: usize,
+    /// The first buffer a transport's receive was to lend on a stream
+    /// socket (its connection's `first`), which the budget of grown
+    /// buffers may have cut to [`super::ring::RECV_FIRST`] (`len`): what
+    /// a small message halves, so that a connection back to small
+    /// messages is not lent a grown buffer once the budget frees; 0 for
+    /// any other operation.
+    pub asked: usize,
     /// The poll mask of a [`Kind::Poll`]; the `open` flags of a
     /// [`Kind::Open`].
     pub mask: u32,
@@ -149,6 +157,7 @@ impl InFlight {
             done: 0,
             rest: 0,
             grown: 0,
+            asked: 0,
             mask: 0,
             offset: 0,
             waiting_ready: false,

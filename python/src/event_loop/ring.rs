@@ -102,6 +102,33 @@ struct Spares {
     lent: usize,
 }
 
+impl Spares {
+    /// Returns to the budget what `op`'s grown first buffer counted
+    /// against it (nothing for any other operation, or a second time):
+    /// on every path that ends an operation made by [`recv_op`], finished
+    /// or dropped, so that no grown buffer is counted for good.
+    fn give_back(&mut self, op: &mut InFlight) {
+        self.lent -= std::mem::take(&mut op.grown);
+    }
+}
+
+/// What a socket receive into new bytes asks for (see [`recv_op`]).
+#[derive(Clone, Copy)]
+pub(crate) struct RecvAsk {
+    /// The descriptor.
+    pub fd: RawFd,
+    /// The most bytes the receive takes (256 KiB at most on a stream
+    /// socket).
+    pub nbytes: usize,
+    /// A socket (`recv`), not another descriptor (`read`).
+    pub socket: bool,
+    /// A stream socket (`SOCK_STREAM`).
+    pub stream: bool,
+    /// The first buffer a stream socket's receive lends the kernel (see
+    /// [`next_first`]): [`RECV_FIRST`] but for a transport's receive.
+    pub first: usize,
+}
+
 /// A finished operation, reaped and not yet dispatched.
 pub(crate) enum Done {
     /// Any operation but a transport's receive: `(token, result, value)`
@@ -252,10 +279,17 @@ impl LoopRing {
         socket: bool,
         stream: bool,
     ) -> PyResult<u64> {
+        let ask = RecvAsk {
+            fd,
+            nbytes,
+            socket,
+            stream,
+            first: RECV_FIRST,
+        };
         let op = {
             let mut guard = self.lock()?;
             let st = guard.as_mut().ok_or_else(closed)?;
-            recv_op(py, fd, nbytes, socket, stream, RECV_FIRST, &mut st.spare)?
+            recv_op(py, ask, &mut st.spare)?
         };
         self.submit(op)
     }
@@ -795,17 +829,23 @@ impl LoopRing {
                 } else {
                     (op, res)
                 };
-                let (owner, fd, lent) = (op.owner.take(), op.fd, op.len);
+                let (owner, fd, lent, asked) = (op.owner.take(), op.fd, op.len, op.asked);
                 let value = finish(py, op, res, &mut st.scratch, &mut st.spare)?;
                 let got = usize::try_from(res).unwrap_or(0);
-                // (the common small message, taken by a 2 KiB buffer, sets
-                // nothing: the receive's size stays what it was, 2 KiB
-                // unless the budget cut a grown one to it)
-                if let (Some(owner), false) = (&owner, lent == RECV_FIRST && got < lent) {
+                // (the common small message, taken by a 2 KiB buffer that
+                // was asked for, sets nothing: the receive's size stays 2
+                // KiB)
+                if let (Some(owner), false) = (&owner, asked <= RECV_FIRST && got < lent) {
+                    // A message that filled the buffer sizes the next one
+                    // from itself; a smaller one shrinks what was asked,
+                    // even when the budget cut it to 2 KiB, so that a
+                    // connection back to small messages asks for 2 KiB
+                    // again, not for a grown buffer once the budget frees.
+                    let base = if got < lent { asked } else { lent };
                     // (borrowed elsewhere only by `arm_ring_receive`,
                     // which never runs within this call)
                     if let Ok(mut rx) = owner.rx.bind(py).try_borrow_mut() {
-                        rx.first = next_first(lent, got);
+                        rx.first = next_first(base, got);
                     }
                 }
                 owner.map(|owner| Done::Stream {
@@ -830,23 +870,18 @@ impl LoopRing {
         Ok(done)
     }
 
-    /// Arms a transport's receive on `fd` (as [`LoopRing::recv`], its
-    /// first buffer of `first` bytes on a stream socket, see
-    /// [`next_first`]) kept in the slab with `owner`, and makes it the
-    /// descriptor's latest (see [`LoopRing::receiving`]). On failure
-    /// `owner` is handed back, so that the caller ends the hold it
-    /// carries.
-    #[allow(clippy::too_many_arguments)]
+    /// Arms a transport's receive (as [`LoopRing::recv`], its first
+    /// buffer of `ask.first` bytes on a stream socket, see [`next_first`])
+    /// kept in the slab with `owner`, and makes it the descriptor's latest
+    /// (see [`LoopRing::receiving`]). On failure `owner` is handed back,
+    /// so that the caller ends the hold it carries.
     pub(crate) fn arm_stream(
         &self,
         py: Python<'_>,
-        fd: RawFd,
-        nbytes: usize,
-        socket: bool,
-        stream: bool,
-        first: usize,
+        ask: RecvAsk,
         owner: Box<Owner>,
     ) -> Result<u64, (PyErr, Option<Box<Owner>>)> {
+        let fd = ask.fd;
         let mut guard = match self.lock() {
             Ok(g) => g,
             Err(e) => return Err((e, Some(owner))),
@@ -857,7 +892,7 @@ impl LoopRing {
         let Some(token) = st.ops.vacant() else {
             return Err((too_many(), Some(owner)));
         };
-        let mut op = match recv_op(py, fd, nbytes, socket, stream, first, &mut st.spare) {
+        let mut op = match recv_op(py, ask, &mut st.spare) {
             Ok(op) => op,
             Err(e) => return Err((e, Some(owner))),
         };
@@ -865,7 +900,10 @@ impl LoopRing {
         op.owner = Some(owner);
         st.ops.insert(token, op);
         if let Err(e) = st.push(entry) {
-            let owner = st.ops.remove(token).and_then(|mut op| op.owner.take());
+            let owner = st.ops.remove(token).and_then(|mut op| {
+                st.spare.give_back(&mut op);
+                op.owner.take()
+            });
             return Err((e.into(), owner));
         }
         if let Ok(i) = usize::try_from(fd) {
@@ -921,7 +959,9 @@ impl LoopRing {
         let entry = op.entry(token);
         st.ops.insert(token, op);
         if let Err(e) = st.push(entry) {
-            st.ops.remove(token);
+            if let Some(mut op) = st.ops.remove(token) {
+                st.spare.give_back(&mut op);
+            }
             return Err(e.into());
         }
         Ok(token)
@@ -1199,12 +1239,23 @@ impl State {
         let mut got = res as usize;
         let mut held = queued_bytes(op.fd);
         if let (Memory::Bytes(_, at), true) = (&op.memory, got < op.len && held > 0) {
-            // SAFETY: the object's contents are `op.len` bytes at `at`
-            // (see `recv_op`), held by the operation and written by no one
-            // else: the kernel is done with them (this is the completion).
-            let room = unsafe { std::slice::from_raw_parts_mut(*at as *mut u8, op.len) };
             let want = (op.len - got).min(held);
-            let n = recv_now(op.fd, &mut room[got..got + want]);
+            // SAFETY: the object's contents are `op.len` bytes at `at`
+            // (see `grown_memory`), of a bytes object this operation made
+            // and alone references (count 1: no Python code has seen it,
+            // and none does until `finish` cuts it to the bytes written and
+            // hands it out), so nothing else reads or writes them now; the
+            // kernel is done with them (this is the completion). Bytes
+            // `got..got + want` lie within them (`got + want <= op.len`);
+            // they are not set yet, so they are seen as `MaybeUninit`, and
+            // only what the receive writes is read after.
+            let room = unsafe {
+                std::slice::from_raw_parts_mut(
+                    (*at as *mut std::mem::MaybeUninit<u8>).add(got),
+                    want,
+                )
+            };
+            let n = recv_now_uninit(op.fd, room);
             (got, held) = (got + n, held - n);
         }
         if let Memory::Owned(v) = &mut op.memory {
@@ -1328,6 +1379,22 @@ fn recv_now(fd: RawFd, buf: &mut [u8]) -> usize {
     }
 }
 
+/// As [`recv_now`], into memory not set yet: only what the receive
+/// writes is read after.
+fn recv_now_uninit(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> usize {
+    // SAFETY: as in `recv_now`'s `recv_inline`: the caller's descriptor,
+    // borrowed for this one call, held open by the proactor until the
+    // receive's completion is dispatched.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    loop {
+        return match rustix::net::recv(borrowed, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
+            Ok(((written, _), _)) => written.len(),
+            Err(e) if e == rustix::io::Errno::INTR => continue,
+            Err(_) => 0,
+        };
+    }
+}
+
 /// The Python value of a finished operation (`scratch`: where a socket
 /// receive put its bytes). A socket receive's first buffer, once copied
 /// into the bytes, goes back to `spare` for the next receive.
@@ -1338,7 +1405,7 @@ fn finish(
     scratch: &mut [u8],
     spare: &mut Spares,
 ) -> PyResult<PyObject> {
-    spare.lent -= op.grown;
+    spare.give_back(&mut op);
     if res < 0 {
         return Ok(py.None());
     }
@@ -1437,19 +1504,20 @@ fn timespec(seconds: f64) -> types::Timespec {
 /// fills and that is cut to what it took, so that a large message is
 /// never copied in user space. `MemoryError` when it cannot be made.
 #[inline(always)]
-fn recv_op(
-    py: Python<'_>,
-    fd: RawFd,
-    nbytes: usize,
-    socket: bool,
-    stream: bool,
-    first: usize,
-    spare: &mut Spares,
-) -> PyResult<InFlight> {
+fn recv_op(py: Python<'_>, ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
+    let RecvAsk {
+        fd,
+        nbytes,
+        socket,
+        stream,
+        first,
+    } = ask;
     if socket && stream {
         let want = nbytes.min(RECV_MAX);
         let mut size = first.clamp(RECV_FIRST, RECV_MAX);
+        let mut asked = 0;
         if size > RECV_FIRST && spare.lent + size > GROWN_BUDGET {
+            asked = size;
             size = RECV_FIRST;
         }
         let first = want.min(size);
@@ -1466,6 +1534,7 @@ fn recv_op(
         };
         let mut op = InFlight::new(Kind::Recv, fd, true, memory, first);
         op.rest = want - first;
+        op.asked = asked.max(first);
         if first > RECV_FIRST {
             op.grown = first;
             spare.lent += first;
