@@ -1266,3 +1266,54 @@ def test_a_connection_the_budget_cut_to_2_kib_asks_for_less_after_small_messages
         for _a, b in pairs:
             b.close()
 
+
+def test_idle_connections_grown_buffers_go_to_a_busy_one_and_lose_no_byte(monkeypatch):
+    """64 connections whose receives grew to 256 KiB, then idle, hold the
+    16 MiB that grown buffers may lend over a loop: a 65th taking 200 KiB
+    messages is cut to 2 KiB, and once enough receives have finished
+    since the idle ones were lent theirs, the loop takes those back
+    (armed again with 2 KiB) and the 65th gets a grown buffer. The idle
+    connections' next messages arrive whole."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    message = random.Random(19).randbytes(200 * 1024)
+    pairs = [socket.socketpair() for _ in range(65)]
+    for _a, b in pairs:
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+
+    async def main():
+        ring = loop._proactor._ring
+        ends = [await loop.connect_accepted_socket(Chunks, a) for a, _b in pairs]
+        for (_tr, pr), (_a, b) in zip(ends, pairs):
+            _send_at_once(b, message)
+            await pr.received(len(message))
+        idle, (busy, pr) = ends[:-1], ends[-1]
+        assert {ring.first_lent(tr._rx.token) for tr, _pr in idle} == {256 * 1024}
+        assert ring.first_lent(busy._rx.token) == 2048
+        lent = []
+        for i in range(400):
+            _send_at_once(pairs[-1][1], message)
+            await pr.received(len(message) * (i + 2))
+            lent.append(ring.first_lent(busy._rx.token))
+            if lent[-1] == 256 * 1024:
+                break
+        assert lent[-1] == 256 * 1024, lent
+        # (taken back after 64 + 2 per operation in flight receives, not
+        # at the first cut one)
+        assert lent[0] == 2048 and len(lent) < 300, lent
+        taken = [tr for tr, _pr in idle if ring.first_lent(tr._rx.token) == 2048]
+        assert taken, "no idle connection's buffer was taken back"
+        for (_tr, ipr), (_a, b) in zip(idle, pairs):
+            _send_at_once(b, message[:5000])
+            await ipr.received(len(message) + 5000)
+            assert b"".join(ipr.chunks) == message + message[:5000]
+        for tr, ipr in ends:
+            tr.close()
+            await ipr.lost
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        for _a, b in pairs:
+            b.close()

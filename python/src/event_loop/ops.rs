@@ -126,6 +126,15 @@ pub(crate) struct InFlight {
     /// messages is not lent a grown buffer once the budget frees; 0 for
     /// any other operation.
     pub asked: usize,
+    /// The count of stream receives finished on the ring
+    /// (`Spares::finished`) when a grown first buffer was lent: how long
+    /// its connection has been idle.
+    pub armed_at: u64,
+    /// The ring cancelled it to take its grown first buffer back for the
+    /// budget (an idle connection's): a cancellation it reports is not
+    /// handed on but armed again with 2 KiB (bytes it took are handed on
+    /// as any).
+    pub reclaimed: bool,
     /// The poll mask of a [`Kind::Poll`]; the `open` flags of a
     /// [`Kind::Open`].
     pub mask: u32,
@@ -158,6 +167,8 @@ impl InFlight {
             rest: 0,
             grown: 0,
             asked: 0,
+            armed_at: 0,
+            reclaimed: false,
             mask: 0,
             offset: 0,
             waiting_ready: false,

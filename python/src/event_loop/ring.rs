@@ -89,6 +89,14 @@ pub(crate) fn next_first(lent: usize, got: usize) -> usize {
     }
 }
 
+/// A grown first buffer is taken back from an idle connection (see
+/// [`State::reclaim_idle`]) when this many stream receives, plus two per
+/// operation in flight on the ring (each connection's receive among
+/// them), finished on the ring since it was lent: connections taking
+/// turns with large messages (each finishing one or two receives a turn)
+/// do not take theirs from one another.
+const IDLE_AFTER: u64 = 64;
+
 /// The first buffers of finished socket receives, empty, kept for the
 /// next ones, and what grown first buffers lend the kernel now. A grown
 /// first buffer is a new `bytes` object the kernel fills, cut to what it
@@ -100,6 +108,19 @@ struct Spares {
     /// Bytes of grown first buffers lent to receives in flight or not
     /// yet finished (at most [`GROWN_BUDGET`]).
     lent: usize,
+    /// How many grown first buffers are lent.
+    live: usize,
+    /// Bytes of the grown first buffers whose receives the ring cancelled
+    /// to take them back ([`State::reclaim_idle`]), not yet answered.
+    reclaiming: usize,
+    /// Stream receives finished on the ring: the clock that tells an
+    /// idle connection's grown buffer.
+    finished: u64,
+    /// `(token, armed_at)` of the receives given grown first buffers, in
+    /// the order they were armed; an entry whose receive finished is
+    /// dropped when met (and all of them when they outnumber the live
+    /// ones by far).
+    armed: VecDeque<(u64, u64)>,
 }
 
 impl Spares {
@@ -108,7 +129,14 @@ impl Spares {
     /// on every path that ends an operation made by [`recv_op`], finished
     /// or dropped, so that no grown buffer is counted for good.
     fn give_back(&mut self, op: &mut InFlight) {
-        self.lent -= std::mem::take(&mut op.grown);
+        if op.grown > 0 {
+            self.lent -= op.grown;
+            self.live -= 1;
+            if std::mem::take(&mut op.reclaimed) {
+                self.reclaiming -= op.grown;
+            }
+            op.grown = 0;
+        }
     }
 }
 
@@ -443,6 +471,19 @@ impl LoopRing {
         self.flush()?;
         self.file_reads.fetch_add(1, Ordering::Relaxed);
         Ok(token)
+    }
+
+    /// The first buffer lent to the kernel by receive `token` in flight,
+    /// in bytes (2 KiB, or a grown one's size), None when it is not a
+    /// receive in flight: what the budget of grown buffers left it.
+    fn first_lent(&self, token: u64) -> PyResult<Option<usize>> {
+        let mut guard = self.lock()?;
+        let st = guard.as_mut().ok_or_else(closed)?;
+        Ok(st
+            .ops
+            .get_mut(token)
+            .filter(|op| op.kind == Kind::Recv)
+            .map(|op| op.len))
     }
 
     /// How many file reads ([`LoopRing::pread`], [`LoopRing::pread_into`])
@@ -898,7 +939,16 @@ impl LoopRing {
         };
         let entry = op.entry(token);
         op.owner = Some(owner);
+        let cut = (op.asked > op.len).then_some(op.asked);
+        let grown = op.grown > 0;
+        if grown {
+            op.armed_at = st.spare.finished;
+            st.spare.armed.push_back((token, op.armed_at));
+        }
         st.ops.insert(token, op);
+        if grown {
+            st.prune_armed();
+        }
         if let Err(e) = st.push(entry) {
             let owner = st.ops.remove(token).and_then(|mut op| {
                 st.spare.give_back(&mut op);
@@ -911,6 +961,9 @@ impl LoopRing {
                 st.receiving.resize(i + 1, 0);
             }
             st.receiving[i] = token;
+        }
+        if let Some(asked) = cut {
+            st.reclaim_idle(asked);
         }
         Ok(token)
     }
@@ -1194,6 +1247,24 @@ impl State {
         // retry would fail again.
         let again = if op.cancelled {
             false
+        } else if op.reclaimed && res == -libc::ECANCELED {
+            // Its grown buffer taken back (`reclaim_idle`) before any byte
+            // came: armed again under the same token with 2 KiB, unseen by
+            // the transport. The kernel is done with the old buffer.
+            let want = op.len + op.rest;
+            self.spare.give_back(op);
+            op.len = want.min(RECV_FIRST);
+            op.rest = want - op.len;
+            op.memory = match self.spare.small.pop() {
+                Some(v) if op.len == RECV_FIRST => Memory::Owned(v),
+                kept => {
+                    self.spare.small.extend(kept);
+                    Memory::fresh(op.len)
+                }
+            };
+            op.waiting_ready = false;
+            op.peer_sent = false;
+            true
         } else if op.waiting_ready {
             // Any event (an error or hang-up too) lets the retry report it.
             op.waiting_ready = res < 0;
@@ -1220,6 +1291,67 @@ impl State {
         let filled = res > 0 && res as usize == op.len && op.rest > 0;
         let rest = (filled || op.peer_sent && res > 0) && !op.cancelled;
         Ok(self.ops.remove(token).map(|op| (op, res, rest)))
+    }
+
+    /// Drops the entries of [`Spares::armed`] whose receives finished,
+    /// once there are more than twice as many entries as grown buffers
+    /// lent, plus 64: a pass over them after at least 64 more were added,
+    /// so the list stays bounded at a constant cost per entry.
+    fn prune_armed(&mut self) {
+        let sp = &mut self.spare;
+        if sp.armed.len() > 2 * sp.live + 64 {
+            let ops = &mut self.ops;
+            sp.armed.retain(|&(token, at)| {
+                ops.get_mut(token)
+                    .is_some_and(|op| op.grown > 0 && op.armed_at == at)
+            });
+        }
+    }
+
+    /// Takes grown first buffers back from idle connections when a
+    /// receive that asked for `asked` bytes was cut to 2 KiB by the
+    /// budget: the receives lent one longest ago, while at least
+    /// [`IDLE_AFTER`] plus two per operation in flight stream receives
+    /// finished on the ring since, are cancelled until `asked` fits (what
+    /// is being taken back counted as free). Each is armed again with 2
+    /// KiB when its cancellation is reported (see [`State::advance`]); one
+    /// that took bytes first hands them on as any receive does. So grown
+    /// buffers go to the connections that take large messages now, not
+    /// to those that took them once; the receive that asked gets its
+    /// grown buffer next time.
+    fn reclaim_idle(&mut self, asked: usize) {
+        let sp = &mut self.spare;
+        let idle_after = IDLE_AFTER + 2 * self.ops.len() as u64;
+        let mut free = GROWN_BUDGET.saturating_sub(sp.lent - sp.reclaiming);
+        let mut cancels = Vec::new();
+        while free < asked {
+            let Some(&(token, at)) = sp.armed.front() else {
+                break;
+            };
+            if sp.finished - at < idle_after {
+                break; // (the others were lent later)
+            }
+            sp.armed.pop_front();
+            let Some(op) = self.ops.get_mut(token) else {
+                continue;
+            };
+            if op.grown == 0 || op.armed_at != at || op.cancelled || op.reclaimed {
+                continue;
+            }
+            op.reclaimed = true;
+            sp.reclaiming += op.grown;
+            free += op.grown;
+            cancels.push(token);
+        }
+        for token in cancels {
+            // (a failed push leaves the receive lent as it was: it is
+            // marked, and its cancellation, if one comes, arms it again)
+            let _ = self.push(
+                opcode::AsyncCancel::new(token)
+                    .build()
+                    .user_data(CANCEL_TOKEN),
+            );
+        }
     }
 
     /// Finishes socket receive `op`, whose kernel receive took `res`
@@ -1406,6 +1538,9 @@ fn finish(
     spare: &mut Spares,
 ) -> PyResult<PyObject> {
     spare.give_back(&mut op);
+    if op.kind == Kind::Recv {
+        spare.finished += 1;
+    }
     if res < 0 {
         return Ok(py.None());
     }
@@ -1538,6 +1673,7 @@ fn recv_op(py: Python<'_>, ask: RecvAsk, spare: &mut Spares) -> PyResult<InFligh
         if first > RECV_FIRST {
             op.grown = first;
             spare.lent += first;
+            spare.live += 1;
         }
         return Ok(op);
     }
