@@ -1272,8 +1272,9 @@ def test_idle_connections_grown_buffers_go_to_a_busy_one_and_lose_no_byte(monkey
     16 MiB that grown buffers may lend over a loop: a 65th taking 200 KiB
     messages is cut to 2 KiB, and once enough receives have finished
     since the idle ones were lent theirs, the loop takes those back
-    (armed again with 2 KiB) and the 65th gets a grown buffer. The idle
-    connections' next messages arrive whole."""
+    (armed again with 2 KiB) and the 65th gets a grown buffer. One taken
+    back is lent 2 KiB after a small message; the idle connections' next
+    messages arrive whole."""
     monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
     loop = blockio.new_event_loop()
     message = random.Random(19).randbytes(200 * 1024)
@@ -1301,12 +1302,19 @@ def test_idle_connections_grown_buffers_go_to_a_busy_one_and_lose_no_byte(monkey
         # (taken back after 64 + 2 per operation in flight receives, not
         # at the first cut one)
         assert lent[0] == 2048 and len(lent) < 300, lent
-        taken = [tr for tr, _pr in idle if ring.first_lent(tr._rx.token) == 2048]
+        taken = [k for k, (tr, _pr) in enumerate(idle) if ring.first_lent(tr._rx.token) == 2048]
         assert taken, "no idle connection's buffer was taken back"
-        for (_tr, ipr), (_a, b) in zip(idle, pairs):
+        # One taken back goes on with 2 KiB after a small message (not
+        # half its old grown size, which would take the budget back).
+        k = taken[0]
+        _send_at_once(pairs[k][1], b"ping")
+        await idle[k][1].received(len(message) + 4)
+        assert ring.first_lent(idle[k][0]._rx.token) == 2048, "grew again after a small message"
+        for j, ((_tr, ipr), (_a, b)) in enumerate(zip(idle, pairs)):
+            before = message + (b"ping" if j == k else b"")
             _send_at_once(b, message[:5000])
-            await ipr.received(len(message) + 5000)
-            assert b"".join(ipr.chunks) == message + message[:5000]
+            await ipr.received(len(before) + 5000)
+            assert b"".join(ipr.chunks) == before + message[:5000]
         for tr, ipr in ends:
             tr.close()
             await ipr.lost

@@ -135,6 +135,11 @@ pub(crate) struct InFlight {
     /// handed on but armed again with 2 KiB (bytes it took are handed on
     /// as any).
     pub reclaimed: bool,
+    /// Armed again with 2 KiB after its grown first buffer was taken
+    /// back: its connection's first buffer is set from what it takes,
+    /// whatever that is, so that the connection goes on with 2 KiB (not
+    /// half its old grown size) until a message fills it.
+    pub rearmed: bool,
     /// The poll mask of a [`Kind::Poll`]; the `open` flags of a
     /// [`Kind::Open`].
     pub mask: u32,
@@ -169,6 +174,7 @@ impl InFlight {
             asked: 0,
             armed_at: 0,
             reclaimed: false,
+            rearmed: false,
             mask: 0,
             offset: 0,
             waiting_ready: false,

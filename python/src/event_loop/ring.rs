@@ -870,13 +870,16 @@ impl LoopRing {
                 } else {
                     (op, res)
                 };
-                let (owner, fd, lent, asked) = (op.owner.take(), op.fd, op.len, op.asked);
+                let (owner, fd, lent, asked, rearmed) =
+                    (op.owner.take(), op.fd, op.len, op.asked, op.rearmed);
                 let value = finish(py, op, res, &mut st.scratch, &mut st.spare)?;
                 let got = usize::try_from(res).unwrap_or(0);
                 // (the common small message, taken by a 2 KiB buffer that
                 // was asked for, sets nothing: the receive's size stays 2
-                // KiB)
-                if let (Some(owner), false) = (&owner, asked <= RECV_FIRST && got < lent) {
+                // KiB; one armed again with 2 KiB after its grown buffer
+                // was taken back sets the connection's size from itself)
+                let keeps = asked <= RECV_FIRST && got < lent && !rearmed;
+                if let (Some(owner), false) = (&owner, keeps) {
                     // A message that filled the buffer sizes the next one
                     // from itself; a smaller one shrinks what was asked,
                     // even when the budget cut it to 2 KiB, so that a
@@ -1262,6 +1265,8 @@ impl State {
                     Memory::fresh(op.len)
                 }
             };
+            op.asked = op.len;
+            op.rearmed = true;
             op.waiting_ready = false;
             op.peer_sent = false;
             true
