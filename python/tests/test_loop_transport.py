@@ -12,6 +12,7 @@ import asyncio
 import collections
 import fcntl
 import gc
+import hashlib
 import os
 import random
 import socket
@@ -1057,3 +1058,270 @@ def test_the_loop_s_close_lands_a_file_write_and_ends_a_transport_receive_s_hold
     finally:
         a.close()
         b.close()
+
+
+class Chunks(asyncio.Protocol):
+    """Keeps every bytes object it is handed, with its digest then, and
+    lets a test wait for a count of bytes in all (``received``)."""
+
+    def __init__(self):
+        self.chunks: list[bytes] = []
+        self.digests: list[bytes] = []
+        self.total = 0
+        self._want = 0
+        self._until: asyncio.Future | None = None
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.chunks.append(data)
+        self.digests.append(hashlib.sha256(data).digest())
+        self.total += len(data)
+        if self._until is not None and self.total >= self._want and not self._until.done():
+            self._until.set_result(None)
+
+    def connection_lost(self, exc):
+        self.lost.set_result(exc)
+
+    async def received(self, total):
+        """Returns once ``total`` bytes in all have come."""
+        if self.total < total:
+            self._want = total
+            self._until = asyncio.get_running_loop().create_future()
+            await asyncio.wait_for(self._until, DEADLINE)
+        assert self.total == total, (self.total, total)
+
+    def unchanged(self):
+        """Whether every object kept still has the digest it had when it
+        was handed on."""
+        return [hashlib.sha256(c).digest() for c in self.chunks] == self.digests
+
+
+def _send_at_once(sock, data):
+    """Queues all of ``data`` on ``sock`` in one system call, from the
+    loop's thread: a receive the loop armed runs after it returns, so it
+    finds the whole message there."""
+    sock.setblocking(False)
+    assert sock.send(data) == len(data)
+
+
+def test_a_receive_s_first_buffer_grows_after_a_large_message_and_shrinks_after_small_ones(monkeypatch):
+    """On the io_uring loop a transport's receive lends the kernel a 2 KiB
+    first buffer; a message that fills it (whose rest then takes a
+    ``FIONREAD`` and a second ``recv``) grows the next one to the power of
+    two above the message (128 KiB for 100 KiB taken at once), so that the
+    next such message is one receive, and small messages halve it back to
+    2 KiB (an idle connection pins 2 KiB again). Every byte arrives once
+    and in order through the growth and the shrinking."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    big = random.Random(7).randbytes(100 * 1024)
+    a, b = socket.socketpair()
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Chunks, a)
+        rx = tr._rx
+        assert rx.first == 2048
+        _send_at_once(b, big)
+        await pr.received(len(big))
+        assert rx.first == 128 * 1024, rx.first
+        expected = bytearray(big)
+        for i in range(7):
+            expected += b"%d" % i
+            _send_at_once(b, b"%d" % i)
+            await pr.received(len(expected))
+        assert rx.first == 2048, rx.first
+        _send_at_once(b, big)
+        expected += big
+        await pr.received(len(expected))
+        assert b"".join(pr.chunks) == bytes(expected)
+        tr.close()
+        await pr.lost
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        b.close()
+
+
+def test_a_message_over_a_grown_buffer_arrives_whole_and_kept_bytes_never_change(monkeypatch):
+    """A 260 KiB message on a connection whose receive grew to 128 KiB
+    fills that buffer; the rest the socket holds (up to 256 KiB in all) is
+    taken at once and put behind it, so the protocol gets 256 KiB then 4
+    KiB, every byte in order. The receives after it lend the kernel new
+    ``bytes`` objects, handed on cut to size: each object the protocol
+    keeps stays as it was handed on while later messages arrive."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    rng = random.Random(11)
+    first = rng.randbytes(100 * 1024)
+    big = rng.randbytes(260 * 1024)
+    later = [rng.randbytes(n) for n in (100 * 1024, 70 * 1024, 3000, 200 * 1024, 65 * 1024)]
+    a, b = socket.socketpair()
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Chunks, a)
+        rx = tr._rx
+        _send_at_once(b, first)
+        await pr.received(len(first))
+        assert rx.first == 128 * 1024, rx.first
+        _send_at_once(b, big)
+        await pr.received(len(first) + len(big))
+        sizes = [len(c) for c in pr.chunks]
+        assert sizes[1:] == [256 * 1024, 4 * 1024], sizes
+        total = pr.total
+        for m in later:
+            _send_at_once(b, m)
+            total += len(m)
+            await pr.received(total)
+        assert [len(c) for c in pr.chunks[3:]] == [len(m) for m in later]
+        assert pr.unchanged()
+        assert b"".join(pr.chunks) == first + big + b"".join(later)
+        tr.close()
+        await pr.lost
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        b.close()
+
+
+def test_a_peer_on_the_loop_writing_twice_in_a_step_reaches_a_grown_receive_at_once(monkeypatch):
+    """Both ends of a connection on the io_uring loop, the receiving one's
+    buffer grown to 128 KiB: two writes in one step reach
+    ``data_received`` in one call, as on asyncio's selector loop: the
+    first write's bytes were taken by the receive as the write returned,
+    and the second write's are received at once into the rest of the same
+    grown ``bytes`` object before it is handed on."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    rng = random.Random(13)
+    first = rng.randbytes(100 * 1024)
+    one, two = rng.randbytes(3000), rng.randbytes(5000)
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Chunks, a)
+        peer, _ = await loop.connect_accepted_socket(asyncio.Protocol, b)
+        peer.write(first)
+        await pr.received(len(first))
+        assert tr._rx.first == 128 * 1024, tr._rx.first
+        # (the receive armed next reaches the kernel in the loop's wait)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        peer.write(one)
+        peer.write(two)
+        await pr.received(len(first) + len(one) + len(two))
+        assert pr.chunks[-1] == one + two, [len(c) for c in pr.chunks]
+        assert pr.unchanged()
+        peer.close()
+        tr.close()
+        await pr.lost
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_a_connection_the_budget_cut_to_2_kib_asks_for_less_after_small_messages(monkeypatch):
+    """Grown receive buffers lend the kernel 16 MiB at most over a loop:
+    with 64 connections holding 256 KiB each, a 65th whose last message
+    was 200 KiB gets 2 KiB. Small messages on it then halve what it asks
+    for, as they would a grown buffer, so that once the budget frees it
+    is not lent 256 KiB for small messages."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    message = random.Random(17).randbytes(200 * 1024)
+    pairs = [socket.socketpair() for _ in range(65)]
+    for _a, b in pairs:
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+
+    async def main():
+        ends = [await loop.connect_accepted_socket(Chunks, a) for a, _b in pairs]
+        for (_tr, pr), (_a, b) in zip(ends, pairs):
+            _send_at_once(b, message)
+            await pr.received(len(message))
+        assert {tr._rx.first for tr, _pr in ends} == {256 * 1024}
+        tr, pr = ends[-1]
+        for i in range(7):
+            _send_at_once(pairs[-1][1], b"%d" % i)
+            await pr.received(len(message) + i + 1)
+        assert tr._rx.first == 2048, tr._rx.first
+        assert b"".join(pr.chunks) == message + b"0123456"
+        for tr, pr in ends:
+            tr.close()
+            await pr.lost
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        for _a, b in pairs:
+            b.close()
+
+
+def test_idle_connections_grown_buffers_go_to_a_busy_one_and_lose_no_byte(monkeypatch):
+    """64 connections whose receives grew to 256 KiB, then idle, hold the
+    16 MiB that grown buffers may lend over a loop: a 65th taking 200 KiB
+    messages is cut to 2 KiB, and once enough receives have finished
+    since the idle ones were lent theirs, the loop takes those back
+    (armed again with 2 KiB) and the 65th gets a grown buffer. One taken
+    back is lent 2 KiB after a small message; the idle connections' next
+    messages arrive whole."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    message = random.Random(19).randbytes(200 * 1024)
+    pairs = [socket.socketpair() for _ in range(65)]
+    for _a, b in pairs:
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+
+    async def main():
+        ring = loop._proactor._ring
+        ends = [await loop.connect_accepted_socket(Chunks, a) for a, _b in pairs]
+        for (_tr, pr), (_a, b) in zip(ends, pairs):
+            _send_at_once(b, message)
+            await pr.received(len(message))
+        idle, (busy, pr) = ends[:-1], ends[-1]
+        assert {ring.first_lent(tr._rx.token) for tr, _pr in idle} == {256 * 1024}
+        assert ring.first_lent(busy._rx.token) == 2048
+        lent = []
+        for i in range(400):
+            _send_at_once(pairs[-1][1], message)
+            await pr.received(len(message) * (i + 2))
+            lent.append(ring.first_lent(busy._rx.token))
+            if lent[-1] == 256 * 1024:
+                break
+        assert lent[-1] == 256 * 1024, lent
+        # (taken back after 64 + 2 per operation in flight receives, not
+        # at the first cut one)
+        assert lent[0] == 2048 and len(lent) < 300, lent
+        taken = [k for k, (tr, _pr) in enumerate(idle) if ring.first_lent(tr._rx.token) == 2048]
+        assert taken, "no idle connection's buffer was taken back"
+        # One taken back goes on with 2 KiB after a small message (not
+        # half its old grown size, which would take the budget back).
+        k = taken[0]
+        _send_at_once(pairs[k][1], b"ping")
+        await idle[k][1].received(len(message) + 4)
+        assert ring.first_lent(idle[k][0]._rx.token) == 2048, "grew again after a small message"
+        for j, ((_tr, ipr), (_a, b)) in enumerate(zip(idle, pairs)):
+            before = message + (b"ping" if j == k else b"")
+            _send_at_once(b, message[:5000])
+            await ipr.received(len(before) + 5000)
+            assert b"".join(ipr.chunks) == before + message[:5000]
+        for tr, ipr in ends:
+            tr.close()
+            await ipr.lost
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        for _a, b in pairs:
+            b.close()

@@ -117,6 +117,13 @@ pub(crate) struct StreamRx {
     /// The context the callback runs in.
     #[pyo3(get)]
     context: PyObject,
+    /// The first buffer its next receive lends the kernel on a stream
+    /// socket, in bytes: 2 KiB, grown after a message that filled it and
+    /// shrunk after small ones (`ring::next_first`), so that a large
+    /// message is taken by one receive, without `FIONREAD` and a second
+    /// `recv` for its rest.
+    #[pyo3(get)]
+    pub(crate) first: usize,
     /// The token of the receive in flight as a number (`token` to
     /// Python), None when not armed or when `token` is the marker of kept
     /// bytes about to be handed on (`marker`). What the dispatch compares
@@ -186,6 +193,7 @@ impl StreamRx {
             stream,
             holdable,
             context,
+            first: super::ring::RECV_FIRST,
             armed: None,
             marker: None,
             direct: None,
@@ -311,9 +319,14 @@ pub(crate) fn arm_ring_receive(
         callback: callback.clone().unbind(),
         hold,
     });
-    let armed = ring
-        .borrow()
-        .arm_stream(this.fd, this.nbytes, this.socket, this.stream, owner);
+    let ask = super::ring::RecvAsk {
+        fd: this.fd,
+        nbytes: this.nbytes,
+        socket: this.socket,
+        stream: this.stream,
+        first: this.first,
+    };
+    let armed = ring.borrow().arm_stream(py, ask, owner);
     match armed {
         Ok(token) => {
             this.cancelled = false;

@@ -60,9 +60,10 @@ pub(crate) enum Memory {
     /// The caller's buffer, held until the completion.
     Lent(PyBuffer<u8>),
     /// A new `bytes` object the kernel fills (a file read whose result is
-    /// new bytes: made by `fresh::unfilled`, not set), and the address of
-    /// its contents. Held until the completion, even after a cancel, and
-    /// then cut to what the kernel wrote: the bytes are never copied.
+    /// new bytes, or a socket receive's grown first buffer: made by
+    /// `fresh::unfilled`, not set), and the address of its contents.
+    /// Held until the completion, even after a cancel, and then cut to
+    /// what the kernel wrote: the bytes are never copied.
     Bytes(Py<PyBytes>, usize),
     /// A socket address (an accept).
     Addr(Box<AddrSlot>),
@@ -114,6 +115,31 @@ pub(crate) struct InFlight {
     /// kernel fills that buffer, they are received at once from the
     /// socket, without waiting.
     pub rest: usize,
+    /// Bytes of a grown first buffer (larger than 2 KiB) a socket
+    /// receive lends the kernel, counted against the ring's budget for
+    /// them until its completion is finished; 0 for any other.
+    pub grown: usize,
+    /// The first buffer a transport's receive was to lend on a stream
+    /// socket (its connection's `first`), which the budget of grown
+    /// buffers may have cut to [`super::ring::RECV_FIRST`] (`len`): what
+    /// a small message halves, so that a connection back to small
+    /// messages is not lent a grown buffer once the budget frees; 0 for
+    /// any other operation.
+    pub asked: usize,
+    /// The count of stream receives finished on the ring
+    /// (`Spares::finished`) when a grown first buffer was lent: how long
+    /// its connection has been idle.
+    pub armed_at: u64,
+    /// The ring cancelled it to take its grown first buffer back for the
+    /// budget (an idle connection's): a cancellation it reports is not
+    /// handed on but armed again with 2 KiB (bytes it took are handed on
+    /// as any).
+    pub reclaimed: bool,
+    /// Armed again with 2 KiB after its grown first buffer was taken
+    /// back: its connection's first buffer is set from what it takes,
+    /// whatever that is, so that the connection goes on with 2 KiB (not
+    /// half its old grown size) until a message fills it.
+    pub rearmed: bool,
     /// The poll mask of a [`Kind::Poll`]; the `open` flags of a
     /// [`Kind::Open`].
     pub mask: u32,
@@ -144,6 +170,11 @@ impl InFlight {
             len,
             done: 0,
             rest: 0,
+            grown: 0,
+            asked: 0,
+            armed_at: 0,
+            reclaimed: false,
+            rearmed: false,
             mask: 0,
             offset: 0,
             waiting_ready: false,

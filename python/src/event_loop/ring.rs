@@ -54,15 +54,108 @@ const RECV_MAX: usize = 256 * 1024;
 /// The buffer a socket receive into new bytes lends the kernel while it
 /// waits: a request or a small message fits it, and 10,000 connections
 /// waiting for data pin 20 MiB, not the 625 MiB of 64 KiB each.
-const RECV_FIRST: usize = 2048;
+pub(crate) const RECV_FIRST: usize = 2048;
 
 /// How many first buffers of finished receives the ring keeps for the
-/// receives armed next ([`State::spare`]): a message's receive then takes
+/// receives armed next ([`Spares::small`]): a message's receive then takes
 /// one back instead of allocating 2 KiB and freeing it (`malloc` and
 /// `free` of a block too large for glibc's per-thread cache, measured in
 /// `docs/benchmarks.md`), and at most 128 KiB stay allocated beside the
 /// buffers in flight.
 const SPARE_MAX: usize = 64;
+
+/// The most that grown first buffers (see [`next_first`]) lend the
+/// kernel at once, over all of the ring's receives: past it a receive
+/// lends [`RECV_FIRST`] whatever its connection's last message was. So
+/// connections waiting for data pin 2 KiB each plus at most 16 MiB in
+/// all (128 connections whose last message was 100 KiB).
+const GROWN_BUDGET: usize = 16 * 1024 * 1024;
+
+/// The first buffer a transport's next receive lends the kernel, after
+/// one that lent `lent` bytes took `got` (0 when it failed or ended the
+/// stream): a message that filled it (and so needed `FIONREAD` and a
+/// second `recv` for its rest) grows it to the power of two above the
+/// message, at most [`RECV_MAX`], so that the next such message is taken
+/// by the kernel's one receive; a message of a quarter of it or less
+/// halves it, down to [`RECV_FIRST`], so that a connection back to small
+/// messages (or idle) gives the memory back within a few messages.
+pub(crate) fn next_first(lent: usize, got: usize) -> usize {
+    if got >= lent {
+        (got + 1).next_power_of_two().clamp(RECV_FIRST, RECV_MAX)
+    } else if got <= lent / 4 {
+        (lent / 2).max(RECV_FIRST)
+    } else {
+        lent
+    }
+}
+
+/// A grown first buffer is taken back from an idle connection (see
+/// [`State::reclaim_idle`]) when this many stream receives, plus two per
+/// operation in flight on the ring (each connection's receive among
+/// them), finished on the ring since it was lent: connections taking
+/// turns with large messages (each finishing one or two receives a turn)
+/// do not take theirs from one another.
+const IDLE_AFTER: u64 = 64;
+
+/// The first buffers of finished socket receives, empty, kept for the
+/// next ones, and what grown first buffers lend the kernel now. A grown
+/// first buffer is a new `bytes` object the kernel fills, cut to what it
+/// took (no copy of the message; see [`recv_op`]), so none is kept.
+#[derive(Default)]
+struct Spares {
+    /// Buffers of [`RECV_FIRST`] bytes (at most [`SPARE_MAX`]).
+    small: Vec<Vec<u8>>,
+    /// Bytes of grown first buffers lent to receives in flight or not
+    /// yet finished (at most [`GROWN_BUDGET`]).
+    lent: usize,
+    /// How many grown first buffers are lent.
+    live: usize,
+    /// Bytes of the grown first buffers whose receives the ring cancelled
+    /// to take them back ([`State::reclaim_idle`]), not yet answered.
+    reclaiming: usize,
+    /// Stream receives finished on the ring: the clock that tells an
+    /// idle connection's grown buffer.
+    finished: u64,
+    /// `(token, armed_at)` of the receives given grown first buffers, in
+    /// the order they were armed; an entry whose receive finished is
+    /// dropped when met (and all of them when they outnumber the live
+    /// ones by far).
+    armed: VecDeque<(u64, u64)>,
+}
+
+impl Spares {
+    /// Returns to the budget what `op`'s grown first buffer counted
+    /// against it (nothing for any other operation, or a second time):
+    /// on every path that ends an operation made by [`recv_op`], finished
+    /// or dropped, so that no grown buffer is counted for good.
+    fn give_back(&mut self, op: &mut InFlight) {
+        if op.grown > 0 {
+            self.lent -= op.grown;
+            self.live -= 1;
+            if std::mem::take(&mut op.reclaimed) {
+                self.reclaiming -= op.grown;
+            }
+            op.grown = 0;
+        }
+    }
+}
+
+/// What a socket receive into new bytes asks for (see [`recv_op`]).
+#[derive(Clone, Copy)]
+pub(crate) struct RecvAsk {
+    /// The descriptor.
+    pub fd: RawFd,
+    /// The most bytes the receive takes (256 KiB at most on a stream
+    /// socket).
+    pub nbytes: usize,
+    /// A socket (`recv`), not another descriptor (`read`).
+    pub socket: bool,
+    /// A stream socket (`SOCK_STREAM`).
+    pub stream: bool,
+    /// The first buffer a stream socket's receive lends the kernel (see
+    /// [`next_first`]): [`RECV_FIRST`] but for a transport's receive.
+    pub first: usize,
+}
 
 /// A finished operation, reaped and not yet dispatched.
 pub(crate) enum Done {
@@ -141,9 +234,8 @@ struct State {
     /// receive's token)` (see [`State::mark_peer_receives`]). The inode
     /// tells a socket that took a closed one's number from it.
     peer_receives: Vec<(RawFd, u64, u64)>,
-    /// First buffers of finished socket receives, empty, kept for the
-    /// next ones (at most [`SPARE_MAX`]).
-    spare: Vec<Vec<u8>>,
+    /// First buffers of finished socket receives, kept for the next ones.
+    spare: Spares,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -186,7 +278,7 @@ impl LoopRing {
                 queued: false,
                 scratch: Vec::new(),
                 peer_receives: Vec::new(),
-                spare: Vec::new(),
+                spare: Spares::default(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
             file_reads: AtomicU64::new(0),
@@ -209,15 +301,23 @@ impl LoopRing {
     /// would take the next message, not the rest of this one.
     pub(crate) fn recv(
         &self,
+        py: Python<'_>,
         fd: RawFd,
         nbytes: usize,
         socket: bool,
         stream: bool,
     ) -> PyResult<u64> {
+        let ask = RecvAsk {
+            fd,
+            nbytes,
+            socket,
+            stream,
+            first: RECV_FIRST,
+        };
         let op = {
             let mut guard = self.lock()?;
             let st = guard.as_mut().ok_or_else(closed)?;
-            recv_op(fd, nbytes, socket, stream, &mut st.spare)
+            recv_op(py, ask, &mut st.spare)?
         };
         self.submit(op)
     }
@@ -371,6 +471,19 @@ impl LoopRing {
         self.flush()?;
         self.file_reads.fetch_add(1, Ordering::Relaxed);
         Ok(token)
+    }
+
+    /// The first buffer lent to the kernel by receive `token` in flight,
+    /// in bytes (2 KiB, or a grown one's size), None when it is not a
+    /// receive in flight: what the budget of grown buffers left it.
+    fn first_lent(&self, token: u64) -> PyResult<Option<usize>> {
+        let mut guard = self.lock()?;
+        let st = guard.as_mut().ok_or_else(closed)?;
+        Ok(st
+            .ops
+            .get_mut(token)
+            .filter(|op| op.kind == Kind::Recv)
+            .map(|op| op.len))
     }
 
     /// How many file reads ([`LoopRing::pread`], [`LoopRing::pread_into`])
@@ -757,8 +870,28 @@ impl LoopRing {
                 } else {
                     (op, res)
                 };
-                let (owner, fd) = (op.owner.take(), op.fd);
+                let (owner, fd, lent, asked, rearmed) =
+                    (op.owner.take(), op.fd, op.len, op.asked, op.rearmed);
                 let value = finish(py, op, res, &mut st.scratch, &mut st.spare)?;
+                let got = usize::try_from(res).unwrap_or(0);
+                // (the common small message, taken by a 2 KiB buffer that
+                // was asked for, sets nothing: the receive's size stays 2
+                // KiB; one armed again with 2 KiB after its grown buffer
+                // was taken back sets the connection's size from itself)
+                let keeps = asked <= RECV_FIRST && got < lent && !rearmed;
+                if let (Some(owner), false) = (&owner, keeps) {
+                    // A message that filled the buffer sizes the next one
+                    // from itself; a smaller one shrinks what was asked,
+                    // even when the budget cut it to 2 KiB, so that a
+                    // connection back to small messages asks for 2 KiB
+                    // again, not for a grown buffer once the budget frees.
+                    let base = if got < lent { asked } else { lent };
+                    // (borrowed elsewhere only by `arm_ring_receive`,
+                    // which never runs within this call)
+                    if let Ok(mut rx) = owner.rx.bind(py).try_borrow_mut() {
+                        rx.first = next_first(base, got);
+                    }
+                }
                 owner.map(|owner| Done::Stream {
                     token,
                     res: i64::from(res),
@@ -781,18 +914,18 @@ impl LoopRing {
         Ok(done)
     }
 
-    /// Arms a transport's receive on `fd` (as [`LoopRing::recv`]) kept
-    /// in the slab with `owner`, and makes it the descriptor's latest
+    /// Arms a transport's receive (as [`LoopRing::recv`], its first
+    /// buffer of `ask.first` bytes on a stream socket, see [`next_first`])
+    /// kept in the slab with `owner`, and makes it the descriptor's latest
     /// (see [`LoopRing::receiving`]). On failure `owner` is handed back,
     /// so that the caller ends the hold it carries.
     pub(crate) fn arm_stream(
         &self,
-        fd: RawFd,
-        nbytes: usize,
-        socket: bool,
-        stream: bool,
+        py: Python<'_>,
+        ask: RecvAsk,
         owner: Box<Owner>,
     ) -> Result<u64, (PyErr, Option<Box<Owner>>)> {
+        let fd = ask.fd;
         let mut guard = match self.lock() {
             Ok(g) => g,
             Err(e) => return Err((e, Some(owner))),
@@ -803,12 +936,27 @@ impl LoopRing {
         let Some(token) = st.ops.vacant() else {
             return Err((too_many(), Some(owner)));
         };
-        let mut op = recv_op(fd, nbytes, socket, stream, &mut st.spare);
+        let mut op = match recv_op(py, ask, &mut st.spare) {
+            Ok(op) => op,
+            Err(e) => return Err((e, Some(owner))),
+        };
         let entry = op.entry(token);
         op.owner = Some(owner);
+        let cut = (op.asked > op.len).then_some(op.asked);
+        let grown = op.grown > 0;
+        if grown {
+            op.armed_at = st.spare.finished;
+            st.spare.armed.push_back((token, op.armed_at));
+        }
         st.ops.insert(token, op);
+        if grown {
+            st.prune_armed();
+        }
         if let Err(e) = st.push(entry) {
-            let owner = st.ops.remove(token).and_then(|mut op| op.owner.take());
+            let owner = st.ops.remove(token).and_then(|mut op| {
+                st.spare.give_back(&mut op);
+                op.owner.take()
+            });
             return Err((e.into(), owner));
         }
         if let Ok(i) = usize::try_from(fd) {
@@ -816,6 +964,9 @@ impl LoopRing {
                 st.receiving.resize(i + 1, 0);
             }
             st.receiving[i] = token;
+        }
+        if let Some(asked) = cut {
+            st.reclaim_idle(asked);
         }
         Ok(token)
     }
@@ -864,7 +1015,9 @@ impl LoopRing {
         let entry = op.entry(token);
         st.ops.insert(token, op);
         if let Err(e) = st.push(entry) {
-            st.ops.remove(token);
+            if let Some(mut op) = st.ops.remove(token) {
+                st.spare.give_back(&mut op);
+            }
             return Err(e.into());
         }
         Ok(token)
@@ -945,12 +1098,19 @@ impl State {
             if n >= op.len || n > sent.len() {
                 continue; // (a full first buffer takes the rest anyway)
             }
-            if let Memory::Owned(v) = &op.memory {
-                // SAFETY: `v` was lent to the kernel as `op.len` bytes of
-                // room for this receive, and its completion, posted, says
-                // the kernel wrote `n` < `op.len` bytes from its start and
-                // is done with it; they are only read here.
-                let got = unsafe { std::slice::from_raw_parts(v.as_ptr(), n) };
+            let start = match &op.memory {
+                Memory::Owned(v) => Some(v.as_ptr()),
+                Memory::Bytes(_, at) => Some(*at as *const u8),
+                _ => None,
+            };
+            if let Some(start) = start {
+                // SAFETY: `start` is the receive's memory (its own buffer,
+                // or a `bytes` object it holds), lent to the kernel as
+                // `op.len` bytes of room for this receive, and its
+                // completion, posted, says the kernel wrote `n` < `op.len`
+                // bytes from its start and is done with it; they are only
+                // read here.
+                let got = unsafe { std::slice::from_raw_parts(start, n) };
                 if *got == sent[..n] {
                     if let Some(ino) = socket_inode(fd) {
                         self.peer_receives.push((fd, ino, cqe.user_data()));
@@ -1090,6 +1250,26 @@ impl State {
         // retry would fail again.
         let again = if op.cancelled {
             false
+        } else if op.reclaimed && res == -libc::ECANCELED {
+            // Its grown buffer taken back (`reclaim_idle`) before any byte
+            // came: armed again under the same token with 2 KiB, unseen by
+            // the transport. The kernel is done with the old buffer.
+            let want = op.len + op.rest;
+            self.spare.give_back(op);
+            op.len = want.min(RECV_FIRST);
+            op.rest = want - op.len;
+            op.memory = match self.spare.small.pop() {
+                Some(v) if op.len == RECV_FIRST => Memory::Owned(v),
+                kept => {
+                    self.spare.small.extend(kept);
+                    Memory::fresh(op.len)
+                }
+            };
+            op.asked = op.len;
+            op.rearmed = true;
+            op.waiting_ready = false;
+            op.peer_sent = false;
+            true
         } else if op.waiting_ready {
             // Any event (an error or hang-up too) lets the retry report it.
             op.waiting_ready = res < 0;
@@ -1118,6 +1298,67 @@ impl State {
         Ok(self.ops.remove(token).map(|op| (op, res, rest)))
     }
 
+    /// Drops the entries of [`Spares::armed`] whose receives finished,
+    /// once there are more than twice as many entries as grown buffers
+    /// lent, plus 64: a pass over them after at least 64 more were added,
+    /// so the list stays bounded at a constant cost per entry.
+    fn prune_armed(&mut self) {
+        let sp = &mut self.spare;
+        if sp.armed.len() > 2 * sp.live + 64 {
+            let ops = &mut self.ops;
+            sp.armed.retain(|&(token, at)| {
+                ops.get_mut(token)
+                    .is_some_and(|op| op.grown > 0 && op.armed_at == at)
+            });
+        }
+    }
+
+    /// Takes grown first buffers back from idle connections when a
+    /// receive that asked for `asked` bytes was cut to 2 KiB by the
+    /// budget: the receives lent one longest ago, while at least
+    /// [`IDLE_AFTER`] plus two per operation in flight stream receives
+    /// finished on the ring since, are cancelled until `asked` fits (what
+    /// is being taken back counted as free). Each is armed again with 2
+    /// KiB when its cancellation is reported (see [`State::advance`]); one
+    /// that took bytes first hands them on as any receive does. So grown
+    /// buffers go to the connections that take large messages now, not
+    /// to those that took them once; the receive that asked gets its
+    /// grown buffer next time.
+    fn reclaim_idle(&mut self, asked: usize) {
+        let sp = &mut self.spare;
+        let idle_after = IDLE_AFTER + 2 * self.ops.len() as u64;
+        let mut free = GROWN_BUDGET.saturating_sub(sp.lent - sp.reclaiming);
+        let mut cancels = Vec::new();
+        while free < asked {
+            let Some(&(token, at)) = sp.armed.front() else {
+                break;
+            };
+            if sp.finished - at < idle_after {
+                break; // (the others were lent later)
+            }
+            sp.armed.pop_front();
+            let Some(op) = self.ops.get_mut(token) else {
+                continue;
+            };
+            if op.grown == 0 || op.armed_at != at || op.cancelled || op.reclaimed {
+                continue;
+            }
+            op.reclaimed = true;
+            sp.reclaiming += op.grown;
+            free += op.grown;
+            cancels.push(token);
+        }
+        for token in cancels {
+            // (a failed push leaves the receive lent as it was: it is
+            // marked, and its cancellation, if one comes, arms it again)
+            let _ = self.push(
+                opcode::AsyncCancel::new(token)
+                    .build()
+                    .user_data(CANCEL_TOKEN),
+            );
+        }
+    }
+
     /// Finishes socket receive `op`, whose kernel receive took `res`
     /// bytes and which takes what more its socket holds now without
     /// waiting: its first buffer filled and `rest` room is left, or it took
@@ -1134,6 +1375,26 @@ impl State {
     fn recv_rest(&mut self, mut op: InFlight, res: i32) -> (InFlight, i32) {
         let mut got = res as usize;
         let mut held = queued_bytes(op.fd);
+        if let (Memory::Bytes(_, at), true) = (&op.memory, got < op.len && held > 0) {
+            let want = (op.len - got).min(held);
+            // SAFETY: the object's contents are `op.len` bytes at `at`
+            // (see `grown_memory`), of a bytes object this operation made
+            // and alone references (count 1: no Python code has seen it,
+            // and none does until `finish` cuts it to the bytes written and
+            // hands it out), so nothing else reads or writes them now; the
+            // kernel is done with them (this is the completion). Bytes
+            // `got..got + want` lie within them (`got + want <= op.len`);
+            // they are not set yet, so they are seen as `MaybeUninit`, and
+            // only what the receive writes is read after.
+            let room = unsafe {
+                std::slice::from_raw_parts_mut(
+                    (*at as *mut std::mem::MaybeUninit<u8>).add(got),
+                    want,
+                )
+            };
+            let n = recv_now_uninit(op.fd, room);
+            (got, held) = (got + n, held - n);
+        }
         if let Memory::Owned(v) = &mut op.memory {
             if got < op.len && held > 0 {
                 // SAFETY: the kernel wrote `got` <= `op.len` bytes (this
@@ -1255,6 +1516,22 @@ fn recv_now(fd: RawFd, buf: &mut [u8]) -> usize {
     }
 }
 
+/// As [`recv_now`], into memory not set yet: only what the receive
+/// writes is read after.
+fn recv_now_uninit(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> usize {
+    // SAFETY: as in `recv_now`'s `recv_inline`: the caller's descriptor,
+    // borrowed for this one call, held open by the proactor until the
+    // receive's completion is dispatched.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    loop {
+        return match rustix::net::recv(borrowed, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
+            Ok(((written, _), _)) => written.len(),
+            Err(e) if e == rustix::io::Errno::INTR => continue,
+            Err(_) => 0,
+        };
+    }
+}
+
 /// The Python value of a finished operation (`scratch`: where a socket
 /// receive put its bytes). A socket receive's first buffer, once copied
 /// into the bytes, goes back to `spare` for the next receive.
@@ -1263,8 +1540,12 @@ fn finish(
     mut op: InFlight,
     res: i32,
     scratch: &mut [u8],
-    spare: &mut Vec<Vec<u8>>,
+    spare: &mut Spares,
 ) -> PyResult<PyObject> {
+    spare.give_back(&mut op);
+    if op.kind == Kind::Recv {
+        spare.finished += 1;
+    }
     if res < 0 {
         return Ok(py.None());
     }
@@ -1294,15 +1575,27 @@ fn finish(
             } else {
                 PyBytes::new(py, &first)
             };
-            if first.capacity() == RECV_FIRST && spare.len() < SPARE_MAX {
+            if first.capacity() == RECV_FIRST && spare.small.len() < SPARE_MAX {
                 first.clear();
-                spare.push(first);
+                spare.small.push(first);
             }
             obj.into_any().unbind()
         }
+        // A grown first buffer (see `recv_op`) that filled, with the rest
+        // `recv_rest` put after its length: its bytes go in front, and the
+        // whole is copied once.
+        (Kind::Recv, Memory::Bytes(obj, _)) if op.done > 0 => {
+            let head = op.len;
+            scratch[..head].copy_from_slice(&obj.bind(py).as_bytes()[..head]);
+            PyBytes::new(py, &scratch[..head + op.done])
+                .into_any()
+                .unbind()
+        }
         // The kernel wrote the first `res` bytes of the object, and is done
         // with it: this is its completion.
-        (Kind::Pread, Memory::Bytes(obj, _)) => crate::fresh::shrunk(py, obj, n.min(op.len))?,
+        (Kind::Recv | Kind::Pread, Memory::Bytes(obj, _)) => {
+            crate::fresh::shrunk(py, obj, n.min(op.len))?
+        }
         (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)
             .into_pyobject(py)?
             .into_any()
@@ -1345,29 +1638,70 @@ fn timespec(seconds: f64) -> types::Timespec {
 
 /// A receive into new bytes of at most `nbytes` from `fd` (see
 /// [`LoopRing::recv`]), not yet submitted; a stream socket's first buffer
-/// is one kept in `spare` when there is one.
-fn recv_op(
-    fd: RawFd,
-    nbytes: usize,
-    socket: bool,
-    stream: bool,
-    spare: &mut Vec<Vec<u8>>,
-) -> InFlight {
+/// is of `first` bytes (at least [`RECV_FIRST`]; [`RECV_FIRST`] when
+/// grown buffers lend [`GROWN_BUDGET`] already): one kept in `spare` when
+/// there is one, and when grown a new `bytes` object that the kernel
+/// fills and that is cut to what it took, so that a large message is
+/// never copied in user space. `MemoryError` when it cannot be made.
+#[inline(always)]
+fn recv_op(py: Python<'_>, ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
+    let RecvAsk {
+        fd,
+        nbytes,
+        socket,
+        stream,
+        first,
+    } = ask;
     if socket && stream {
         let want = nbytes.min(RECV_MAX);
-        let first = want.min(RECV_FIRST);
-        let memory = match spare.pop() {
-            Some(v) if first == RECV_FIRST => Memory::Owned(v),
-            kept => {
-                spare.extend(kept);
-                Memory::fresh(first)
+        let mut size = first.clamp(RECV_FIRST, RECV_MAX);
+        let mut asked = 0;
+        if size > RECV_FIRST && spare.lent + size > GROWN_BUDGET {
+            asked = size;
+            size = RECV_FIRST;
+        }
+        let first = want.min(size);
+        let memory = if first > RECV_FIRST {
+            grown_memory(py, first)?
+        } else {
+            match spare.small.pop() {
+                Some(v) if first == RECV_FIRST => Memory::Owned(v),
+                kept => {
+                    spare.small.extend(kept);
+                    Memory::fresh(first)
+                }
             }
         };
         let mut op = InFlight::new(Kind::Recv, fd, true, memory, first);
         op.rest = want - first;
-        return op;
+        op.asked = asked.max(first);
+        if first > RECV_FIRST {
+            op.grown = first;
+            spare.lent += first;
+            spare.live += 1;
+        }
+        return Ok(op);
     }
-    InFlight::new(Kind::Recv, fd, socket, Memory::fresh(nbytes), nbytes)
+    Ok(InFlight::new(
+        Kind::Recv,
+        fd,
+        socket,
+        Memory::fresh(nbytes),
+        nbytes,
+    ))
+}
+
+/// A grown first buffer of `first` bytes (see [`recv_op`]): a new
+/// `bytes` object the kernel fills. Apart from [`recv_op`], so that the
+/// small receive's path stays inlined where it is armed.
+#[inline(never)]
+fn grown_memory(py: Python<'_>, first: usize) -> PyResult<Memory> {
+    let obj = crate::fresh::unfilled(py, first)?;
+    // SAFETY: `obj` is a bytes object (`unfilled`'s); its contents,
+    // `first` bytes, stay where they are while the operation holds it,
+    // and only `finish` resizes it, after the completion.
+    let at = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
+    Ok(Memory::Bytes(obj, at))
 }
 
 fn too_many() -> PyErr {
