@@ -19,7 +19,7 @@ impl AsyncFile {
     }
 
     /// Writes `buf[start..]` at `offset`.
-    fn write_part<B: IoBuf>(&self, buf: B, start: usize, offset: u64) -> OpFuture<B> {
+    pub(super) fn write_part<B: IoBuf>(&self, buf: B, start: usize, offset: u64) -> OpFuture<B> {
         let start = start.min(buf.bytes_len());
         let len = buf.bytes_len() - start;
         // SAFETY: `start` is within the buffer (the kernel only reads), and

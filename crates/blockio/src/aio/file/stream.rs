@@ -1,9 +1,19 @@
 //! Streaming: a cursor with read-ahead and write-behind.
+//!
+//! On a file without offsets (a pipe, FIFO, socket or terminal, which
+//! `lseek` refuses with `ESPIPE`) there is nothing to read ahead of or
+//! write behind: the bytes come and go in the order the calls are made,
+//! and several calls in flight on one pipe may be served in another order,
+//! and a short read there is only what was available. So such a stream
+//! has one read and one write in flight at a time, at the descriptor's
+//! own position (offset 0, which the thread pool's `pread` falls back to
+//! `read` at), the end only at a 0-byte read, short writes completed, and
+//! seeks refused with `ESPIPE` as `std::fs::File`'s are.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, SeekFrom};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -30,13 +40,31 @@ pub(super) struct Stream {
     cur: Option<(AlignedBuf, usize, usize)>,
     /// The block being filled by writes, and its file offset.
     wbuf: Option<(AlignedBuf, usize, u64)>,
-    /// Writes in flight: offset, length, future.
-    behind: VecDeque<(u64, usize, OpFuture<AlignedBuf>)>,
+    /// Writes in flight: offset, length, bytes written before this
+    /// operation (the rest of a short write to a file without offsets),
+    /// future.
+    behind: VecDeque<(u64, usize, usize, OpFuture<AlignedBuf>)>,
     spare: Vec<AlignedBuf>,
+    /// Whether the file has offsets (see the module's comment).
+    seekable: bool,
+}
+
+/// Whether `fd` has a file offset to read ahead of: not a pipe, FIFO,
+/// socket or a character device without one, such as a terminal (`lseek`
+/// refuses those with `ESPIPE`). Regular files, directories and block
+/// devices (the files `may_wait_forever` trusts) are not asked again.
+pub(super) fn seekable(fd: RawFd) -> bool {
+    if !crate::aio::op::may_wait_forever(fd) {
+        return true;
+    }
+    // SAFETY: `lseek` by 0 from the current position moves nothing; any
+    // number is allowed (a closed one fails with EBADF).
+    let rc = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) };
+    !(rc == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ESPIPE))
 }
 
 impl Stream {
-    pub(super) fn new(block: usize, depth: usize, align: usize) -> Stream {
+    pub(super) fn new(block: usize, depth: usize, align: usize, seekable: bool) -> Stream {
         Stream {
             #[cfg(feature = "tokio")]
             pending_seek: None,
@@ -51,6 +79,7 @@ impl Stream {
             wbuf: None,
             behind: VecDeque::new(),
             spare: Vec::new(),
+            seekable,
         }
     }
 
@@ -83,6 +112,9 @@ impl AsyncFile {
         }
         if out.is_empty() {
             return Poll::Ready(Ok(0));
+        }
+        if !self.stream.seekable {
+            return self.poll_read_unseekable(cx, out);
         }
         loop {
             let s = &mut self.stream;
@@ -144,16 +176,69 @@ impl AsyncFile {
         }
     }
 
+    /// A read of a file without offsets: one read in flight, at the
+    /// descriptor's position; a short read is what was there, only 0 bytes
+    /// is the end (and not kept: a terminal reads on after it).
+    fn poll_read_unseekable(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let s = &mut self.stream;
+            if let Some((b, start, end)) = &mut s.cur {
+                if *start < *end {
+                    let n = out.len().min(*end - *start);
+                    out[..n].copy_from_slice(&b[*start..*start + n]);
+                    *start += n;
+                    s.pos += n as u64;
+                    return Poll::Ready(Ok(n));
+                }
+                let (b, _, _) = s.cur.take().expect("checked above");
+                s.spare.push(b);
+            }
+            if s.ahead.is_empty() {
+                let buf = s.buffer();
+                let mut f = self.handle.read_into(&self.engine, buf, 0, 0);
+                f.set_waker(cx.waker());
+                f.start();
+                s.ahead.push_back((0, f));
+            }
+            let (_, f) = s.ahead.front_mut().expect("pushed above");
+            let (res, b) = ready!(Pin::new(f).poll(cx));
+            s.ahead.pop_front();
+            match res {
+                Ok(n) if n > 0 => s.cur = Some((b, 0, n)),
+                Ok(_) => {
+                    s.spare.push(b);
+                    return Poll::Ready(Ok(0));
+                }
+                Err(e) => {
+                    s.spare.push(b);
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+    }
+
     pub(super) fn poll_write_inner(
         &mut self,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.stream.cur.is_some() || !self.stream.ahead.is_empty() {
+        // Without offsets reads and writes do not meet: the bytes read
+        // (and the read in flight) are kept for the next `poll_read`.
+        if self.stream.seekable && (self.stream.cur.is_some() || !self.stream.ahead.is_empty()) {
             self.stream.reset_reads();
         }
-        // Bound the write-behind before accepting more.
-        while self.stream.behind.len() >= self.stream.depth {
+        // Bound the write-behind before accepting more (without offsets,
+        // one write in flight: more could land out of order).
+        let depth = if self.stream.seekable {
+            self.stream.depth
+        } else {
+            1
+        };
+        while self.stream.behind.len() >= depth {
             ready!(self.poll_oldest_write(cx))?;
         }
         if data.is_empty() {
@@ -187,41 +272,61 @@ impl AsyncFile {
                 self.stream.spare.push(b);
                 b = part;
             }
-            let mut f = self.write_at(b, off);
+            let at = if self.stream.seekable { off } else { 0 };
+            let mut f = self.write_at(b, at);
             if let Some(w) = waker {
                 f.set_waker(w);
             }
             // Bytes `poll_write` already accepted: never refused half-way
             // (see `OpFuture::resume`), even from `Drop`.
             f.resume();
-            self.stream.behind.push_back((off, len, f));
+            self.stream.behind.push_back((off, len, 0, f));
         }
     }
 
     fn poll_oldest_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let Some((off, len, f)) = self.stream.behind.front_mut() else {
-            return Poll::Ready(Ok(()));
-        };
-        let (off, len) = (*off, *len);
-        let (res, b) = match Pin::new(f).poll(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(r) => r,
-        };
-        self.stream.behind.pop_front();
-        if b.len() == self.stream.block {
-            self.stream.spare.push(b);
-        }
-        match res {
-            Ok(n) if n == len => Poll::Ready(Ok(())),
-            Ok(n) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short write at offset {off}: {n} of {len} bytes"),
-            ))),
-            Err(e) => Poll::Ready(Err(e)),
+        loop {
+            let Some((off, len, done, f)) = self.stream.behind.front_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            let (off, len, done) = (*off, *len, *done);
+            let (res, b) = match Pin::new(f).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => r,
+            };
+            self.stream.behind.pop_front();
+            let res = res.map(|n| done + n);
+            if let Ok(n) = res {
+                // A pipe takes what it has room for: the rest goes next,
+                // still alone in flight (the write-behind holds one there).
+                if !self.stream.seekable && n > done && n < len {
+                    let mut f = self.write_part(b, n, 0);
+                    f.set_waker(cx.waker());
+                    f.resume();
+                    self.stream.behind.push_front((off, len, n, f));
+                    continue;
+                }
+            }
+            if b.len() == self.stream.block {
+                self.stream.spare.push(b);
+            }
+            return match res {
+                Ok(n) if n == len => Poll::Ready(Ok(())),
+                Ok(n) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short write at offset {off}: {n} of {len} bytes"),
+                ))),
+                Err(e) => Poll::Ready(Err(e)),
+            };
         }
     }
 
     pub(super) fn poll_flush_inner(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Without offsets the block being filled waits for the write in
+        // flight (`poll_write` keeps one there at most).
+        if !self.stream.seekable && self.stream.wbuf.is_some() {
+            ready!(self.poll_oldest_write(cx))?;
+        }
         if self.stream.wbuf.is_some() {
             self.issue_write(Some(cx.waker()));
         }
@@ -244,6 +349,10 @@ impl AsyncFile {
         cx: &mut Context<'_>,
         pos: SeekFrom,
     ) -> Poll<io::Result<u64>> {
+        if !self.stream.seekable {
+            // As `lseek` (and so `std::fs::File::seek`) refuses it.
+            return Poll::Ready(Err(io::Error::from_raw_os_error(libc::ESPIPE)));
+        }
         ready!(self.poll_flush_inner(cx))?;
         Poll::Ready(self.seek_inner(pos))
     }
@@ -282,7 +391,9 @@ impl Drop for AsyncFile {
     /// then. Their errors have nobody to go to: flush (or close) first to
     /// see them.
     fn drop(&mut self) {
-        if self.stream.wbuf.is_some() {
+        // Without offsets a second write in flight could land before the
+        // first: the block being filled goes only if none is.
+        if self.stream.wbuf.is_some() && (self.stream.seekable || self.stream.behind.is_empty()) {
             self.issue_write(None);
         }
         // Writes still waiting for room in the ring or for a pool thread
@@ -290,7 +401,7 @@ impl Drop for AsyncFile {
         // On a pipe or FIFO (which may wait for a reader forever) they are
         // cancelled instead, as any dropped operation there is.
         if !crate::aio::op::may_wait_forever(self.handle.file.as_raw_fd()) {
-            for (_, _, f) in self.stream.behind.drain(..) {
+            for (_, _, _, f) in self.stream.behind.drain(..) {
                 f.detach();
             }
         }
