@@ -229,8 +229,8 @@ impl AsyncFile {
         let o = AsyncOpenOptions::new();
         AsyncFile {
             engine: engine.clone(),
-            stream: Stream::new(o.block_size, o.depth, 1, stream::seekable(file.as_raw_fd())),
             handle: Handle::new(engine, file, None, true),
+            stream: Stream::new(o.block_size, o.depth, 1),
         }
     }
 
@@ -246,7 +246,6 @@ impl AsyncFile {
         let o = AsyncOpenOptions::new();
         AsyncFile {
             engine: engine.clone(),
-            stream: Stream::new(o.block_size, o.depth, 1, stream::seekable(fd)),
             handle: Handle::new(
                 engine,
                 // SAFETY: never closed (owned: false); the caller keeps it open.
@@ -254,6 +253,7 @@ impl AsyncFile {
                 None,
                 false,
             ),
+            stream: Stream::new(o.block_size, o.depth, 1),
         }
     }
 
@@ -318,13 +318,8 @@ impl AsyncFile {
             .map_err(|e| PathError::wrap(OpKind::Open.name(), path, e))?;
         Ok(AsyncFile {
             engine: engine.clone(),
-            stream: Stream::new(
-                block,
-                options.depth,
-                align,
-                stream::seekable(file.as_raw_fd()),
-            ),
             handle: Handle::new(engine, file, direct, true),
+            stream: Stream::new(block, options.depth, align),
         })
     }
 

@@ -45,15 +45,17 @@ pub(super) struct Stream {
     /// future.
     behind: VecDeque<(u64, usize, usize, OpFuture<AlignedBuf>)>,
     spare: Vec<AlignedBuf>,
-    /// Whether the file has offsets (see the module's comment).
-    seekable: bool,
+    /// Whether the file has offsets (see the module's comment), asked at
+    /// the first streaming call: a file made for positional calls only
+    /// (as the Python package makes one per call) pays nothing.
+    seekable: Option<bool>,
 }
 
 /// Whether `fd` has a file offset to read ahead of: not a pipe, FIFO,
 /// socket or a character device without one, such as a terminal (`lseek`
 /// refuses those with `ESPIPE`). Regular files, directories and block
 /// devices (the files `may_wait_forever` trusts) are not asked again.
-pub(super) fn seekable(fd: RawFd) -> bool {
+fn seekable(fd: RawFd) -> bool {
     if !crate::aio::op::may_wait_forever(fd) {
         return true;
     }
@@ -64,7 +66,7 @@ pub(super) fn seekable(fd: RawFd) -> bool {
 }
 
 impl Stream {
-    pub(super) fn new(block: usize, depth: usize, align: usize, seekable: bool) -> Stream {
+    pub(super) fn new(block: usize, depth: usize, align: usize) -> Stream {
         Stream {
             #[cfg(feature = "tokio")]
             pending_seek: None,
@@ -79,7 +81,7 @@ impl Stream {
             wbuf: None,
             behind: VecDeque::new(),
             spare: Vec::new(),
-            seekable,
+            seekable: None,
         }
     }
 
@@ -102,6 +104,12 @@ impl Stream {
 }
 
 impl AsyncFile {
+    /// Whether this file has offsets, asked once.
+    fn seekable(&mut self) -> bool {
+        let fd = self.handle.file.as_raw_fd();
+        *self.stream.seekable.get_or_insert_with(|| seekable(fd))
+    }
+
     pub(super) fn poll_read_inner(
         &mut self,
         cx: &mut Context<'_>,
@@ -113,7 +121,7 @@ impl AsyncFile {
         if out.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        if !self.stream.seekable {
+        if !self.seekable() {
             return self.poll_read_unseekable(cx, out);
         }
         loop {
@@ -228,16 +236,13 @@ impl AsyncFile {
     ) -> Poll<io::Result<usize>> {
         // Without offsets reads and writes do not meet: the bytes read
         // (and the read in flight) are kept for the next `poll_read`.
-        if self.stream.seekable && (self.stream.cur.is_some() || !self.stream.ahead.is_empty()) {
+        let seekable = self.seekable();
+        if seekable && (self.stream.cur.is_some() || !self.stream.ahead.is_empty()) {
             self.stream.reset_reads();
         }
         // Bound the write-behind before accepting more (without offsets,
         // one write in flight: more could land out of order).
-        let depth = if self.stream.seekable {
-            self.stream.depth
-        } else {
-            1
-        };
+        let depth = if seekable { self.stream.depth } else { 1 };
         while self.stream.behind.len() >= depth {
             ready!(self.poll_oldest_write(cx))?;
         }
@@ -272,7 +277,7 @@ impl AsyncFile {
                 self.stream.spare.push(b);
                 b = part;
             }
-            let at = if self.stream.seekable { off } else { 0 };
+            let at = if self.seekable() { off } else { 0 };
             let mut f = self.write_at(b, at);
             if let Some(w) = waker {
                 f.set_waker(w);
@@ -299,7 +304,7 @@ impl AsyncFile {
             if let Ok(n) = res {
                 // A pipe takes what it has room for: the rest goes next,
                 // still alone in flight (the write-behind holds one there).
-                if !self.stream.seekable && n > done && n < len {
+                if n > done && n < len && !self.seekable() {
                     let mut f = self.write_part(b, n, 0);
                     f.set_waker(cx.waker());
                     f.resume();
@@ -324,7 +329,7 @@ impl AsyncFile {
     pub(super) fn poll_flush_inner(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // Without offsets the block being filled waits for the write in
         // flight (`poll_write` keeps one there at most).
-        if !self.stream.seekable && self.stream.wbuf.is_some() {
+        if self.stream.wbuf.is_some() && !self.seekable() {
             ready!(self.poll_oldest_write(cx))?;
         }
         if self.stream.wbuf.is_some() {
@@ -349,7 +354,7 @@ impl AsyncFile {
         cx: &mut Context<'_>,
         pos: SeekFrom,
     ) -> Poll<io::Result<u64>> {
-        if !self.stream.seekable {
+        if !self.seekable() {
             // As `lseek` (and so `std::fs::File::seek`) refuses it.
             return Poll::Ready(Err(io::Error::from_raw_os_error(libc::ESPIPE)));
         }
@@ -393,7 +398,7 @@ impl Drop for AsyncFile {
     fn drop(&mut self) {
         // Without offsets a second write in flight could land before the
         // first: the block being filled goes only if none is.
-        if self.stream.wbuf.is_some() && (self.stream.seekable || self.stream.behind.is_empty()) {
+        if self.stream.wbuf.is_some() && (self.stream.behind.is_empty() || self.seekable()) {
             self.issue_write(None);
         }
         // Writes still waiting for room in the ring or for a pool thread
