@@ -162,3 +162,69 @@ fn a_seek_on_a_pipe_stream_is_espipe() {
         });
     }
 }
+
+/// A socket read and written at once through one `AsyncFile` (its halves
+/// split, a peer echoing what it reads): 2 MiB each way arrive whole and
+/// in order. A read that waited for the writes in flight would wait for
+/// the peer, which waits for its echo to be read: neither ever ends.
+#[test]
+fn a_socket_read_and_written_at_once_echoes_everything() {
+    for backend in BACKENDS {
+        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
+        let (ours, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let echo = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 100_000];
+            loop {
+                let n = peer.read(&mut buf)?;
+                if n == 0 {
+                    return Ok::<_, std::io::Error>(());
+                }
+                peer.write_all(&buf[..n])?;
+            }
+        });
+        let file = AsyncFile::from_file(&engine, std::os::fd::OwnedFd::from(ours).into());
+        let (mut rd, mut wr) = file.split();
+        let data: Vec<u8> = pattern()[..2 << 20].to_vec();
+        let got = futures::executor::block_on(async {
+            let write = async {
+                wr.write_all(&data).await?;
+                wr.flush().await
+            };
+            let read = async {
+                let mut got = vec![0u8; data.len()];
+                rd.read_exact(&mut got).await.map(|()| got)
+            };
+            futures::join!(write, read)
+        });
+        // Closes our end: the peer reads the end.
+        drop((rd, wr));
+        echo.join().unwrap().unwrap();
+        got.0.unwrap();
+        let got = got.1.unwrap();
+        assert_eq!(got.len(), data.len(), "{backend:?}");
+        assert_eq!(first_out_of_order(&got), None, "{backend:?}: (word, value)");
+    }
+}
+
+/// tokio's `poll_complete` with no seek started reports the position:
+/// a pipe has none, so it is `ESPIPE`, as std's `stream_position` is.
+#[cfg(feature = "tokio")]
+#[test]
+fn tokio_poll_complete_on_a_pipe_is_espipe() {
+    use tokio::io::AsyncSeek;
+    for backend in BACKENDS {
+        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
+        let (r, _w) = common::pipe();
+        let std_err = std::io::Seek::stream_position(&mut &r).unwrap_err();
+        assert_eq!(std_err.raw_os_error(), Some(libc::ESPIPE));
+        let mut file = AsyncFile::from_file(&engine, r);
+        let res = futures::executor::block_on(std::future::poll_fn(|cx| {
+            std::pin::Pin::new(&mut file).poll_complete(cx)
+        }));
+        assert_eq!(
+            res.as_ref().map_err(|e| e.raw_os_error()),
+            Err(Some(libc::ESPIPE)),
+            "{backend:?}: {res:?}"
+        );
+    }
+}

@@ -105,7 +105,7 @@ impl Stream {
 
 impl AsyncFile {
     /// Whether this file has offsets, asked once.
-    fn seekable(&mut self) -> bool {
+    pub(super) fn seekable(&mut self) -> bool {
         let fd = self.handle.file.as_raw_fd();
         *self.stream.seekable.get_or_insert_with(|| seekable(fd))
     }
@@ -115,13 +115,18 @@ impl AsyncFile {
         cx: &mut Context<'_>,
         out: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        if self.stream.wbuf.is_some() || !self.stream.behind.is_empty() {
+        // Without offsets the two directions are independent (a socket
+        // read and written at once, its halves split): a read waits for no
+        // write, or a peer echoing what it reads could never be read from
+        // while the writes wait for it to read.
+        let seekable = self.seekable();
+        if seekable && (self.stream.wbuf.is_some() || !self.stream.behind.is_empty()) {
             ready!(self.poll_flush_inner(cx))?;
         }
         if out.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        if !self.seekable() {
+        if !seekable {
             return self.poll_read_unseekable(cx, out);
         }
         loop {
