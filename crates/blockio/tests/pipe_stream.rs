@@ -230,3 +230,43 @@ fn tokio_poll_complete_on_a_pipe_is_espipe() {
         );
     }
 }
+
+/// Requests and their echoes on one socket through one `AsyncFile`, with
+/// no flush between a request and the read of its answer on every other
+/// round: each answer comes, whole (a read sends the block being filled,
+/// or the peer would wait for it forever), for requests of 1 to 5000
+/// bytes.
+#[test]
+fn a_socket_written_then_read_gets_its_echo_without_a_flush() {
+    for backend in BACKENDS {
+        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
+        let (ours, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let echo = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 100_000];
+            loop {
+                let n = peer.read(&mut buf)?;
+                if n == 0 {
+                    return Ok::<_, std::io::Error>(());
+                }
+                peer.write_all(&buf[..n])?;
+            }
+        });
+        let mut file = AsyncFile::from_file(&engine, std::os::fd::OwnedFd::from(ours).into());
+        let mut rng = Rng(12345);
+        futures::executor::block_on(async {
+            for round in 0..200 {
+                let n = 1 + rng.below(5000) as usize;
+                let msg: Vec<u8> = (0..n).map(|i| (i + round) as u8).collect();
+                file.write_all(&msg).await.unwrap();
+                if round % 2 == 0 {
+                    file.flush().await.unwrap();
+                }
+                let mut got = vec![0u8; n];
+                file.read_exact(&mut got).await.unwrap();
+                assert!(got == msg, "{backend:?}: round {round}");
+            }
+        });
+        drop(file);
+        echo.join().unwrap().unwrap();
+    }
+}

@@ -118,10 +118,16 @@ impl AsyncFile {
         // Without offsets the two directions are independent (a socket
         // read and written at once, its halves split): a read waits for no
         // write, or a peer echoing what it reads could never be read from
-        // while the writes wait for it to read.
+        // while the writes wait for it to read. It only sends what was
+        // written and not yet sent.
         let seekable = self.seekable();
         if seekable && (self.stream.wbuf.is_some() || !self.stream.behind.is_empty()) {
             ready!(self.poll_flush_inner(cx))?;
+        } else if !seekable && self.stream.wbuf.is_some() && self.stream.behind.is_empty() {
+            // The block being filled is sent, not waited for: a peer
+            // answering what was written must have it (one write in flight
+            // at most: `poll_write` fills a block only once none is).
+            self.issue_write(Some(cx.waker()));
         }
         if out.is_empty() {
             return Poll::Ready(Ok(0));
