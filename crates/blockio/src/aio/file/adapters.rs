@@ -91,7 +91,15 @@ mod tokio_io {
                     this.stream.pending_seek = None;
                     Poll::Ready(r)
                 }
-                None => Poll::Ready(Ok(this.stream.pos)),
+                None => {
+                    if this.seekable() {
+                        Poll::Ready(Ok(this.stream.pos))
+                    } else {
+                        // A file without offsets has no position to report,
+                        // as `lseek` (and `std`'s `stream_position`) says.
+                        Poll::Ready(Err(io::Error::from_raw_os_error(libc::ESPIPE)))
+                    }
+                }
             }
         }
     }

@@ -1,15 +1,31 @@
 //! Streaming: a cursor with read-ahead and write-behind.
+//!
+//! On a file without offsets (a pipe, FIFO, socket or terminal, which
+//! `lseek` refuses with `ESPIPE`) there is nothing to read ahead of or
+//! write behind: the bytes come and go in the order the calls are made,
+//! and several calls in flight on one pipe may be served in another order,
+//! and a short read there is only what was available. So such a stream
+//! has one read and one write in flight at a time, at the descriptor's
+//! own position (offset 0, which the thread pool's `pread` falls back to
+//! `read` at), the end only at a 0-byte read, short writes completed, and
+//! seeks refused with `ESPIPE` as `std::fs::File`'s are. Its reads wait
+//! for no write (the two directions of a socket are independent), and
+//! dropped, its last writes still go one at a time ([`Tail`]).
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, SeekFrom};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll, Wake, Waker};
 
-use super::AsyncFile;
+use super::{AsyncFile, Handle};
 use crate::aio::op::OpFuture;
+use crate::aio::{AsyncEngine, Lingering};
 use crate::buf::AlignedBuf;
+use crate::net::LINGER;
 
 /// The streaming state: cursor, read-ahead and write-behind.
 pub(super) struct Stream {
@@ -30,9 +46,29 @@ pub(super) struct Stream {
     cur: Option<(AlignedBuf, usize, usize)>,
     /// The block being filled by writes, and its file offset.
     wbuf: Option<(AlignedBuf, usize, u64)>,
-    /// Writes in flight: offset, length, future.
-    behind: VecDeque<(u64, usize, OpFuture<AlignedBuf>)>,
+    /// Writes in flight: offset, length, bytes written before this
+    /// operation (the rest of a short write to a file without offsets),
+    /// future.
+    behind: VecDeque<(u64, usize, usize, OpFuture<AlignedBuf>)>,
     spare: Vec<AlignedBuf>,
+    /// Whether the file has offsets (see the module's comment), asked at
+    /// the first streaming call: a file made for positional calls only
+    /// (as the Python package makes one per call) pays nothing.
+    seekable: Option<bool>,
+}
+
+/// Whether `fd` has a file offset to read ahead of: not a pipe, FIFO,
+/// socket or a character device without one, such as a terminal (`lseek`
+/// refuses those with `ESPIPE`). Regular files, directories and block
+/// devices (the files `may_wait_forever` trusts) are not asked again.
+fn seekable(fd: RawFd) -> bool {
+    if !crate::aio::op::may_wait_forever(fd) {
+        return true;
+    }
+    // SAFETY: `lseek` by 0 from the current position moves nothing; any
+    // number is allowed (a closed one fails with EBADF).
+    let rc = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) };
+    !(rc == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ESPIPE))
 }
 
 impl Stream {
@@ -51,6 +87,7 @@ impl Stream {
             wbuf: None,
             behind: VecDeque::new(),
             spare: Vec::new(),
+            seekable: None,
         }
     }
 
@@ -73,16 +110,36 @@ impl Stream {
 }
 
 impl AsyncFile {
+    /// Whether this file has offsets, asked once.
+    pub(super) fn seekable(&mut self) -> bool {
+        let fd = self.handle.file.as_raw_fd();
+        *self.stream.seekable.get_or_insert_with(|| seekable(fd))
+    }
+
     pub(super) fn poll_read_inner(
         &mut self,
         cx: &mut Context<'_>,
         out: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        if self.stream.wbuf.is_some() || !self.stream.behind.is_empty() {
+        // Without offsets the two directions are independent (a socket
+        // read and written at once, its halves split): a read waits for no
+        // write, or a peer echoing what it reads could never be read from
+        // while the writes wait for it to read. It only sends what was
+        // written and not yet sent.
+        let seekable = self.seekable();
+        if seekable && (self.stream.wbuf.is_some() || !self.stream.behind.is_empty()) {
             ready!(self.poll_flush_inner(cx))?;
+        } else if !seekable && self.stream.wbuf.is_some() && self.stream.behind.is_empty() {
+            // The block being filled is sent, not waited for: a peer
+            // answering what was written must have it (one write in flight
+            // at most: `poll_write` fills a block only once none is).
+            self.issue_write(Some(cx.waker()));
         }
         if out.is_empty() {
             return Poll::Ready(Ok(0));
+        }
+        if !seekable {
+            return self.poll_read_unseekable(cx, out);
         }
         loop {
             let s = &mut self.stream;
@@ -144,16 +201,66 @@ impl AsyncFile {
         }
     }
 
+    /// A read of a file without offsets: one read in flight, at the
+    /// descriptor's position; a short read is what was there, only 0 bytes
+    /// is the end (and not kept: a terminal reads on after it).
+    fn poll_read_unseekable(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let s = &mut self.stream;
+            if let Some((b, start, end)) = &mut s.cur {
+                if *start < *end {
+                    let n = out.len().min(*end - *start);
+                    out[..n].copy_from_slice(&b[*start..*start + n]);
+                    *start += n;
+                    s.pos += n as u64;
+                    return Poll::Ready(Ok(n));
+                }
+                let (b, _, _) = s.cur.take().expect("checked above");
+                s.spare.push(b);
+            }
+            if s.ahead.is_empty() {
+                let buf = s.buffer();
+                let mut f = self.handle.read_into(&self.engine, buf, 0, 0);
+                f.set_waker(cx.waker());
+                f.start();
+                s.ahead.push_back((0, f));
+            }
+            let (_, f) = s.ahead.front_mut().expect("pushed above");
+            let (res, b) = ready!(Pin::new(f).poll(cx));
+            s.ahead.pop_front();
+            match res {
+                Ok(n) if n > 0 => s.cur = Some((b, 0, n)),
+                Ok(_) => {
+                    s.spare.push(b);
+                    return Poll::Ready(Ok(0));
+                }
+                Err(e) => {
+                    s.spare.push(b);
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+    }
+
     pub(super) fn poll_write_inner(
         &mut self,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.stream.cur.is_some() || !self.stream.ahead.is_empty() {
+        // Without offsets reads and writes do not meet: the bytes read
+        // (and the read in flight) are kept for the next `poll_read`.
+        let seekable = self.seekable();
+        if seekable && (self.stream.cur.is_some() || !self.stream.ahead.is_empty()) {
             self.stream.reset_reads();
         }
-        // Bound the write-behind before accepting more.
-        while self.stream.behind.len() >= self.stream.depth {
+        // Bound the write-behind before accepting more (without offsets,
+        // one write in flight: more could land out of order).
+        let depth = if seekable { self.stream.depth } else { 1 };
+        while self.stream.behind.len() >= depth {
             ready!(self.poll_oldest_write(cx))?;
         }
         if data.is_empty() {
@@ -187,41 +294,61 @@ impl AsyncFile {
                 self.stream.spare.push(b);
                 b = part;
             }
-            let mut f = self.write_at(b, off);
+            let at = if self.seekable() { off } else { 0 };
+            let mut f = self.write_at(b, at);
             if let Some(w) = waker {
                 f.set_waker(w);
             }
             // Bytes `poll_write` already accepted: never refused half-way
             // (see `OpFuture::resume`), even from `Drop`.
             f.resume();
-            self.stream.behind.push_back((off, len, f));
+            self.stream.behind.push_back((off, len, 0, f));
         }
     }
 
     fn poll_oldest_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let Some((off, len, f)) = self.stream.behind.front_mut() else {
-            return Poll::Ready(Ok(()));
-        };
-        let (off, len) = (*off, *len);
-        let (res, b) = match Pin::new(f).poll(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(r) => r,
-        };
-        self.stream.behind.pop_front();
-        if b.len() == self.stream.block {
-            self.stream.spare.push(b);
-        }
-        match res {
-            Ok(n) if n == len => Poll::Ready(Ok(())),
-            Ok(n) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short write at offset {off}: {n} of {len} bytes"),
-            ))),
-            Err(e) => Poll::Ready(Err(e)),
+        loop {
+            let Some((off, len, done, f)) = self.stream.behind.front_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            let (off, len, done) = (*off, *len, *done);
+            let (res, b) = match Pin::new(f).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => r,
+            };
+            self.stream.behind.pop_front();
+            let res = res.map(|n| done + n);
+            if let Ok(n) = res {
+                // A pipe takes what it has room for: the rest goes next,
+                // still alone in flight (the write-behind holds one there).
+                if n > done && n < len && !self.seekable() {
+                    let mut f = self.write_part(b, n, 0);
+                    f.set_waker(cx.waker());
+                    f.resume();
+                    self.stream.behind.push_front((off, len, n, f));
+                    continue;
+                }
+            }
+            if b.len() == self.stream.block {
+                self.stream.spare.push(b);
+            }
+            return match res {
+                Ok(n) if n == len => Poll::Ready(Ok(())),
+                Ok(n) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short write at offset {off}: {n} of {len} bytes"),
+                ))),
+                Err(e) => Poll::Ready(Err(e)),
+            };
         }
     }
 
     pub(super) fn poll_flush_inner(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Without offsets the block being filled waits for the write in
+        // flight (`poll_write` keeps one there at most).
+        if self.stream.wbuf.is_some() && !self.seekable() {
+            ready!(self.poll_oldest_write(cx))?;
+        }
         if self.stream.wbuf.is_some() {
             self.issue_write(Some(cx.waker()));
         }
@@ -244,6 +371,10 @@ impl AsyncFile {
         cx: &mut Context<'_>,
         pos: SeekFrom,
     ) -> Poll<io::Result<u64>> {
+        if !self.seekable() {
+            // As `lseek` (and so `std::fs::File::seek`) refuses it.
+            return Poll::Ready(Err(io::Error::from_raw_os_error(libc::ESPIPE)));
+        }
         ready!(self.poll_flush_inner(cx))?;
         Poll::Ready(self.seek_inner(pos))
     }
@@ -279,8 +410,12 @@ impl Drop for AsyncFile {
     /// being filled goes to the driver now, and every write not yet
     /// complete (this one included) is performed and left to complete
     /// with its future gone; each keeps its buffer and the file open until
-    /// then. Their errors have nobody to go to: flush (or close) first to
-    /// see them.
+    /// then. On a file without offsets (a pipe, FIFO or socket) the block
+    /// being filled goes after the write in flight, never beside it, and
+    /// waits for a reader for at most a minute (as a dropped socket's
+    /// queued bytes do), then the write is cancelled and the rest dropped.
+    /// Their errors have nobody to go to: flush (or close) first to see
+    /// them.
     fn drop(&mut self) {
         // Dropped reads kept for the next read are cancelled: there is
         // none (they hold the file, so this is the only place they go).
@@ -288,6 +423,24 @@ impl Drop for AsyncFile {
             .open
             .store(false, std::sync::atomic::Ordering::SeqCst);
         self.handle.dropped.side.forget();
+        if self.stream.seekable == Some(false) {
+            debug_assert!(self.stream.behind.len() <= 1, "one write in flight");
+            let sending = self.stream.behind.pop_front();
+            let rest = self.stream.wbuf.take().map(|(b, len, _)| {
+                let mut part = AlignedBuf::new(len, self.stream.align.max(4096));
+                part.copy_from_slice(&b[..len]);
+                part
+            });
+            if sending.is_some() || rest.is_some() {
+                Tail::start(
+                    self.engine.clone(),
+                    self.handle.clone(),
+                    sending.map(|(_, len, done, f)| (len, done, f)),
+                    rest,
+                );
+            }
+            return;
+        }
         if self.stream.wbuf.is_some() {
             self.issue_write(None);
         }
@@ -296,9 +449,156 @@ impl Drop for AsyncFile {
         // On a pipe or FIFO (which may wait for a reader forever) they are
         // cancelled instead, as any dropped operation there is.
         if !crate::aio::op::may_wait_forever(self.handle.file.as_raw_fd()) {
-            for (_, _, f) in self.stream.behind.drain(..) {
+            for (_, _, _, f) in self.stream.behind.drain(..) {
                 f.detach();
             }
         }
+    }
+}
+
+/// The last writes of a dropped stream without offsets: the write in
+/// flight, then the block that was being filled, one at a time (two in
+/// flight on one pipe may land out of order), each short write completed.
+/// Nothing waits in `Drop`: like a dropped socket's queue (`net`'s write
+/// side) this is its own waker, stepped by whichever thread completes its
+/// write, and holds the file open until the last byte is written, a write
+/// fails, or [`LINGER`] passes with the write still waiting for a reader
+/// (then it is cancelled, as a dropped socket's send is).
+struct Tail {
+    state: Mutex<TailState>,
+    /// Someone asked for a step since the last one began.
+    notified: AtomicBool,
+    /// A thread is stepping.
+    running: AtomicBool,
+}
+
+struct TailState {
+    /// The file and its engine, let go once done.
+    file: Option<(AsyncEngine, Arc<Handle>)>,
+    /// The write in flight: its length, the bytes written before it, and
+    /// its future.
+    sending: Option<(usize, usize, OpFuture<AlignedBuf>)>,
+    /// The block that was being filled, to go once `sending` is done.
+    rest: Option<AlignedBuf>,
+    linger: Option<futures_timer::Delay>,
+    /// Counted by the engine until done, so that a caller-driven engine
+    /// left without its driver is driven until then.
+    lingering: Option<Lingering>,
+}
+
+impl Tail {
+    fn start(
+        engine: AsyncEngine,
+        handle: Arc<Handle>,
+        sending: Option<(usize, usize, OpFuture<AlignedBuf>)>,
+        rest: Option<AlignedBuf>,
+    ) {
+        let tail = Arc::new(Tail {
+            state: Mutex::new(TailState {
+                lingering: Some(Lingering::new(&engine)),
+                file: Some((engine, handle)),
+                sending,
+                rest,
+                linger: Some(futures_timer::Delay::new(LINGER)),
+            }),
+            notified: AtomicBool::new(false),
+            running: AtomicBool::new(false),
+        });
+        tail.run();
+    }
+
+    /// Steps, on this thread unless another thread is stepping (that one
+    /// then steps again): a write completing while it is being started
+    /// wakes this from inside a step.
+    fn run(self: &Arc<Self>) {
+        self.notified.store(true, Ordering::SeqCst);
+        loop {
+            if self.running.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            while self.notified.swap(false, Ordering::SeqCst) {
+                let waker = Waker::from(self.clone());
+                let mut cx = Context::from_waker(&waker);
+                let done = {
+                    let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.step(&mut cx)
+                };
+                // Let go outside the lock: dropping the engine may reap.
+                drop(done);
+            }
+            self.running.store(false, Ordering::SeqCst);
+            if !self.notified.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+}
+
+impl Wake for Tail {
+    fn wake(self: Arc<Self>) {
+        self.run();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.run();
+    }
+}
+
+impl TailState {
+    /// Moves the writes along as far as they go without waiting; once
+    /// done (or given up) returns what is let go.
+    #[allow(clippy::type_complexity)]
+    fn step(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Option<(Option<(AsyncEngine, Arc<Handle>)>, Option<Lingering>)> {
+        self.file.as_ref()?;
+        if let Some(limit) = &mut self.linger {
+            if Pin::new(limit).poll(cx).is_ready() {
+                // Nobody read for LINGER: the write is cancelled (its
+                // future dropped) and the rest dropped.
+                self.sending = None;
+                self.rest = None;
+                return Some(self.finish());
+            }
+        }
+        loop {
+            if self.sending.is_none() {
+                let Some(b) = self.rest.take() else {
+                    return Some(self.finish());
+                };
+                let (engine, handle) = self.file.as_ref().expect("checked above");
+                let len = b.len();
+                let mut f = super::positional::write_part(handle, engine, b, 0, 0);
+                f.set_waker(cx.waker());
+                // Bytes `poll_write` accepted: never refused half-way.
+                f.resume();
+                self.sending = Some((len, 0, f));
+            }
+            let (len, done, f) = self.sending.as_mut().expect("set above");
+            let (len, done) = (*len, *done);
+            let Poll::Ready((res, b)) = Pin::new(f).poll(cx) else {
+                return None;
+            };
+            self.sending = None;
+            match res {
+                Ok(n) if n > 0 && done + n < len => {
+                    // A pipe takes what it has room for: the rest next.
+                    let (engine, handle) = self.file.as_ref().expect("checked above");
+                    let mut f = super::positional::write_part(handle, engine, b, done + n, 0);
+                    f.set_waker(cx.waker());
+                    f.resume();
+                    self.sending = Some((len, done + n, f));
+                }
+                Ok(n) if n > 0 => {}
+                // A failed write (the reader gone) has nobody to tell, and
+                // bytes after it would follow a gap: the rest is dropped.
+                _ => self.rest = None,
+            }
+        }
+    }
+
+    fn finish(&mut self) -> (Option<(AsyncEngine, Arc<Handle>)>, Option<Lingering>) {
+        self.linger = None;
+        (self.file.take(), self.lingering.take())
     }
 }
