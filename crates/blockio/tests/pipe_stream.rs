@@ -231,33 +231,6 @@ fn tokio_poll_complete_on_a_pipe_is_espipe() {
     }
 }
 
-/// An `AsyncFile` of a pipe dropped without `flush`, with a write in
-/// flight and a block partly filled behind it (and its engine dropped
-/// too): the reader gets every byte `write_all` accepted, in order (the
-/// partly filled block after the write in flight, never beside it).
-#[test]
-fn a_pipe_stream_dropped_without_flush_delivers_every_byte() {
-    let data = pattern();
-    for backend in BACKENDS {
-        for len in [100, (64 << 10) + 100, (1 << 20) + 100, (4 << 20) + 4] {
-            let engine = AsyncEngine::builder().backend(backend).build().unwrap();
-            let (r, w) = common::pipe();
-            let reader = std::thread::spawn(move || {
-                let mut got = Vec::new();
-                let mut r = r;
-                r.read_to_end(&mut got).map(|_| got)
-            });
-            let mut file = AsyncFile::from_file(&engine, w);
-            futures::executor::block_on(file.write_all(&data[..len])).unwrap();
-            drop(file);
-            drop(engine);
-            let got = reader.join().unwrap().unwrap();
-            assert_eq!(got.len(), len, "{backend:?}: {len} bytes written");
-            assert!(got == data[..len], "{backend:?}: {len} bytes out of order");
-        }
-    }
-}
-
 /// Requests and their echoes on one socket through one `AsyncFile`, with
 /// no flush between a request and the read of its answer on every other
 /// round: each answer comes, whole (a read sends the block being filled,

@@ -72,7 +72,6 @@ pub mod tcp;
 mod time_limit;
 pub mod unix;
 mod write_side;
-pub(crate) use write_side::LINGER;
 
 pub use addr::{lookup_host, ToSocketAddrs};
 pub use recv_stream::{RecvBuf, RecvStream};

@@ -4,12 +4,9 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 use super::batch::{BatchFuture, BatchOp, MaybeBuf};
-use std::sync::Arc;
-
-use super::{AsyncFile, Handle};
+use super::AsyncFile;
 use crate::aio::buf::{IoBuf, IoBufMut};
 use crate::aio::op::{BufResult, OpFuture};
-use crate::aio::AsyncEngine;
 use crate::op::action::{
     Action, FallocateArgs, ReadVectoredArgs, Vectored, WriteArgs, WriteVectoredArgs,
 };
@@ -23,7 +20,20 @@ impl AsyncFile {
 
     /// Writes `buf[start..]` at `offset`.
     pub(super) fn write_part<B: IoBuf>(&self, buf: B, start: usize, offset: u64) -> OpFuture<B> {
-        write_part(&self.handle, &self.engine, buf, start, offset)
+        let start = start.min(buf.bytes_len());
+        let len = buf.bytes_len() - start;
+        // SAFETY: `start` is within the buffer (the kernel only reads), and
+        // the op points into `buf`, which the future owns.
+        unsafe {
+            let ptr = buf.stable_ptr().add(start);
+            let write = WriteArgs {
+                buf: ptr,
+                len,
+                offset,
+            };
+            self.handle
+                .op(&self.engine, Action::Write(write), buf, Vec::new())
+        }
     }
 
     /// A vectored operation over `bufs`, described by `iovecs`.
@@ -387,29 +397,5 @@ impl AsyncFile {
             })
             .collect();
         BatchFuture::new(self.engine.clone(), futs)
-    }
-}
-
-/// Writes `buf[start..]` at `offset` of `handle`'s file: also for what
-/// outlives its `AsyncFile` (a dropped stream's last writes).
-pub(super) fn write_part<B: IoBuf>(
-    handle: &Arc<Handle>,
-    engine: &AsyncEngine,
-    buf: B,
-    start: usize,
-    offset: u64,
-) -> OpFuture<B> {
-    let start = start.min(buf.bytes_len());
-    let len = buf.bytes_len() - start;
-    // SAFETY: `start` is within the buffer (the kernel only reads), and
-    // the op points into `buf`, which the future owns.
-    unsafe {
-        let ptr = buf.stable_ptr().add(start);
-        let write = WriteArgs {
-            buf: ptr,
-            len,
-            offset,
-        };
-        handle.op(engine, Action::Write(write), buf, Vec::new())
     }
 }

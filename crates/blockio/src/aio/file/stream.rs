@@ -8,24 +8,18 @@
 //! has one read and one write in flight at a time, at the descriptor's
 //! own position (offset 0, which the thread pool's `pread` falls back to
 //! `read` at), the end only at a 0-byte read, short writes completed, and
-//! seeks refused with `ESPIPE` as `std::fs::File`'s are. Its reads wait
-//! for no write (the two directions of a socket are independent), and
-//! dropped, its last writes still go one at a time ([`Tail`]).
+//! seeks refused with `ESPIPE` as `std::fs::File`'s are.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, SeekFrom};
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{ready, Context, Poll, Wake, Waker};
+use std::task::{ready, Context, Poll};
 
-use super::{AsyncFile, Handle};
+use super::AsyncFile;
 use crate::aio::op::OpFuture;
-use crate::aio::{AsyncEngine, Lingering};
 use crate::buf::AlignedBuf;
-use crate::net::LINGER;
 
 /// The streaming state: cursor, read-ahead and write-behind.
 pub(super) struct Stream {
@@ -410,12 +404,12 @@ impl Drop for AsyncFile {
     /// being filled goes to the driver now, and every write not yet
     /// complete (this one included) is performed and left to complete
     /// with its future gone; each keeps its buffer and the file open until
-    /// then. On a file without offsets (a pipe, FIFO or socket) the block
-    /// being filled goes after the write in flight, never beside it, and
-    /// waits for a reader for at most a minute (as a dropped socket's
-    /// queued bytes do), then the write is cancelled and the rest dropped.
-    /// Their errors have nobody to go to: flush (or close) first to see
-    /// them.
+    /// then. Their errors have nobody to go to: flush (or close) first to
+    /// see them. On a pipe or FIFO (which may wait for a reader forever)
+    /// the writes not yet complete are cancelled instead, and on a file
+    /// without offsets the block being filled goes only if no write is in
+    /// flight (two could land out of order): there, bytes not flushed
+    /// before the drop may never arrive.
     fn drop(&mut self) {
         // Dropped reads kept for the next read are cancelled: there is
         // none (they hold the file, so this is the only place they go).
@@ -423,25 +417,9 @@ impl Drop for AsyncFile {
             .open
             .store(false, std::sync::atomic::Ordering::SeqCst);
         self.handle.dropped.side.forget();
-        if self.stream.seekable == Some(false) {
-            debug_assert!(self.stream.behind.len() <= 1, "one write in flight");
-            let sending = self.stream.behind.pop_front();
-            let rest = self.stream.wbuf.take().map(|(b, len, _)| {
-                let mut part = AlignedBuf::new(len, self.stream.align.max(4096));
-                part.copy_from_slice(&b[..len]);
-                part
-            });
-            if sending.is_some() || rest.is_some() {
-                Tail::start(
-                    self.engine.clone(),
-                    self.handle.clone(),
-                    sending.map(|(_, len, done, f)| (len, done, f)),
-                    rest,
-                );
-            }
-            return;
-        }
-        if self.stream.wbuf.is_some() {
+        // Without offsets a second write in flight could land before the
+        // first: the block being filled goes only if none is.
+        if self.stream.wbuf.is_some() && (self.stream.behind.is_empty() || self.seekable()) {
             self.issue_write(None);
         }
         // Writes still waiting for room in the ring or for a pool thread
@@ -453,152 +431,5 @@ impl Drop for AsyncFile {
                 f.detach();
             }
         }
-    }
-}
-
-/// The last writes of a dropped stream without offsets: the write in
-/// flight, then the block that was being filled, one at a time (two in
-/// flight on one pipe may land out of order), each short write completed.
-/// Nothing waits in `Drop`: like a dropped socket's queue (`net`'s write
-/// side) this is its own waker, stepped by whichever thread completes its
-/// write, and holds the file open until the last byte is written, a write
-/// fails, or [`LINGER`] passes with the write still waiting for a reader
-/// (then it is cancelled, as a dropped socket's send is).
-struct Tail {
-    state: Mutex<TailState>,
-    /// Someone asked for a step since the last one began.
-    notified: AtomicBool,
-    /// A thread is stepping.
-    running: AtomicBool,
-}
-
-struct TailState {
-    /// The file and its engine, let go once done.
-    file: Option<(AsyncEngine, Arc<Handle>)>,
-    /// The write in flight: its length, the bytes written before it, and
-    /// its future.
-    sending: Option<(usize, usize, OpFuture<AlignedBuf>)>,
-    /// The block that was being filled, to go once `sending` is done.
-    rest: Option<AlignedBuf>,
-    linger: Option<futures_timer::Delay>,
-    /// Counted by the engine until done, so that a caller-driven engine
-    /// left without its driver is driven until then.
-    lingering: Option<Lingering>,
-}
-
-impl Tail {
-    fn start(
-        engine: AsyncEngine,
-        handle: Arc<Handle>,
-        sending: Option<(usize, usize, OpFuture<AlignedBuf>)>,
-        rest: Option<AlignedBuf>,
-    ) {
-        let tail = Arc::new(Tail {
-            state: Mutex::new(TailState {
-                lingering: Some(Lingering::new(&engine)),
-                file: Some((engine, handle)),
-                sending,
-                rest,
-                linger: Some(futures_timer::Delay::new(LINGER)),
-            }),
-            notified: AtomicBool::new(false),
-            running: AtomicBool::new(false),
-        });
-        tail.run();
-    }
-
-    /// Steps, on this thread unless another thread is stepping (that one
-    /// then steps again): a write completing while it is being started
-    /// wakes this from inside a step.
-    fn run(self: &Arc<Self>) {
-        self.notified.store(true, Ordering::SeqCst);
-        loop {
-            if self.running.swap(true, Ordering::SeqCst) {
-                return;
-            }
-            while self.notified.swap(false, Ordering::SeqCst) {
-                let waker = Waker::from(self.clone());
-                let mut cx = Context::from_waker(&waker);
-                let done = {
-                    let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                    st.step(&mut cx)
-                };
-                // Let go outside the lock: dropping the engine may reap.
-                drop(done);
-            }
-            self.running.store(false, Ordering::SeqCst);
-            if !self.notified.load(Ordering::SeqCst) {
-                return;
-            }
-        }
-    }
-}
-
-impl Wake for Tail {
-    fn wake(self: Arc<Self>) {
-        self.run();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.run();
-    }
-}
-
-impl TailState {
-    /// Moves the writes along as far as they go without waiting; once
-    /// done (or given up) returns what is let go.
-    #[allow(clippy::type_complexity)]
-    fn step(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Option<(Option<(AsyncEngine, Arc<Handle>)>, Option<Lingering>)> {
-        self.file.as_ref()?;
-        if let Some(limit) = &mut self.linger {
-            if Pin::new(limit).poll(cx).is_ready() {
-                // Nobody read for LINGER: the write is cancelled (its
-                // future dropped) and the rest dropped.
-                self.sending = None;
-                self.rest = None;
-                return Some(self.finish());
-            }
-        }
-        loop {
-            if self.sending.is_none() {
-                let Some(b) = self.rest.take() else {
-                    return Some(self.finish());
-                };
-                let (engine, handle) = self.file.as_ref().expect("checked above");
-                let len = b.len();
-                let mut f = super::positional::write_part(handle, engine, b, 0, 0);
-                f.set_waker(cx.waker());
-                // Bytes `poll_write` accepted: never refused half-way.
-                f.resume();
-                self.sending = Some((len, 0, f));
-            }
-            let (len, done, f) = self.sending.as_mut().expect("set above");
-            let (len, done) = (*len, *done);
-            let Poll::Ready((res, b)) = Pin::new(f).poll(cx) else {
-                return None;
-            };
-            self.sending = None;
-            match res {
-                Ok(n) if n > 0 && done + n < len => {
-                    // A pipe takes what it has room for: the rest next.
-                    let (engine, handle) = self.file.as_ref().expect("checked above");
-                    let mut f = super::positional::write_part(handle, engine, b, done + n, 0);
-                    f.set_waker(cx.waker());
-                    f.resume();
-                    self.sending = Some((len, done + n, f));
-                }
-                Ok(n) if n > 0 => {}
-                // A failed write (the reader gone) has nobody to tell, and
-                // bytes after it would follow a gap: the rest is dropped.
-                _ => self.rest = None,
-            }
-        }
-    }
-
-    fn finish(&mut self) -> (Option<(AsyncEngine, Arc<Handle>)>, Option<Lingering>) {
-        self.linger = None;
-        (self.file.take(), self.lingering.take())
     }
 }
