@@ -26,35 +26,9 @@ SIZES = [4 << 10, 64 << 10, 1 << 20, 8 << 20]
 FRESH_MIN = 64 << 10
 
 
-def drop_from_the_page_cache(path):
-    """Drops the file's pages from the page cache (written back first): its
-    next reads are not served inline but by the engine, from the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def engine_results(engine):
-    """Records every object ``engine.aread`` and ``engine._aread_after`` (a
-    read after bytes held) return, in a list it returns."""
-    results = []
-    aread, aread_after = engine.aread, engine._aread_after
-
-    async def spy_aread(file, *, offset, length):
-        got = await aread(file, offset=offset, length=length)
-        results.append(got)
-        return got
-
-    async def spy_after(file, head, offset, length):
-        got = await aread_after(file, head, offset, length)
-        results.append(got)
-        return got
-
-    engine.aread, engine._aread_after = spy_aread, spy_after
-    return results
+# The page-cache eviction and the engine-result spy are the suite's own.
+from test_inline_reads import evict as drop_from_the_page_cache  # noqa: E402
+from test_large_reads import engine_results  # noqa: E402
 
 
 @pytest.mark.parametrize("size", SIZES)
