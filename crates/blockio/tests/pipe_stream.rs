@@ -165,6 +165,26 @@ fn a_seek_on_a_pipe_stream_is_espipe() {
     }
 }
 
+/// A Unix socket pair whose other end echoes what it reads on a thread of
+/// its own until it reads the end: our end, and the echoing thread.
+fn echo_peer() -> (
+    std::os::unix::net::UnixStream,
+    std::thread::JoinHandle<std::io::Result<()>>,
+) {
+    let (ours, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+    let echo = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 100_000];
+        loop {
+            let n = peer.read(&mut buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            peer.write_all(&buf[..n])?;
+        }
+    });
+    (ours, echo)
+}
+
 /// A socket read and written at once through one `AsyncFile` (its halves
 /// split, a peer echoing what it reads): 2 MiB each way arrive whole and
 /// in order. A read that waited for the writes in flight would wait for
@@ -173,17 +193,7 @@ fn a_seek_on_a_pipe_stream_is_espipe() {
 fn a_socket_read_and_written_at_once_echoes_everything() {
     for backend in BACKENDS {
         let engine = AsyncEngine::builder().backend(backend).build().unwrap();
-        let (ours, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
-        let echo = std::thread::spawn(move || {
-            let mut buf = vec![0u8; 100_000];
-            loop {
-                let n = peer.read(&mut buf)?;
-                if n == 0 {
-                    return Ok::<_, std::io::Error>(());
-                }
-                peer.write_all(&buf[..n])?;
-            }
-        });
+        let (ours, echo) = echo_peer();
         let file = AsyncFile::from_file(&engine, std::os::fd::OwnedFd::from(ours).into());
         let (mut rd, mut wr) = file.split();
         let data: Vec<u8> = pattern()[..2 << 20].to_vec();
@@ -240,17 +250,7 @@ fn tokio_poll_complete_on_a_pipe_is_espipe() {
 fn a_socket_written_then_read_gets_its_echo_without_a_flush() {
     for backend in BACKENDS {
         let engine = AsyncEngine::builder().backend(backend).build().unwrap();
-        let (ours, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
-        let echo = std::thread::spawn(move || {
-            let mut buf = vec![0u8; 100_000];
-            loop {
-                let n = peer.read(&mut buf)?;
-                if n == 0 {
-                    return Ok::<_, std::io::Error>(());
-                }
-                peer.write_all(&buf[..n])?;
-            }
-        });
+        let (ours, echo) = echo_peer();
         let mut file = AsyncFile::from_file(&engine, std::os::fd::OwnedFd::from(ours).into());
         let mut rng = Rng(12345);
         futures::executor::block_on(async {
