@@ -91,6 +91,23 @@ impl Stream {
             .unwrap_or_else(|| AlignedBuf::new(self.block, self.align.max(4096)))
     }
 
+    /// Copies into `out` what is left of the block being consumed and
+    /// moves the cursor past it: the bytes copied, or `None` once that
+    /// block is spent (it goes back to the spare buffers) or there is none.
+    fn take_current(&mut self, out: &mut [u8]) -> Option<usize> {
+        let (b, start, end) = self.cur.as_mut()?;
+        if *start < *end {
+            let n = out.len().min(*end - *start);
+            out[..n].copy_from_slice(&b[*start..*start + n]);
+            *start += n;
+            self.pos += n as u64;
+            return Some(n);
+        }
+        let (b, _, _) = self.cur.take().expect("checked above");
+        self.spare.push(b);
+        None
+    }
+
     /// Forgets read-ahead (dropping in-flight reads is safe: their buffers
     /// stay with the driver until they complete).
     fn reset_reads(&mut self) {
@@ -137,16 +154,8 @@ impl AsyncFile {
         }
         loop {
             let s = &mut self.stream;
-            if let Some((b, start, end)) = &mut s.cur {
-                if *start < *end {
-                    let n = out.len().min(*end - *start);
-                    out[..n].copy_from_slice(&b[*start..*start + n]);
-                    *start += n;
-                    s.pos += n as u64;
-                    return Poll::Ready(Ok(n));
-                }
-                let (b, _, _) = s.cur.take().expect("checked above");
-                s.spare.push(b);
+            if let Some(n) = s.take_current(out) {
+                return Poll::Ready(Ok(n));
             }
             while s.ahead.len() < s.depth && s.eof_at.map_or(true, |e| s.next < e) {
                 let buf = s.buffer();
@@ -205,16 +214,8 @@ impl AsyncFile {
     ) -> Poll<io::Result<usize>> {
         loop {
             let s = &mut self.stream;
-            if let Some((b, start, end)) = &mut s.cur {
-                if *start < *end {
-                    let n = out.len().min(*end - *start);
-                    out[..n].copy_from_slice(&b[*start..*start + n]);
-                    *start += n;
-                    s.pos += n as u64;
-                    return Poll::Ready(Ok(n));
-                }
-                let (b, _, _) = s.cur.take().expect("checked above");
-                s.spare.push(b);
+            if let Some(n) = s.take_current(out) {
+                return Poll::Ready(Ok(n));
             }
             if s.ahead.is_empty() {
                 let buf = s.buffer();
