@@ -22,13 +22,37 @@ BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 WATCHDOG = 120  # seconds: far beyond any run that works
 
 
+# What every child program starts with: the modules it uses, and how it
+# sets its limit and uses up its descriptors.
+PRELUDE = '''
+import asyncio, errno, os, resource
+import blockio
+
+
+def limit_descriptors(n):
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
+def fill():
+    """Opens /dev/null until the process is out of descriptors; the numbers."""
+    filler = []
+    while True:
+        try:
+            filler.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            return filler
+'''
+
+
 def run_limited(code, backend, cwd):
+    """Runs ``code`` (after ``PRELUDE``) in a child process on ``backend``:
+    its exit code and its output."""
     env = dict(os.environ)
     if backend == "threads":
         env["BLOCKIO_BACKEND"] = "threads"
     else:
         env.pop("BLOCKIO_BACKEND", None)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
                          timeout=WATCHDOG, cwd=cwd, env=env)
     return out.returncode, out.stdout + out.stderr
 
@@ -44,10 +68,7 @@ def test_files_written_at_once_up_to_the_descriptor_limit(tmp_path, backend, fil
     the writes and fsyncs failed with EMFILE, and most of them with 1,000
     files.)"""
     code, out = run_limited(f"""
-        import asyncio, resource
-        import blockio
-
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        limit_descriptors(1024)
 
         async def main():
             fs = await asyncio.gather(*(blockio.open(f"f{{i}}", {mode!r}) for i in range({files})))
@@ -133,19 +154,11 @@ def test_an_open_file_finishes_its_calls_with_no_descriptor_free(tmp_path, backe
     }[case]
     path = "out" if mode == "wb" else "src"
     code, out = run_limited(f"""
-        import asyncio, os, resource
-        import blockio
-
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        limit_descriptors(64)
 
         async def main():
             f = await blockio.open({path!r}, {mode!r}{kw})
-            filler = []
-            while True:
-                try:
-                    filler.append(os.open("/dev/null", os.O_RDONLY))
-                except OSError:
-                    break
+            filler = fill()
             {call}
             await f.close()
             for fd in filler:
@@ -170,19 +183,11 @@ def test_open_fails_with_emfile_when_the_engine_cannot_be_made(tmp_path, backend
     does when out of descriptors, and leaves no descriptor open; once
     descriptors are free again, the same engine opens and writes files."""
     code, out = run_limited("""
-        import asyncio, errno, os, resource
-        import blockio
-
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        limit_descriptors(64)
 
         async def main():
             blockio.default_engine()  # (the engine object; its rings are not made yet)
-            filler = []
-            while True:
-                try:
-                    filler.append(os.open("/dev/null", os.O_RDONLY))
-                except OSError:
-                    break
+            filler = fill()
             os.close(filler.pop())  # one free: the file's own
             try:
                 await blockio.open("out", "wb")
@@ -214,19 +219,11 @@ def test_a_failed_open_has_closed_every_descriptor_it_made_when_it_raises(tmp_pa
     right after the failed open often found the process still out of
     descriptors.)"""
     code, out = run_limited("""
-        import asyncio, errno, os, resource
-        import blockio
-
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        limit_descriptors(64)
 
         async def main():
             blockio.default_engine()  # (the engine object; its file engine is not made yet)
-            filler = []
-            while True:
-                try:
-                    filler.append(os.open("/dev/null", os.O_RDONLY))
-                except OSError:
-                    break
+            filler = fill()
             os.close(filler.pop())  # one free
             held = 0
             for _ in range(200):
@@ -268,7 +265,7 @@ def test_pipes_read_at_once_up_to_the_descriptor_limit(tmp_path, backend, kw, ca
         from waits import await_until, watched
         import blockio
 
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        limit_descriptors(1024)
 
         def count(what):
             return len(os.listdir(f"/proc/self/{{what}}"))
@@ -431,7 +428,7 @@ def test_pipe_writes_waiting_at_once_up_to_the_descriptor_limit(tmp_path, backen
         from waits import await_until, blocked_in
         import blockio
 
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        limit_descriptors(1024)
         N = 420
 
         def count(what):
@@ -547,19 +544,11 @@ def test_an_open_that_fails_with_emfile_creates_no_file(tmp_path, backend, mode)
     open creates and writes it. (When the engine was made after the
     open, the failed open left an empty file.)"""
     code, out = run_limited(f"""
-        import asyncio, errno, os, resource
-        import blockio
-
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        limit_descriptors(64)
 
         async def main():
             blockio.default_engine()  # (the engine object; its asynchronous engine is not made yet)
-            filler = []
-            while True:
-                try:
-                    filler.append(os.open("/dev/null", os.O_RDONLY))
-                except OSError:
-                    break
+            filler = fill()
             os.close(filler.pop())  # one free: the file's own
             try:
                 await blockio.open("new", {mode!r})
@@ -592,22 +581,16 @@ def test_an_open_whose_opener_adds_o_direct_and_fails_with_emfile_creates_no_fil
     seen = []
     for k in range(1, 8):  # (a new process each: the engine's parts are made once)
         code, out = run_limited(f"""
-            import asyncio, concurrent.futures.thread, errno, fcntl, os, resource
-            import blockio
+            import concurrent.futures.thread, fcntl
 
-            resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+            limit_descriptors(64)
 
             def opener(path, flags):
                 return os.open(path, flags | os.O_DIRECT, 0o666)
 
             async def main():
                 blockio.default_engine()  # (the engine object; its file engines are not made yet)
-                filler = []
-                while True:
-                    try:
-                        filler.append(os.open("/dev/null", os.O_RDONLY))
-                    except OSError:
-                        break
+                filler = fill()
                 for fd in filler[-{k}:]:
                     os.close(fd)  # ({k} free)
                 try:
@@ -646,18 +629,10 @@ def test_the_first_open_short_of_descriptors_says_what_it_could_not_make(tmp_pat
     seen = []
     for k in range(1, 8):  # (a new process each: the engine is made once)
         code, out = run_limited(f"""
-            import asyncio, errno, os, resource
-            import blockio
-
-            resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+            limit_descriptors(64)
 
             async def main():
-                filler = []
-                while True:
-                    try:
-                        filler.append(os.open("/dev/null", os.O_RDONLY))
-                    except OSError:
-                        break
+                filler = fill()
                 for fd in filler[-{k}:]:
                     os.close(fd)  # ({k} free)
                 try:
