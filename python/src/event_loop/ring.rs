@@ -1063,6 +1063,31 @@ impl LoopRing {
         }
         Ok(sent)
     }
+
+    /// Whether a transport's write may use this ring now: open, and made
+    /// in this process (not a parent's, after `fork()`).
+    pub(crate) fn usable(&self) -> bool {
+        self.generation == FORK_GENERATION.load(Ordering::SeqCst)
+            && self.state.try_lock().is_ok_and(|g| g.is_some())
+    }
+
+    /// Writes what socket `fd` takes of `bytes` now (see
+    /// [`LoopRing::send`]): a transport's write (`write::StreamTx`).
+    pub(crate) fn send_now(&self, fd: RawFd, bytes: &[u8]) -> PyResult<usize> {
+        self.send_inline(fd, bytes, true)
+    }
+
+    /// Hands the ring the rest of a send of which `sent` of the `b`'s
+    /// bytes went out already (see [`LoopRing::send`]); the token of its
+    /// completion, whose result is the whole length.
+    pub(crate) fn send_rest(&self, fd: RawFd, b: PyBuffer<u8>, sent: usize) -> PyResult<u64> {
+        let n = b.len_bytes();
+        let mut op = InFlight::new(Kind::Send, fd, true, Memory::Lent(b), n);
+        op.done = sent;
+        let token = self.submit(op)?;
+        self.flush()?;
+        Ok(token)
+    }
 }
 
 impl State {
