@@ -230,10 +230,12 @@ struct State {
     /// one buffer for the ring, not one per connection.
     scratch: Vec<u8>,
     /// The socket receives finished since the last wait by a send of this
-    /// loop's own: `(descriptor the send wrote to, that socket's inode,
-    /// receive's token)` (see [`State::mark_peer_receives`]). The inode
-    /// tells a socket that took a closed one's number from it.
-    peer_receives: Vec<(RawFd, u64, u64)>,
+    /// loop's own: `(descriptor the send wrote to, receive's token)` (see
+    /// [`State::mark_peer_receives`]). No inode is kept to tell a socket
+    /// that took a closed one's number in the same step: a receive marked
+    /// by such a write only takes what its own socket holds (a `FIONREAD`
+    /// more), where asking the inode cost an `fstat` at every mark.
+    peer_receives: Vec<(RawFd, u64)>,
     /// First buffers of finished socket receives, kept for the next ones.
     spare: Spares,
 }
@@ -1137,9 +1139,7 @@ impl State {
                 // read here.
                 let got = unsafe { std::slice::from_raw_parts(start, n) };
                 if *got == sent[..n] {
-                    if let Some(ino) = socket_inode(fd) {
-                        self.peer_receives.push((fd, ino, cqe.user_data()));
-                    }
+                    self.peer_receives.push((fd, cqe.user_data()));
                 }
             }
         }
@@ -1150,18 +1150,11 @@ impl State {
 
     /// Marks `peer_sent` the receives noted since the last wait as
     /// finished by a write to `fd` (see [`State::mark_peer_receives`]):
-    /// the loop has written to that socket again. A socket that took the
-    /// number of a closed one since (another inode) marks nothing; the
-    /// inode is asked only when a noted receive names `fd`.
+    /// the loop has written to that socket again (no system call: see
+    /// `peer_receives`).
     fn wrote_again(&mut self, fd: RawFd) {
-        if !self.peer_receives.iter().any(|&(sender, ..)| sender == fd) {
-            return;
-        }
-        let Some(ino) = socket_inode(fd) else {
-            return;
-        };
-        for &(sender, sender_ino, token) in &self.peer_receives {
-            if sender == fd && sender_ino == ino {
+        for &(sender, token) in &self.peer_receives {
+            if sender == fd {
                 if let Some(op) = self.ops.get_mut(token) {
                     op.peer_sent = true;
                 }
@@ -1513,14 +1506,6 @@ impl State {
     fn forget_in_child(self) {
         drop(self);
     }
-}
-
-/// The inode of socket `fd` (which socket a descriptor number names now),
-/// or `None` when `fd` is closed.
-fn socket_inode(fd: RawFd) -> Option<u64> {
-    // SAFETY: borrowed for this one call; a closed number gives `EBADF`.
-    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    rustix::fs::fstat(borrowed).ok().map(|st| st.st_ino)
 }
 
 /// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
