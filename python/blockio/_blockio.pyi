@@ -446,7 +446,7 @@ def arm_ring_receive(rx: StreamRx, callback: object) -> None:
     """Arms the next receive of a ``StreamReceive`` on the ring, kept in its
     slab with ``rx`` and ``callback`` (no kept bytes looked for)."""
 
-@disjoint_base
+@final
 class StreamTx:
     """The write side of a socket transport on the loop's ring: its bound
     ``write`` is the transport's ``write`` (the common write in native
@@ -459,6 +459,7 @@ class StreamTx:
     def ready(self, ready: bool) -> None: ...
     def write(self, data: Buffer) -> None: ...
 
+@disjoint_base
 class StreamRx:
     """The state of a socket transport's receive (the base of
     ``blockio._proactor.StreamReceive``), read by the dispatch per message."""
