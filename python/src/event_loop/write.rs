@@ -33,6 +33,9 @@ pub(crate) struct StreamTx {
     /// The transport's socket (its number is asked per write, as the
     /// socket may have been closed).
     sock: PyObject,
+    /// Its type's `fileno` (a subclass's own, if it has one), called with
+    /// the socket as its argument: no method is looked up per write.
+    fileno: PyObject,
     /// The transport, whose Python methods take every write that is not
     /// the common one, a send's rest and a failed send; held weakly, as
     /// the transport holds this (its `write`), so that the pair makes no
@@ -54,10 +57,16 @@ enum Outcome {
 #[pymethods]
 impl StreamTx {
     #[new]
-    fn new(ring: Py<LoopRing>, sock: PyObject, transport: &Bound<'_, PyAny>) -> PyResult<Self> {
+    fn new(
+        ring: Py<LoopRing>,
+        sock: &Bound<'_, PyAny>,
+        transport: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let py = sock.py();
         Ok(StreamTx {
             ring,
-            sock,
+            fileno: sock.get_type().getattr(intern!(py, "fileno"))?.unbind(),
+            sock: sock.clone().unbind(),
             transport: PyWeakrefReference::new(transport)?.unbind(),
             ready: AtomicBool::new(false),
         })
@@ -95,6 +104,7 @@ impl StreamTx {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.ring)?;
         visit.call(&self.sock)?;
+        visit.call(&self.fileno)?;
         visit.call(&self.transport)?;
         Ok(())
     }
@@ -109,15 +119,32 @@ impl StreamTx {
         })
     }
 
+    /// `sock.fileno()`, by a vectorcall of the type's `fileno`.
+    fn socket_number<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let args = [self.sock.as_ptr()];
+        // SAFETY: `self.fileno` and `self.sock` are live Python objects
+        // held by `self` for the whole call, which borrows them
+        // (vectorcall takes no reference; no `PY_VECTORCALL_ARGUMENTS_OFFSET`:
+        // the slot before `args` is not ours); the GIL is held (`py`). The
+        // result is a new reference, or NULL with the exception set, which
+        // `from_owned_ptr_or_err` takes over.
+        unsafe {
+            let out = pyo3::ffi::PyObject_Vectorcall(
+                self.fileno.as_ptr(),
+                args.as_ptr(),
+                args.len(),
+                std::ptr::null_mut(),
+            );
+            Bound::from_owned_ptr_or_err(py, out)
+        }
+    }
+
     fn write_now(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Outcome> {
         let ring = self.ring.bind(py).borrow();
         if !ring.usable() {
             return Ok(Outcome::Slow);
         }
-        let fd: RawFd = self
-            .sock
-            .call_method0(py, intern!(py, "fileno"))?
-            .extract(py)?;
+        let fd: RawFd = self.socket_number(py)?.extract()?;
         if fd < 0 {
             return Ok(Outcome::Slow);
         }
