@@ -21,6 +21,7 @@ import sys
 import termios
 import threading
 import traceback
+import weakref
 
 import pytest
 
@@ -1498,3 +1499,55 @@ def test_a_write_to_a_closed_peer_ends_the_connection_through_connection_lost(lo
     assert isinstance(exc, BrokenPipeError), exc
     assert tr.is_closing()
     assert handled == []
+
+
+class KeepsWrite(asyncio.Protocol):
+    """Keeps its transport's ``write`` and only a weak reference to the
+    transport; reading paused (no receive in flight holds the transport)."""
+
+    def __init__(self):
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport):
+        self.write = transport.write
+        self.transport = weakref.ref(transport)
+        transport.pause_reading()
+
+    def connection_lost(self, exc):
+        self.lost.set_result(exc)
+
+
+def test_a_kept_write_keeps_its_transport_open_as_asyncio_s_bound_write_does(loop):
+    """A protocol that keeps ``transport.write`` (a common shortcut) and
+    drops the transport: after a collection the transport is still alive
+    and its connection open (the kept write's bytes reach the peer, and a
+    later one's after a round trip: no end of stream), as asyncio's bound
+    method keeps its transport; after ``close()`` the kept write is dropped
+    with no error, as on asyncio's loops. (The io_uring loop's native write
+    held the transport weakly: the transport was collected, its socket
+    closed, and the write raised ``ReferenceError``.)"""
+    a, b = socket.socketpair()
+    b.setblocking(False)
+
+    async def main():
+        _tr, pr = await loop.connect_accepted_socket(KeepsWrite, a)
+        del _tr
+        gc.collect()
+        assert pr.transport() is not None
+        pr.write(b"hello")
+        assert await _read_all(loop, b, 5) == b"hello"
+        pr.write(b"again")
+        assert await _read_all(loop, b, 5) == b"again"
+        pr.transport().close()
+        assert await pr.lost is None
+        gc.collect()
+        assert pr.transport() is not None  # (held by the kept write)
+        pr.write(b"late")  # dropped, as a write after close() is
+        return await asyncio.wait_for(loop.sock_recv(b, 64), DEADLINE)
+
+    try:
+        end = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert end == b""  # the end of stream, nothing after "again"
+

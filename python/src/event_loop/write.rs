@@ -13,13 +13,14 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyOSError;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyWeakrefReference};
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 use pyo3::PyTraverseError;
 
 use super::ring::LoopRing;
@@ -37,10 +38,16 @@ pub(crate) struct StreamTx {
     /// the socket as its argument: no method is looked up per write.
     fileno: PyObject,
     /// The transport, whose Python methods take every write that is not
-    /// the common one, a send's rest and a failed send; held weakly, as
-    /// the transport holds this (its `write`), so that the pair makes no
-    /// reference cycle and a dropped transport goes at once.
-    transport: Py<PyWeakrefReference>,
+    /// the common one, a send's rest and a failed send. Held strongly, as
+    /// asyncio's bound `write` holds its transport: a protocol that keeps
+    /// only `transport.write` keeps the transport (and its socket) open
+    /// and can still write, or have a write after `close()` dropped. The
+    /// transport holds this (its `write`), so the pair is a reference
+    /// cycle, which the collector sees (`__traverse__`) and breaks
+    /// (`__clear__`). Behind a lock only so that `__clear__` can take it
+    /// from a frozen object; never held across a Python call, and not
+    /// touched by a write that goes out whole.
+    transport: Mutex<Option<PyObject>>,
     /// Whether nothing stands between a write and the socket (see the
     /// module's doc).
     ready: AtomicBool,
@@ -56,6 +63,9 @@ enum Outcome {
 
 #[pymethods]
 impl StreamTx {
+    /// The write side of `transport`, whose socket `sock` is sent on
+    /// through `ring` (the loop's). `sock`'s type's `fileno` is looked up
+    /// here, once. Not ready until the transport says so (`ready`).
     #[new]
     fn new(
         ring: Py<LoopRing>,
@@ -67,7 +77,7 @@ impl StreamTx {
             ring,
             fileno: sock.get_type().getattr(intern!(py, "fileno"))?.unbind(),
             sock: sock.clone().unbind(),
-            transport: PyWeakrefReference::new(transport)?.unbind(),
+            transport: Mutex::new(Some(transport.clone().unbind())),
             ready: AtomicBool::new(false),
         })
     }
@@ -78,6 +88,9 @@ impl StreamTx {
         self.ready.load(Ordering::Relaxed)
     }
 
+    /// Set by the transport whenever its state may have changed: true
+    /// only while nothing is in flight or buffered, it is not closing or
+    /// lost, no end of stream was written and no sendfile runs.
     #[setter]
     fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
@@ -105,16 +118,36 @@ impl StreamTx {
         visit.call(&self.ring)?;
         visit.call(&self.sock)?;
         visit.call(&self.fileno)?;
-        visit.call(&self.transport)?;
+        // (never held across a Python call, so never held here: the
+        // collector runs only inside one)
+        if let Ok(transport) = self.transport.try_lock() {
+            if let Some(transport) = &*transport {
+                visit.call(transport)?;
+            }
+        }
         Ok(())
+    }
+
+    fn __clear__(&self) {
+        let transport = self.lock_transport().take();
+        drop(transport); // (let go with the lock free: a finaliser may run)
     }
 }
 
 impl StreamTx {
-    /// The transport (a `ReferenceError` once it is gone: its `write`
-    /// outlived it).
+    /// The lock on the transport (a poisoned lock is taken as it is: no
+    /// code that holds it can panic).
+    fn lock_transport(&self) -> std::sync::MutexGuard<'_, Option<PyObject>> {
+        self.transport
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The transport (a `ReferenceError` only once the collector has
+    /// cleared this, from a finaliser of the cycle being collected).
     fn transport<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.transport.bind(py).upgrade().ok_or_else(|| {
+        let transport = self.lock_transport().as_ref().map(|t| t.clone_ref(py));
+        transport.map(|t| t.into_bound(py)).ok_or_else(|| {
             pyo3::exceptions::PyReferenceError::new_err("the transport of this write is gone")
         })
     }
@@ -139,6 +172,14 @@ impl StreamTx {
         }
     }
 
+    /// Sends `data` on the socket if it is the common write (a non-empty
+    /// `bytes`, `bytearray` or contiguous byte `memoryview`, the ring
+    /// usable, the socket open): what the socket takes at once goes out
+    /// now, a rest goes to the ring (from `data` itself if it is `bytes`,
+    /// else from a copy) and is handed to the transport's `_sent_rest`
+    /// (not ready until it is out), and a failed send to its
+    /// `_write_failed`; all of these are [`Outcome::Done`]. Anything else
+    /// is [`Outcome::Slow`], with nothing sent.
     fn write_now(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Outcome> {
         let ring = self.ring.bind(py).borrow();
         if !ring.usable() {
