@@ -18,6 +18,7 @@ import random
 import socket
 import struct
 import sys
+import tempfile
 import termios
 import threading
 import traceback
@@ -1551,3 +1552,43 @@ def test_a_kept_write_keeps_its_transport_open_as_asyncio_s_bound_write_does(loo
         b.close()
     assert end == b""  # the end of stream, nothing after "again"
 
+
+def test_a_write_during_a_sendfile_is_refused_and_the_stream_stays_whole(loop):
+    """A write while ``loop.sendfile`` sends on the transport (the peer has
+    the file's first byte and reads no more, so the sendfile of 4 MiB
+    cannot have ended) raises asyncio's ``RuntimeError`` for every kind of
+    buffer and sends nothing; the peer gets the write before, the whole
+    file and the write after, in order. (On io_uring the native write must
+    not take a write then: it is told at the sendfile's start.)"""
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    body = random.Random(66).randbytes(4 << 20)
+    head, tail = b"head;", b";tail"
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        await asyncio.sleep(0)  # connection_made
+        with tempfile.TemporaryFile() as f:
+            f.write(body)
+            f.flush()
+            f.seek(0)
+            tr.write(head)
+            sending = asyncio.ensure_future(loop.sendfile(tr, f))
+            got = await _read_all(loop, b, len(head) + 1)  # the sendfile runs
+            for data in (b"mid", bytearray(b"mid"), memoryview(b"mid")):
+                with pytest.raises(RuntimeError, match="^unable to write; sendfile is in progress$"):
+                    tr.write(data)
+            got += await _read_all(loop, b, len(head) + len(body) - len(got))
+            sent = await asyncio.wait_for(sending, DEADLINE)
+        tr.write(tail)
+        got += await _read_all(loop, b, len(head) + len(body) + len(tail) - len(got))
+        tr.close()
+        await pr.lost
+        return sent, got
+
+    try:
+        sent, got = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert sent == len(body)
+    assert got == head + body + tail
