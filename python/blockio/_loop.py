@@ -329,6 +329,23 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 or self._empty_waiter is not None
             )
 
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            super()._call_connection_lost(exc)
+        finally:
+            tx = self._tx
+            if tx is not None and self._called_connection_lost:
+                # The native write holds the transport (as asyncio's bound
+                # write does: a kept `transport.write` keeps it); the
+                # transport lets go of it once the connection is lost, so
+                # that no cycle is left for the collector and the transport
+                # goes with its last reference, as asyncio's does. A kept
+                # write is never ready from now on: it goes to _write_slow,
+                # which drops it, as asyncio does.
+                tx.ready = False
+                self._tx = None
+                self.__dict__.pop("write", None)  # the class's (_write_slow)
+
     def write_eof(self) -> None:
         super().write_eof()
         self._update_write_ready()

@@ -1605,3 +1605,41 @@ def test_a_write_during_a_sendfile_is_refused_and_the_stream_stays_whole(loop):
         b.close()
     assert sent == len(body)
     assert got == head + body + tail
+
+
+class Ends(asyncio.Protocol):
+    """Keeps no reference to its transport; ``lost`` is its end."""
+
+    def __init__(self):
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc):
+        self.lost.set_result(exc)
+
+
+def test_a_closed_transport_s_protocol_goes_with_its_last_reference(loop):
+    """Once a transport's connection is lost, dropping the last references
+    to the transport and its protocol frees the protocol with no
+    collection (the collector off), as on asyncio's loops: CPython's
+    test_ssl counts on it (an ``SSLContext`` that the protocol held freed
+    by reference counting alone). The io_uring loop's native write holds
+    its transport, which holds it back while the connection is open; the
+    transport lets go of it at ``connection_lost``, leaving no cycle."""
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Ends, a)
+        tr.write(b"some")
+        tr.close()
+        assert await pr.lost is None
+        return weakref.ref(pr)
+
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        gone = loop.run_until_complete(main())
+        assert gone() is None
+    finally:
+        if was_on:
+            gc.enable()
+        b.close()
