@@ -42,9 +42,10 @@ pub(crate) struct StreamTx {
     /// asyncio's bound `write` holds its transport: a protocol that keeps
     /// only `transport.write` keeps the transport (and its socket) open
     /// and can still write, or have a write after `close()` dropped. The
-    /// transport holds this (its `write`), so the pair is a reference
-    /// cycle, which the collector sees (`__traverse__`) and breaks
-    /// (`__clear__`). Behind a lock only so that `__clear__` can take it
+    /// transport holds this (its `write`) until its connection is lost
+    /// (then it lets go: `_SocketTransport._call_connection_lost`); until
+    /// then the pair is a reference cycle, which the collector sees
+    /// (`__traverse__`) and breaks (`__clear__`). Behind a lock only so that `__clear__` can take it
     /// from a frozen object; never held across a Python call, and not
     /// touched by a write that goes out whole.
     transport: Mutex<Option<PyObject>>,
