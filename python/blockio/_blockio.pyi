@@ -20,7 +20,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "after_fork", "arm_receive", "arm_ring_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
+__all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "StreamTx", "after_fork", "arm_receive", "arm_ring_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "INLINE_WRITE_AFTER_WAIT", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_stream_inline", "stream_in_pieces", "stream_or_ring", "ring_writes", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
@@ -445,6 +445,19 @@ def arm_receive(rx: StreamRx, callback: object) -> None:
 def arm_ring_receive(rx: StreamRx, callback: object) -> None:
     """Arms the next receive of a ``StreamReceive`` on the ring, kept in its
     slab with ``rx`` and ``callback`` (no kept bytes looked for)."""
+
+@final
+class StreamTx:
+    """The write side of a socket transport on the loop's ring: its bound
+    ``write`` is the transport's ``write`` (the common write in native
+    code; every other goes to the transport's ``_write_slow``)."""
+
+    def __new__(cls, ring: LoopRing, sock: object, transport: object) -> "StreamTx": ...
+    @property
+    def ready(self) -> bool: ...
+    @ready.setter
+    def ready(self, ready: bool) -> None: ...
+    def write(self, data: Buffer) -> None: ...
 
 @disjoint_base
 class StreamRx:

@@ -223,6 +223,9 @@ class _Writing:
 
     _drain_mark: object = None
 
+    # A socket transport's native write (see _SocketTransport.__init__).
+    _tx: Any = None
+
     def _loop_writing(self, f: Any = None, data: Any = None) -> None:
         try:
             if f is not None and self._write_fut is None and self._closing:
@@ -239,6 +242,8 @@ class _Writing:
                 fut = self._loop._proactor.send_or_future(self._sock, data)
                 if fut is not None:
                     self._write_fut = fut
+                    if self._tx is not None:
+                        self._tx.ready = False
                     self._pending_write = len(data)
                     fut.add_done_callback(self._loop_writing)
                     self._maybe_pause_protocol()
@@ -260,6 +265,8 @@ class _Writing:
         and the peer then waits for the ``close_notify`` forever.)
         """
         mark = self._drain_mark = object()
+        if self._tx is not None:
+            self._update_write_ready()
         self._maybe_resume_protocol()
         if self._drain_mark is not mark or self._write_fut is not None:
             return  # a write made meanwhile went on, or finished and got here itself
@@ -298,6 +305,59 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         # A real socket, which write() may send on at once (a test's mock
         # goes through the proactor's send).
         self._ring_socket = isinstance(self._sock, socket.socket)
+        if self._ring_socket:
+            # The common write in Rust (`_blockio.StreamTx.write`): the
+            # transport's `write` is its bound method, called with no
+            # Python frame; every other write comes back to _write_slow.
+            self._tx = _blockio.StreamTx(self._loop._proactor._ring, self._sock, self)
+            self.write = self._tx.write
+            self._update_write_ready()
+
+    def _update_write_ready(self) -> None:
+        """Tells the native write whether a write may go to the socket at
+        once: nothing in flight or buffered, not closing or lost, no end of
+        stream written, no sendfile. Called wherever that may have changed
+        other than by a write (which takes _write_slow when not ready)."""
+        tx = self._tx
+        if tx is not None:
+            tx.ready = not (
+                self._closing_v
+                or self._conn_lost
+                or self._write_fut is not None
+                or self._buffer
+                or self._eof_written
+                or self._empty_waiter is not None
+            )
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            super()._call_connection_lost(exc)
+        finally:
+            tx = self._tx
+            if tx is not None and self._called_connection_lost:
+                # The native write holds the transport (as asyncio's bound
+                # write does: a kept `transport.write` keeps it); the
+                # transport lets go of it once the connection is lost, so
+                # that no cycle is left for the collector and the transport
+                # goes with its last reference, as asyncio's does. A kept
+                # write is never ready from now on: it goes to _write_slow,
+                # which drops it, as asyncio does.
+                tx.ready = False
+                self._tx = None
+                self.__dict__.pop("write", None)  # the class's (_write_slow)
+
+    def write_eof(self) -> None:
+        super().write_eof()
+        self._update_write_ready()
+
+    def _make_empty_waiter(self) -> Any:
+        waiter = super()._make_empty_waiter()
+        self._update_write_ready()
+        return waiter
+
+    def _reset_empty_waiter(self) -> None:
+        super()._reset_empty_waiter()
+        self._update_write_ready()
 
     # The transport's receive, made at its first (see _receive).
     _rx: Any = None
@@ -334,6 +394,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
     def _closing(self, value: bool) -> None:
         self._closing_v = value
         self._update_direct()
+        self._update_write_ready()
 
     @property
     def _paused(self) -> bool:
@@ -376,30 +437,12 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         else:
             rx.direct = plain
 
-    def write(self, data: Any) -> None:
+    def _write_slow(self, data: Any) -> None:
+        """asyncio's ``write``: every write that is not the native one's
+        (see ``__init__``), and every write of a transport on a test's mock
+        socket."""
         if self._loop._proactor is None:
             self._write_after_close(data)
-            return
-        if (
-            type(data) is bytes
-            and data
-            and self._write_fut is None
-            and not self._buffer
-            and not (self._closing_v or self._conn_lost or self._eof_written or self._empty_waiter is not None)
-            and self._ring_socket
-        ):
-            # The common write, to an idle transport: sent here (see
-            # _write_now), with no other Python call.
-            try:
-                token = self._loop._proactor._ring.send_socket(self._sock.fileno(), data)
-            except ConnectionResetError as exc:
-                self._force_close(exc)
-                return
-            except OSError as exc:
-                self._fatal_error(exc, "Fatal write error on pipe transport")
-                return
-            if token is not None:
-                self._sending_rest(self._loop._proactor.sent_rest(self._sock, token), len(data))
             return
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
@@ -409,6 +452,21 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             self._write_now(data if type(data) is bytes else bytes(data))
         else:
             super().write(data)
+            self._update_write_ready()
+
+    write = _write_slow
+
+    def _sent_rest(self, token: int, length: int) -> None:
+        """The native write's send of ``length`` bytes whose rest the ring
+        sends as operation ``token``."""
+        self._sending_rest(self._loop._proactor.sent_rest(self._sock, token), length)
+
+    def _write_failed(self, exc: OSError) -> None:
+        """The native write's send failed with ``exc``."""
+        if isinstance(exc, ConnectionResetError):
+            self._force_close(exc)
+        else:
+            self._fatal_error(exc, "Fatal write error on pipe transport")
 
     def _write_after_close(self, data: Any) -> None:
         """A write after the loop's close, as asyncio's selector loop takes
@@ -451,6 +509,8 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         """A write of ``length`` bytes whose rest the ring sends: ``fut``,
         its completion, is the send in flight."""
         self._write_fut = fut
+        if self._tx is not None:
+            self._tx.ready = False
         self._pending_write = length
         fut.add_done_callback(self._loop_writing)
         self._maybe_pause_protocol()

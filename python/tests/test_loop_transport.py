@@ -18,9 +18,11 @@ import random
 import socket
 import struct
 import sys
+import tempfile
 import termios
 import threading
 import traceback
+import weakref
 
 import pytest
 
@@ -163,27 +165,29 @@ def _blockio_calls_per_echo(n: int) -> collections.Counter:
     return calls
 
 
-def test_a_message_runs_no_loop_code_in_python_but_the_transport_s_write(monkeypatch):
+def test_a_message_runs_no_loop_code_in_python_but_the_proactor_s_select(monkeypatch):
     """Between a socket's completion and the echo's send, blockio's Python
-    code is the transport's ``write`` and the proactor's ``select`` (one per
-    batch): the dispatch of the batch, the hand-over of the bytes to a plain
-    protocol's ``data_received`` with the next receive's arming (what the
-    transport's ``_received`` does, in Rust while the transport reads on)
-    and the send are the ring's, in Rust. (Before, 16 Python calls per
-    message: the dispatch's ``_finish``, ``_finish_stream`` and ``deliver``,
-    the socket's release, the arming's ``_receive`` and ``receive``, the
-    write's ``_write_now`` and ``send_or_future``...; then ``_received``
-    and ``write``.)"""
+    code is the proactor's ``select`` (one per batch): the dispatch of the
+    batch, the hand-over of the bytes to a plain protocol's
+    ``data_received`` with the next receive's arming (what the transport's
+    ``_received`` does, in Rust while the transport reads on) and the
+    transport's ``write`` (``_blockio.StreamTx.write`` while nothing is in
+    flight or buffered) are the ring's, in Rust. (Before, 16 Python calls
+    per message: the dispatch's ``_finish``, ``_finish_stream`` and
+    ``deliver``, the socket's release, the arming's ``_receive`` and
+    ``receive``, the write's ``_write_now`` and ``send_or_future``...; then
+    ``_received`` and ``write``; then ``write``.)"""
     monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
     n = 300
     calls = _blockio_calls_per_echo(n)
     # The end (the client's close, the wake-up of call_soon_threadsafe,
     # the server's close) runs some calls once.
     frequent = {name for name, count in calls.items() if count > 10}
-    assert frequent <= {"select", "write"}, calls
-    # A write per message; _received only for the end of stream.
-    assert calls["write"] >= n and calls["_received"] <= 2, calls
-    assert sum(calls.values()) - calls["select"] - calls["write"] < 60, calls
+    assert frequent <= {"select"}, calls
+    # _received only for the end of stream; no write of Python's.
+    assert calls["write"] == 0 and calls["_write_slow"] == 0 and calls["_received"] <= 2, calls
+    assert calls["select"] >= n, calls
+    assert sum(calls.values()) - calls["select"] < 60, calls
 
 
 def test_an_exception_from_data_received_ends_the_connection(loop):
@@ -1325,3 +1329,317 @@ def test_idle_connections_grown_buffers_go_to_a_busy_one_and_lose_no_byte(monkey
         loop.close()
         for _a, b in pairs:
             b.close()
+
+
+class Flow(Collect):
+    """Collect, with the calls of writing's flow control in ``calls``."""
+
+    def pause_writing(self):
+        self.calls.append("pause")
+
+    def resume_writing(self):
+        self.calls.append("resume")
+
+
+async def _read_all(loop, sock, want):
+    got = bytearray()
+    while len(got) < want:
+        chunk = await asyncio.wait_for(loop.sock_recv(sock, 1 << 16), DEADLINE)
+        assert chunk, f"the stream ended after {len(got)} bytes"
+        got += chunk
+    return got
+
+
+@pytest.mark.parametrize("kind", ["bytearray", "memoryview"])
+def test_a_mutable_buffer_changed_after_write_returns_changes_nothing_sent(loop, kind):
+    """A ``bytearray`` (or a ``memoryview`` of one) of 1 MiB written to a
+    socket that takes a few KiB at once, then overwritten: the peer gets
+    what it held at the write (the io_uring loop's native write sends the
+    rest from a copy; asyncio's copies into its buffer)."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setblocking(False)
+    original = random.Random(64).randbytes(1 << 20)
+    buf = bytearray(original)
+    data = buf if kind == "bytearray" else memoryview(buf)
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        tr.write(data)
+        assert tr.get_write_buffer_size() > 0  # not all of it went out at once
+        buf[:] = bytes(len(buf))
+        got = await _read_all(loop, b, len(original))
+        tr.close()
+        await pr.lost
+        return got
+
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert got == original
+
+
+def test_writes_past_the_high_mark_pause_the_protocol_until_they_are_out(loop):
+    """A write the socket does not take whole counts in
+    ``get_write_buffer_size`` and, past the high mark, pauses the
+    protocol's writing; writes meanwhile are buffered behind it, in order;
+    once everything is out the protocol is resumed, the size is 0, and the
+    next write goes out at once (on io_uring, by the native write again:
+    not through the transport's ``_write_slow``)."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setblocking(False)
+    first = random.Random(65).randbytes(256 * 1024)
+    second = b"behind it"
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Flow, a)
+        await asyncio.sleep(0)  # connection_made
+        tr.set_write_buffer_limits(high=1024)
+        tr.write(first)
+        assert pr.calls == ["made", "pause"]
+        tr.write(second)
+        size = tr.get_write_buffer_size()
+        assert len(second) < size <= len(first) + len(second)
+        got = await _read_all(loop, b, len(first) + len(second))
+        await await_until(lambda: "resume" in pr.calls, "resume_writing")
+        assert pr.calls == ["made", "pause", "resume"]
+        assert tr.get_write_buffer_size() == 0
+        slow = []
+        if loop.backend == "uring":
+            assert type(tr.write).__name__ == "builtin_function_or_method"
+            # (the native write calls the instance's _write_slow for what
+            # it does not send itself)
+            write_slow = tr._write_slow
+            tr._write_slow = lambda data: (slow.append(data), write_slow(data))
+        tr.write(b"then")
+        assert tr.get_write_buffer_size() == 0  # out at once
+        assert slow == []  # (on io_uring) by the native write, not by _write_slow
+        got += await _read_all(loop, b, 4)
+        tr.close()
+        await pr.lost
+        return got
+
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert got == first + second + b"then"
+
+
+def test_writes_after_an_abort_are_dropped_and_logged_as_asyncio_logs_them(loop, caplog):
+    """Writes after ``abort()`` send nothing and raise nothing; from the
+    fifth lost write on, each logs asyncio's "socket.send() raised
+    exception." warning (6 of 10 writes, as on asyncio's loops)."""
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        await asyncio.sleep(0)
+        tr.abort()
+        with caplog.at_level("WARNING", logger="asyncio"):
+            for _ in range(10):
+                tr.write(b"lost")
+        assert await pr.lost is None
+
+    try:
+        loop.run_until_complete(main())
+        b.setblocking(False)
+        assert b.recv(64) == b""  # nothing sent before the end of stream
+    finally:
+        b.close()
+    logged = [r for r in caplog.records if r.getMessage() == "socket.send() raised exception."]
+    assert len(logged) == 6, [r.getMessage() for r in caplog.records]
+
+
+def test_writelines_empty_writes_and_bad_writes_as_on_asyncio(loop):
+    """``writelines`` of mixed buffers sends them in order; empty writes
+    send nothing; a ``str`` is a ``TypeError``; a write after
+    ``write_eof()`` is asyncio's ``RuntimeError``, and the peer sees the
+    end of stream after the bytes."""
+    a, b = socket.socketpair()
+    b.setblocking(False)
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        await asyncio.sleep(0)
+        tr.write(b"")
+        tr.write(bytearray())
+        tr.write(memoryview(b""))
+        tr.writelines([b"one,", bytearray(b"two,"), memoryview(b"three,")])
+        tr.write(memoryview(struct.pack("=2H", 0x3031, 0x3233)))  # a non-byte format
+        with pytest.raises(TypeError, match="bytes-like"):
+            tr.write("text")
+        tr.write_eof()
+        with pytest.raises(RuntimeError, match="write_eof"):
+            tr.write(b"after")
+        got = await _read_all(loop, b, 10 + 4)
+        end = await asyncio.wait_for(loop.sock_recv(b, 64), DEADLINE)
+        tr.close()
+        await pr.lost
+        return got, end
+
+    try:
+        got, end = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert got == b"one,two,three," + struct.pack("=2H", 0x3031, 0x3233)
+    assert end == b""
+
+
+def test_a_write_to_a_closed_peer_ends_the_connection_through_connection_lost(loop):
+    """A write whose send fails (the peer closed: ``EPIPE``) ends the
+    connection with the error through ``connection_lost``, with nothing for
+    the loop's exception handler, as asyncio's loops do."""
+    a, b = socket.socketpair()
+    handled = []
+    loop.set_exception_handler(lambda _loop, context: handled.append(context))
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        await asyncio.sleep(0)
+        b.close()
+        tr.write(b"to no one")  # in the same step: the end of stream is not seen yet
+        return await asyncio.wait_for(pr.lost, DEADLINE), tr
+
+    exc, tr = loop.run_until_complete(main())
+    assert isinstance(exc, BrokenPipeError), exc
+    assert tr.is_closing()
+    assert handled == []
+
+
+class KeepsWrite(asyncio.Protocol):
+    """Keeps its transport's ``write`` and only a weak reference to the
+    transport; reading paused (no receive in flight holds the transport)."""
+
+    def __init__(self):
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport):
+        self.write = transport.write
+        self.transport = weakref.ref(transport)
+        transport.pause_reading()
+
+    def connection_lost(self, exc):
+        self.lost.set_result(exc)
+
+
+def test_a_kept_write_keeps_its_transport_open_as_asyncio_s_bound_write_does(loop):
+    """A protocol that keeps ``transport.write`` (a common shortcut) and
+    drops the transport: after a collection the transport is still alive
+    and its connection open (the kept write's bytes reach the peer, and a
+    later one's after a round trip: no end of stream), as asyncio's bound
+    method keeps its transport; after ``close()`` the kept write is dropped
+    with no error, as on asyncio's loops. (The io_uring loop's native write
+    held the transport weakly: the transport was collected, its socket
+    closed, and the write raised ``ReferenceError``.)"""
+    a, b = socket.socketpair()
+    b.setblocking(False)
+
+    async def main():
+        _tr, pr = await loop.connect_accepted_socket(KeepsWrite, a)
+        del _tr
+        gc.collect()
+        assert pr.transport() is not None
+        pr.write(b"hello")
+        assert await _read_all(loop, b, 5) == b"hello"
+        pr.write(b"again")
+        assert await _read_all(loop, b, 5) == b"again"
+        pr.transport().close()
+        assert await pr.lost is None
+        gc.collect()
+        assert pr.transport() is not None  # (held by the kept write)
+        pr.write(b"late")  # dropped, as a write after close() is
+        return await asyncio.wait_for(loop.sock_recv(b, 64), DEADLINE)
+
+    try:
+        end = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert end == b""  # the end of stream, nothing after "again"
+
+
+def test_a_write_during_a_sendfile_is_refused_and_the_stream_stays_whole(loop):
+    """A write while ``loop.sendfile`` sends on the transport (the peer has
+    the file's first byte and reads no more, so the sendfile of 4 MiB
+    cannot have ended) raises asyncio's ``RuntimeError`` for every kind of
+    buffer and sends nothing; the peer gets the write before, the whole
+    file and the write after, in order. (On io_uring the native write must
+    not take a write then: it is told at the sendfile's start; and it
+    takes the write after the sendfile, told at its end.)"""
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    body = random.Random(66).randbytes(4 << 20)
+    head, tail = b"head;", b";tail"
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        await asyncio.sleep(0)  # connection_made
+        with tempfile.TemporaryFile() as f:
+            f.write(body)
+            f.flush()
+            f.seek(0)
+            tr.write(head)
+            sending = asyncio.ensure_future(loop.sendfile(tr, f))
+            got = await _read_all(loop, b, len(head) + 1)  # the sendfile runs
+            for data in (b"mid", bytearray(b"mid"), memoryview(b"mid")):
+                with pytest.raises(RuntimeError, match="^unable to write; sendfile is in progress$"):
+                    tr.write(data)
+            got += await _read_all(loop, b, len(head) + len(body) - len(got))
+            sent = await asyncio.wait_for(sending, DEADLINE)
+        slow = []
+        if loop.backend == "uring":
+            write_slow = tr._write_slow
+            tr._write_slow = lambda data: (slow.append(data), write_slow(data))
+        tr.write(tail)
+        assert slow == []  # (on io_uring) the native write takes writes again
+        got += await _read_all(loop, b, len(head) + len(body) + len(tail) - len(got))
+        tr.close()
+        await pr.lost
+        return sent, got
+
+    try:
+        sent, got = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert sent == len(body)
+    assert got == head + body + tail
+
+
+class Ends(asyncio.Protocol):
+    """Keeps no reference to its transport; ``lost`` is its end."""
+
+    def __init__(self):
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc):
+        self.lost.set_result(exc)
+
+
+def test_a_closed_transport_s_protocol_goes_with_its_last_reference(loop):
+    """Once a transport's connection is lost, dropping the last references
+    to the transport and its protocol frees the protocol with no
+    collection (the collector off), as on asyncio's loops: CPython's
+    test_ssl counts on it (an ``SSLContext`` that the protocol held freed
+    by reference counting alone). The io_uring loop's native write holds
+    its transport, which holds it back while the connection is open; the
+    transport lets go of it at ``connection_lost``, leaving no cycle."""
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Ends, a)
+        tr.write(b"some")
+        tr.close()
+        assert await pr.lost is None
+        return weakref.ref(pr)
+
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        gone = loop.run_until_complete(main())
+        assert gone() is None
+    finally:
+        if was_on:
+            gc.enable()
+        b.close()

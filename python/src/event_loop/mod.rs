@@ -79,7 +79,8 @@
 //! its submission entry), `inline` (the write tried before the ring),
 //! `dispatch` (a completion batch dispatched to the proactor, and a socket
 //! transport's receive armed, without Python frames), `sockaddr` (a kernel
-//! socket address as Python spells it).
+//! socket address as Python spells it), `write` (a socket transport's
+//! common write, without Python frames).
 
 mod dispatch;
 mod inline;
@@ -87,6 +88,8 @@ mod ops;
 mod ring;
 mod slots;
 mod sockaddr;
+mod write;
 
 pub(crate) use dispatch::{arm_receive, arm_ring_receive, dispatch_batch, StreamRx};
 pub(crate) use ring::{after_fork, LoopRing};
+pub(crate) use write::StreamTx;

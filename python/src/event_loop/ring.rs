@@ -230,10 +230,12 @@ struct State {
     /// one buffer for the ring, not one per connection.
     scratch: Vec<u8>,
     /// The socket receives finished since the last wait by a send of this
-    /// loop's own: `(descriptor the send wrote to, that socket's inode,
-    /// receive's token)` (see [`State::mark_peer_receives`]). The inode
-    /// tells a socket that took a closed one's number from it.
-    peer_receives: Vec<(RawFd, u64, u64)>,
+    /// loop's own: `(descriptor the send wrote to, receive's token)` (see
+    /// [`State::mark_peer_receives`]). No inode is kept to tell a socket
+    /// that took a closed one's number in the same step: a receive marked
+    /// by such a write only takes what its own socket holds (a `FIONREAD`
+    /// more), where asking the inode cost an `fstat` at every mark.
+    peer_receives: Vec<(RawFd, u64)>,
     /// First buffers of finished socket receives, kept for the next ones.
     spare: Spares,
 }
@@ -1063,6 +1065,31 @@ impl LoopRing {
         }
         Ok(sent)
     }
+
+    /// Whether a transport's write may use this ring now: open, and made
+    /// in this process (not a parent's, after `fork()`).
+    pub(crate) fn usable(&self) -> bool {
+        self.generation == FORK_GENERATION.load(Ordering::SeqCst)
+            && self.state.try_lock().is_ok_and(|g| g.is_some())
+    }
+
+    /// Writes what socket `fd` takes of `bytes` now (see
+    /// [`LoopRing::send`]): a transport's write (`write::StreamTx`).
+    pub(crate) fn send_now(&self, fd: RawFd, bytes: &[u8]) -> PyResult<usize> {
+        self.send_inline(fd, bytes, true)
+    }
+
+    /// Hands the ring the rest of a send of which `sent` of the `b`'s
+    /// bytes went out already (see [`LoopRing::send`]); the token of its
+    /// completion, whose result is the whole length.
+    pub(crate) fn send_rest(&self, fd: RawFd, b: PyBuffer<u8>, sent: usize) -> PyResult<u64> {
+        let n = b.len_bytes();
+        let mut op = InFlight::new(Kind::Send, fd, true, Memory::Lent(b), n);
+        op.done = sent;
+        let token = self.submit(op)?;
+        self.flush()?;
+        Ok(token)
+    }
 }
 
 impl State {
@@ -1112,9 +1139,7 @@ impl State {
                 // read here.
                 let got = unsafe { std::slice::from_raw_parts(start, n) };
                 if *got == sent[..n] {
-                    if let Some(ino) = socket_inode(fd) {
-                        self.peer_receives.push((fd, ino, cqe.user_data()));
-                    }
+                    self.peer_receives.push((fd, cqe.user_data()));
                 }
             }
         }
@@ -1125,18 +1150,11 @@ impl State {
 
     /// Marks `peer_sent` the receives noted since the last wait as
     /// finished by a write to `fd` (see [`State::mark_peer_receives`]):
-    /// the loop has written to that socket again. A socket that took the
-    /// number of a closed one since (another inode) marks nothing; the
-    /// inode is asked only when a noted receive names `fd`.
+    /// the loop has written to that socket again (no system call: see
+    /// `peer_receives`).
     fn wrote_again(&mut self, fd: RawFd) {
-        if !self.peer_receives.iter().any(|&(sender, ..)| sender == fd) {
-            return;
-        }
-        let Some(ino) = socket_inode(fd) else {
-            return;
-        };
-        for &(sender, sender_ino, token) in &self.peer_receives {
-            if sender == fd && sender_ino == ino {
+        for &(sender, token) in &self.peer_receives {
+            if sender == fd {
                 if let Some(op) = self.ops.get_mut(token) {
                     op.peer_sent = true;
                 }
@@ -1488,14 +1506,6 @@ impl State {
     fn forget_in_child(self) {
         drop(self);
     }
-}
-
-/// The inode of socket `fd` (which socket a descriptor number names now),
-/// or `None` when `fd` is closed.
-fn socket_inode(fd: RawFd) -> Option<u64> {
-    // SAFETY: borrowed for this one call; a closed number gives `EBADF`.
-    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    rustix::fs::fstat(borrowed).ok().map(|st| st.st_ino)
 }
 
 /// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
