@@ -338,11 +338,13 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 # The native write holds the transport (as asyncio's bound
                 # write does: a kept `transport.write` keeps it); the
                 # transport lets go of it once the connection is lost, so
-                # that no cycle is left for the collector and the transport
-                # goes with its last reference, as asyncio's does. A kept
-                # write is never ready from now on: it goes to _write_slow,
-                # which drops it, as asyncio does.
-                tx.ready = False
+                # that this write leaves no cycle for the collector. (The
+                # proactor's transport keeps its protocol after the loss, so a
+                # protocol that holds its transport still makes one, which
+                # only a collection frees.) `ready` is already off (the
+                # transport is closing); a kept write, no longer the
+                # instance's, goes to the class's _write_slow, which drops
+                # it, as asyncio does.
                 self._tx = None
                 self.__dict__.pop("write", None)  # the class's (_write_slow)
 

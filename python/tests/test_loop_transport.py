@@ -1619,8 +1619,9 @@ class Ends(asyncio.Protocol):
 
 def test_a_closed_transport_s_protocol_goes_with_its_last_reference(loop):
     """Once a transport's connection is lost, dropping the last references
-    to the transport and its protocol frees the protocol with no
-    collection (the collector off), as on asyncio's loops: CPython's
+    to the transport and its protocol (one that keeps no reference to its
+    transport) frees the protocol with no collection (the collector off),
+    as on asyncio's loops: CPython's
     test_ssl counts on it (an ``SSLContext`` that the protocol held freed
     by reference counting alone). The io_uring loop's native write holds
     its transport, which holds it back while the connection is open; the
