@@ -1545,6 +1545,51 @@ fn a_loop_of_inline_reads_yields_to_other_tasks() {
     assert!(engine.served_inline() > 0);
 }
 
+/// A task reading cached data in a loop, each read served at once, takes
+/// from tokio's task budget as tokio's own resources do: a peer task that
+/// only yields (woken by tokio after its reactor's turn, as a timer's task
+/// is) runs again every budget's worth of reads, not once every 61 polls
+/// of the reading task (which a task that merely woke itself would get).
+#[test]
+fn a_loop_of_inline_reads_lets_a_yielding_peer_run_within_its_budget() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let (path, _data) = data_file(4096, 66);
+    let engine = AsyncEngine::new().unwrap();
+    let file = AsyncFile::open(&engine, &path).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    // Reads until the peer has yielded 8 times, at most 100,000.
+    let reads = rt.block_on(async move {
+        let turns = Arc::new(AtomicU64::new(0));
+        let peer_turns = turns.clone();
+        let peer = tokio::spawn(async move {
+            while peer_turns.load(Relaxed) < 8 {
+                tokio::task::yield_now().await;
+                peer_turns.fetch_add(1, Relaxed);
+            }
+        });
+        let reader = tokio::spawn(async move {
+            let mut reads = 0u64;
+            while turns.load(Relaxed) < 8 && reads < 100_000 {
+                let (r, _) = file.read_at(vec![0u8; 4096], 0).await;
+                assert_eq!(r.unwrap(), 4096);
+                reads += 1;
+            }
+            reads
+        });
+        peer.await.unwrap();
+        reader.await.unwrap()
+    });
+    assert!(engine.served_inline() > 0);
+    // 8 budgets of 128 reads, with room to spare; a yield that is only a
+    // wake of its own task lets the peer run once in 61 × 128 reads.
+    assert!(
+        reads < 8 * 128 * 2,
+        "{reads} reads before the peer yielded 8 times"
+    );
+}
+
 /// A read of cached data polled once and dropped if it is pending, over and
 /// over (a `select!` loop whose other branch is always ready), still reads:
 /// the yield that ends a run of inline reads leaves the next read served.

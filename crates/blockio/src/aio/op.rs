@@ -659,14 +659,53 @@ thread_local! {
 /// Whether this thread may serve one more operation inline now: false
 /// (the task woken, to be polled again after the others) once it has
 /// served [`INLINE_BUDGET`] in a row, the count starting again.
+///
+/// On tokio, the operation also takes one unit of the task's budget
+/// (`tokio::task::coop`), as tokio's own resources do: once that is
+/// spent, false, and tokio wakes the task after its reactor and timers
+/// have had their turn. Yielding here goes through tokio's scheduler
+/// too (as `yield_now` does): a task that merely woke itself would run
+/// again before the timers are looked at.
 #[inline]
 pub(crate) fn inline_turn_left(cx: &mut Context<'_>) -> bool {
+    #[cfg(feature = "tokio")]
+    match tokio::task::coop::poll_proceed(cx) {
+        Poll::Ready(turn) => turn.made_progress(),
+        Poll::Pending => {
+            INLINE_RUN.set(0);
+            return false;
+        }
+    }
     if INLINE_RUN.get() < INLINE_BUDGET {
         return true;
     }
     INLINE_RUN.set(0);
-    cx.waker().wake_by_ref();
+    yield_once(cx);
     false
+}
+
+/// Wakes the task to be polled again after the others: through tokio's
+/// scheduler when there is one (after its reactor and timers), at once
+/// otherwise.
+#[cold]
+fn yield_once(cx: &mut Context<'_>) {
+    #[cfg(feature = "tokio")]
+    {
+        // The first poll of `yield_now` hands the waker to tokio's
+        // scheduler (or wakes it at once outside a runtime) and is
+        // pending.
+        let yielding = std::pin::pin!(tokio::task::yield_now());
+        let _ = yielding.poll(cx);
+    }
+    #[cfg(not(feature = "tokio"))]
+    cx.waker().wake_by_ref();
+}
+
+/// Starts the count of operations served inline on this thread again: a
+/// future on it returned `Pending`.
+#[inline]
+pub(crate) fn end_inline_run() {
+    INLINE_RUN.set(0);
 }
 
 /// Counts one operation served inline on this thread (see
