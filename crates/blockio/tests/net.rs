@@ -1314,6 +1314,24 @@ fn a_pending_write_polled_with_other_bytes_reports_the_queued_ones_dropped() {
     assert!(got[..] == data[..written + sent], "the peer's bytes differ");
 }
 
+/// A dropped write's report says what to resend in each case: the rest,
+/// all of it, or nothing when every byte went.
+#[test]
+fn a_dropped_writes_report_says_what_is_left_to_resend() {
+    use blockio::net::WriteDropped;
+    let say = |sent, len| WriteDropped { sent, len }.to_string();
+    let part = say(100, 262144);
+    assert!(part.contains("sent 100 of its 262144 bytes"), "{part}");
+    assert!(part.contains("resend only the last 262044"), "{part}");
+    let whole = say(262144, 262144);
+    assert!(whole.contains("sent all 262144 of its bytes"), "{whole}");
+    assert!(whole.contains("none of them is to be resent"), "{whole}");
+    assert!(!whole.contains("resend only"), "{whole}");
+    let none = say(0, 4096);
+    assert!(none.contains("sent none of its 4096 bytes"), "{none}");
+    assert!(none.contains("resend all of them"), "{none}");
+}
+
 /// A flush waits until every written byte is in the kernel, as a tokio
 /// flush may (a tokio write returns only once its bytes are there): with
 /// a send waiting for room in a peer that does not read, it is pending;
