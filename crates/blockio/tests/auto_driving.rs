@@ -587,6 +587,61 @@ fn a_driving_task_dropped_at_shutdown_deregisters_the_ring_before_waking_the_wai
     }
 }
 
+/// Set for [`default_engine_at_the_descriptor_limit`], run as a child.
+const AT_FD_LIMIT: &str = "BLOCKIO_TEST_AT_FD_LIMIT";
+
+/// The child of [`the_default_engine_names_what_the_descriptor_limit_kept_it_from_making`]:
+/// on a tokio runtime, its descriptor limit lowered so that no descriptor
+/// can be opened, asks for the default engine and prints the error.
+#[test]
+#[ignore = "run as a child process by another test"]
+fn default_engine_at_the_descriptor_limit() {
+    if std::env::var_os(AT_FD_LIMIT).is_none() {
+        return;
+    }
+    let rt = current_thread();
+    // SAFETY: zeroed is a valid rlimit; getrlimit and setrlimit read and
+    // write only the struct passed.
+    unsafe {
+        let mut lim = std::mem::zeroed::<libc::rlimit>();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        // No new descriptor past the standard three (those open stay).
+        lim.rlim_cur = 3;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    match rt.block_on(async { AsyncEngine::current() }) {
+        Ok(engine) => println!("built {:?}", engine.backend()),
+        Err(e) => println!("error {e}"),
+    }
+}
+
+/// At a descriptor limit that leaves none free, the default engine on a
+/// tokio runtime cannot be made, on either backend, and the error says
+/// what could not be made and why, not a bare `EMFILE`.
+#[test]
+fn the_default_engine_names_what_the_descriptor_limit_kept_it_from_making() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "default_engine_at_the_descriptor_limit",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(AT_FD_LIMIT, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("error ").map(|(_, e)| e.to_string()))
+        .unwrap_or_else(|| panic!("the child printed no error: {stdout}"));
+    assert!(
+        line.starts_with("cannot start blockio's default engine"),
+        "{line}"
+    );
+    assert!(line.contains("Too many open files"), "{line}");
+}
+
 /// A `write_all` of more than the socket takes, awaited on another
 /// executor while the runtime that built and drives the engine is
 /// dropped, the peer reading only afterwards: every send after the first
