@@ -188,7 +188,7 @@ impl PollIo {
         }
         let read = self.poll_read_driven(core, cx, out);
         match read {
-            Poll::Ready(Ok(n)) if n > 0 => crate::aio::op::count_inline_turn(),
+            Poll::Ready(Ok(n)) if n > 0 => crate::aio::op::count_inline_turn(n),
             Poll::Pending => crate::aio::op::end_inline_run(),
             Poll::Ready(_) => {}
         }

@@ -678,8 +678,8 @@ impl WriteSide {
             return Poll::Pending;
         }
         let done = self.poll_write_now(cx, data);
-        if matches!(done, Poll::Ready(Ok(n)) if n > 0) {
-            crate::aio::op::count_inline_turn();
+        if let Poll::Ready(Ok(n @ 1..)) = done {
+            crate::aio::op::count_inline_turn(n);
         }
         done
     }
