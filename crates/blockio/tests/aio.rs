@@ -1545,6 +1545,72 @@ fn a_loop_of_inline_reads_yields_to_other_tasks() {
     assert!(engine.served_inline() > 0);
 }
 
+/// Cached reads of `len` bytes a task makes, on a current-thread tokio
+/// runtime, before a peer task that only yields (woken by tokio after its
+/// reactor's turn, as a timer's task is) has run 8 times; at most
+/// 100,000. Checks that reads were served inline.
+fn reads_before_a_yielding_peer_ran_8_times(len: usize, seed: u64) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let (path, _data) = data_file(len, seed);
+    let engine = AsyncEngine::new().unwrap();
+    let file = AsyncFile::open(&engine, &path).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let reads = rt.block_on(async move {
+        let turns = Arc::new(AtomicU64::new(0));
+        let peer_turns = turns.clone();
+        let peer = tokio::spawn(async move {
+            while peer_turns.load(Relaxed) < 8 {
+                tokio::task::yield_now().await;
+                peer_turns.fetch_add(1, Relaxed);
+            }
+        });
+        let reader = tokio::spawn(async move {
+            let mut reads = 0u64;
+            while turns.load(Relaxed) < 8 && reads < 100_000 {
+                let (r, _) = file.read_at(vec![0u8; len], 0).await;
+                assert_eq!(r.unwrap(), len);
+                reads += 1;
+            }
+            reads
+        });
+        peer.await.unwrap();
+        reader.await.unwrap()
+    });
+    assert!(engine.served_inline() > 0);
+    reads
+}
+
+/// A task reading cached data in a loop, each read served at once, takes
+/// from tokio's task budget as tokio's own resources do: a peer task that
+/// only yields runs again every budget's worth of reads (128), not once
+/// every 61 polls of the reading task (which a task that merely woke
+/// itself would get: 61 x 128 reads).
+#[test]
+fn a_loop_of_inline_reads_lets_a_yielding_peer_run_within_its_budget() {
+    let reads = reads_before_a_yielding_peer_ran_8_times(4096, 66);
+    // 8 budgets of 128 reads, with room to spare.
+    assert!(
+        reads < 8 * 128 * 2,
+        "{reads} reads before the peer yielded 8 times"
+    );
+}
+
+/// Large cached reads yield once a run of them has moved 1 MiB, however
+/// few they are: 128 reads of 1 MiB in one poll kept a tokio worker from
+/// its timers, and from its runtime's shutdown, for tens of milliseconds.
+#[test]
+fn a_loop_of_large_inline_reads_yields_every_mebibyte() {
+    let reads = reads_before_a_yielding_peer_ran_8_times(1 << 20, 67);
+    // One read of 1 MiB (or two) between the peer's turns; 128 without
+    // the bound.
+    assert!(
+        reads <= 8 * 2 + 2,
+        "{reads} reads before the peer yielded 8 times"
+    );
+}
+
 /// A read of cached data polled once and dropped if it is pending, over and
 /// over (a `select!` loop whose other branch is always ready), still reads:
 /// the yield that ends a run of inline reads leaves the next read served.

@@ -6,6 +6,7 @@
 //! panic message, not a broken engine. On the thread-pool backend the
 //! pool completes everything and the same outcomes hold.
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::time::Duration;
 
@@ -503,6 +504,142 @@ fn a_read_awaited_elsewhere_completes_after_the_runtime_is_dropped() {
         .expect("the read hung once its runtime was dropped");
     assert_eq!(got.expect("the read failed"), b"hello");
     drop(engine);
+}
+
+/// The ring's descriptor, registered again with a reactor by
+/// [`ReRegisters`] (never closed by it).
+struct RingNumber(std::os::fd::RawFd);
+
+impl std::os::fd::AsRawFd for RingNumber {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
+    }
+}
+
+/// A waker that, when first woken, registers the ring with the reactor
+/// of the runtime it is woken in, as a waiting task's next poll does when
+/// it spawns a new driver there, and keeps the outcome.
+struct ReRegisters {
+    ring: std::os::fd::RawFd,
+    outcome: std::sync::Mutex<Option<std::io::Result<()>>>,
+}
+
+impl std::task::Wake for ReRegisters {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        let mut outcome = self.outcome.lock().unwrap();
+        if outcome.is_none() {
+            // The same call as the engine's (see `tokio_drive::register`),
+            // deprecated in tokio 1.54 only for its spelling.
+            #[allow(deprecated)]
+            let watched = tokio::io::unix::AsyncFd::new(RingNumber(self.ring));
+            *outcome = Some(watched.map(drop));
+        }
+    }
+}
+
+/// A runtime shutting down drops the driving task of an engine built on
+/// it (unpolled, here) and wakes the tasks waiting for its operations:
+/// by then the ring's registration with that runtime's reactor is gone,
+/// so that a woken task polled at once on another worker (its next poll
+/// registers the ring again, for a new driver) is never refused with
+/// `EEXIST` ("File exists"), which became a file read's result.
+#[test]
+fn a_driving_task_dropped_at_shutdown_deregisters_the_ring_before_waking_the_waiting() {
+    let rt = current_thread();
+    let (mine, _theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (engine, waker) = rt.block_on(async {
+        // Nothing here awaits: the driving task the builder spawned is
+        // never polled, and goes with the runtime.
+        let engine = AsyncEngine::new().unwrap();
+        let ring = engine
+            .poll_fd()
+            .map(|fd| std::os::fd::AsRawFd::as_raw_fd(&fd));
+        let waker = std::sync::Arc::new(ReRegisters {
+            ring: ring.unwrap_or(-1),
+            outcome: std::sync::Mutex::new(None),
+        });
+        // Left waiting for bytes that never come (the stream and its
+        // read outlive the runtime; the test's process ends soon).
+        let stream: &'static blockio::net::UnixStream = Box::leak(Box::new(
+            blockio::net::UnixStream::from_std_with(&engine, mine).unwrap(),
+        ));
+        let mut read = Box::pin(stream.read(vec![0u8; 8]));
+        let std_waker = std::task::Waker::from(waker.clone());
+        let mut cx = std::task::Context::from_waker(&std_waker);
+        assert!(read.as_mut().poll(&mut cx).is_pending());
+        std::mem::forget(read);
+        (engine, waker)
+    });
+    drop(rt);
+    let outcome = waker.outcome.lock().unwrap().take();
+    if engine.backend() == Backend::IoUring {
+        assert!(is_caller_driven(&engine));
+        let outcome = outcome.expect("the waiting read was not woken when its driver went");
+        outcome.expect("the ring was still registered when the waiting read was woken");
+    } else {
+        // The pool completes everything: no driver, no ring to register.
+        assert!(engine.poll_fd().is_none());
+        assert!(outcome.is_none());
+    }
+}
+
+/// Set for [`default_engine_at_the_descriptor_limit`], run as a child.
+const AT_FD_LIMIT: &str = "BLOCKIO_TEST_AT_FD_LIMIT";
+
+/// The child of [`the_default_engine_names_what_the_descriptor_limit_kept_it_from_making`]:
+/// on a tokio runtime, its descriptor limit lowered so that no descriptor
+/// can be opened, asks for the default engine and prints the error.
+#[test]
+#[ignore = "run as a child process by another test"]
+fn default_engine_at_the_descriptor_limit() {
+    if std::env::var_os(AT_FD_LIMIT).is_none() {
+        return;
+    }
+    let rt = current_thread();
+    // SAFETY: zeroed is a valid rlimit; getrlimit and setrlimit read and
+    // write only the struct passed.
+    unsafe {
+        let mut lim = std::mem::zeroed::<libc::rlimit>();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        // No new descriptor past the standard three (those open stay).
+        lim.rlim_cur = 3;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    match rt.block_on(async { AsyncEngine::current() }) {
+        Ok(engine) => println!("built {:?}", engine.backend()),
+        Err(e) => println!("error {e}"),
+    }
+}
+
+/// At a descriptor limit that leaves none free, the default engine on a
+/// tokio runtime cannot be made, on either backend, and the error says
+/// what could not be made and why, not a bare `EMFILE`.
+#[test]
+fn the_default_engine_names_what_the_descriptor_limit_kept_it_from_making() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "default_engine_at_the_descriptor_limit",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(AT_FD_LIMIT, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("error ").map(|(_, e)| e.to_string()))
+        .unwrap_or_else(|| panic!("the child printed no error: {stdout}"));
+    assert!(
+        line.starts_with("cannot start blockio's default engine"),
+        "{line}"
+    );
+    assert!(line.contains("Too many open files"), "{line}");
 }
 
 /// A `write_all` of more than the socket takes, awaited on another

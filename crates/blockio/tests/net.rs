@@ -1314,6 +1314,72 @@ fn a_pending_write_polled_with_other_bytes_reports_the_queued_ones_dropped() {
     assert!(got[..] == data[..written + sent], "the peer's bytes differ");
 }
 
+/// A task reading, through tokio's `AsyncRead`, a socket that already
+/// holds every byte it wants (each read done without waiting) takes from
+/// tokio's task budget as tokio's reads do: a peer task that only yields
+/// runs again every budget's worth of reads, not after the last read.
+#[test]
+fn trait_reads_that_never_wait_let_a_yielding_peer_run() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    const BYTES: usize = 64 << 10;
+    const READ: usize = 64;
+    let (mine, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    theirs.write_all(&vec![7u8; BYTES]).unwrap();
+    let rt = current_thread();
+    let turns = rt.block_on(async move {
+        let engine = AsyncEngine::new().unwrap();
+        let mut stream = blockio::net::UnixStream::from_std_with(&engine, mine).unwrap();
+        let turns = std::sync::Arc::new(AtomicU64::new(0));
+        let peer_turns = turns.clone();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let peer_done = done.clone();
+        let peer = tokio::spawn(async move {
+            while !peer_done.load(Relaxed) {
+                tokio::task::yield_now().await;
+                peer_turns.fetch_add(1, Relaxed);
+            }
+        });
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; READ];
+            let mut got = 0;
+            while got < BYTES {
+                let n = tokio::io::AsyncReadExt::read(&mut stream, &mut buf)
+                    .await
+                    .unwrap();
+                assert!(n > 0 && buf[..n].iter().all(|&b| b == 7));
+                got += n;
+            }
+            let turns = turns.load(Relaxed);
+            done.store(true, Relaxed);
+            turns
+        });
+        let turns = reader.await.unwrap();
+        peer.await.unwrap();
+        drop(theirs);
+        turns
+    });
+    // 1,024 reads: a turn for the peer every 128 at most.
+    assert!(turns >= 4, "the peer ran {turns} times during 1,024 reads");
+}
+
+/// A dropped write's report says what to resend in each case: the rest,
+/// all of it, or nothing when every byte went.
+#[test]
+fn a_dropped_writes_report_says_what_is_left_to_resend() {
+    use blockio::net::WriteDropped;
+    let say = |sent, len| WriteDropped { sent, len }.to_string();
+    let part = say(100, 262144);
+    assert!(part.contains("sent 100 of its 262144 bytes"), "{part}");
+    assert!(part.contains("resend only the last 262044"), "{part}");
+    let whole = say(262144, 262144);
+    assert!(whole.contains("sent all 262144 of its bytes"), "{whole}");
+    assert!(whole.contains("none of them is to be resent"), "{whole}");
+    assert!(!whole.contains("resend only"), "{whole}");
+    let none = say(0, 4096);
+    assert!(none.contains("sent none of its 4096 bytes"), "{none}");
+    assert!(none.contains("resend all of them"), "{none}");
+}
+
 /// A flush waits until every written byte is in the kernel, as a tokio
 /// flush may (a tokio write returns only once its bytes are there): with
 /// a send waiting for room in a peer that does not read, it is pending;

@@ -152,7 +152,17 @@ mod per_runtime {
         if let Some((_, engine)) = engines.iter().find(|(rt, _)| *rt == id) {
             return Ok(Some(engine.clone()));
         }
-        let Some(engine) = tokio_drive::build_on_runtime(&AsyncEngineBuilder::default())? else {
+        let built = tokio_drive::build_on_runtime(&AsyncEngineBuilder::default());
+        let built = built.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot start blockio's default engine (an io_uring ring driven by \
+                     this tokio runtime): {e}"
+                ),
+            )
+        })?;
+        let Some(engine) = built else {
             // A runtime without I/O, or the thread pool (for every runtime).
             if super::process_engine().is_ok_and(|e| e.backend() == Backend::ThreadPool) {
                 POOL_ONLY.store(true, Ordering::Relaxed);

@@ -423,7 +423,12 @@ impl AsyncEngineBuilder {
     /// [`ReadPath::AlwaysSubmit`], the read goes to the driver. Results are
     /// the same either way. A file whose reads keep missing the cache is
     /// tried less and less often (at most one read in 64), and a thread
-    /// that has served 128 reads in a row yields to its executor once.
+    /// that has served 128 reads in a row (or 1 MiB) yields to its
+    /// executor once. On
+    /// tokio, each read served so also takes one unit of the task's
+    /// budget (`tokio::task::coop`), as tokio's own reads do: a task
+    /// whose budget is spent yields, and runs again after tokio's timers
+    /// and reactor have had their turn.
     /// [`AsyncEngine::served_inline`] counts the reads served so.
     ///
     /// # Examples

@@ -179,9 +179,9 @@ fn spawn_driver(engine: &AsyncEngine, runtime: &tokio::runtime::Handle) -> io::R
     }
     let counted = Counted(engine.downgrade());
     drivers.ever.store(true, Ordering::Release);
-    let watched = watch(engine)?;
+    let watched = Some(watch(engine)?);
     SPAWNING.set(true);
-    let spawned = runtime.spawn(drive_counted(counted, Some(watched)));
+    let spawned = runtime.spawn(drive_counted(Hold { watched, counted }));
     SPAWNING.set(false);
     if spawned.is_finished() {
         note_closing(runtime);
@@ -266,7 +266,10 @@ pub fn drive_on_tokio(
     });
     async move {
         match counted {
-            Some(counted) => drive_counted(counted, None).await,
+            Some(counted) => {
+                let watched = None;
+                drive_counted(Hold { watched, counted }).await
+            }
             None => Ok(()),
         }
     }
@@ -424,15 +427,29 @@ fn drive_again(engine: &AsyncEngine) -> io::Result<()> {
     spawn_driver(engine, &runtime)
 }
 
-/// The body of [`drive_on_tokio`], already counted; `watched` is the
-/// ring already registered, or `None` to register it when first polled.
-async fn drive_counted(counted: Counted, watched: Option<AsyncFd<RingFd>>) -> io::Result<()> {
-    let Some(engine) = counted.0.upgrade() else {
+/// What a `drive_on_tokio` task holds from its start: the ring's
+/// registration with tokio's reactor, if made already, and the task's
+/// count. The fields drop in this order, the registration first: the
+/// count's drop wakes the tasks waiting for operations, and one polled
+/// at once on another worker registers the ring again with the same
+/// reactor (a new driver), which fails with `EEXIST` while the old
+/// registration is there. A runtime shutting down drops its tasks, this
+/// one unpolled maybe, while its workers still poll others.
+struct Hold {
+    /// The ring registered, or `None` to register it when first polled.
+    watched: Option<AsyncFd<RingFd>>,
+    counted: Counted,
+}
+
+/// The body of [`drive_on_tokio`], already counted (see [`Hold`]).
+async fn drive_counted(mut hold: Hold) -> io::Result<()> {
+    let Some(engine) = hold.counted.0.upgrade() else {
         return Ok(());
     };
     let weak = engine.downgrade();
-    let _counted = counted;
-    let watched = match watched {
+    // Dropped before `hold` (a parameter, dropped after the locals),
+    // whatever the point the future is dropped at.
+    let watched = match hold.watched.take() {
         Some(watched) => watched,
         None => watch(&engine)?,
     };

@@ -179,7 +179,19 @@ impl PollIo {
                 return Poll::Ready(Err(e));
             }
         }
+        // A read done without waiting takes its turn as an operation
+        // served inline does (and on tokio, from the task's budget, as
+        // tokio's reads do): a task reading a peer that keeps ahead of it
+        // still lets the others run.
+        if !crate::aio::op::inline_turn_left(cx) {
+            return Poll::Pending;
+        }
         let read = self.poll_read_driven(core, cx, out);
+        match read {
+            Poll::Ready(Ok(n)) if n > 0 => crate::aio::op::count_inline_turn(n),
+            Poll::Pending => crate::aio::op::end_inline_run(),
+            Poll::Ready(_) => {}
+        }
         self.parked = match read {
             Poll::Pending => match self.parked.take() {
                 Some(w) if w.will_wake(cx.waker()) => Some(w),

@@ -197,12 +197,27 @@ impl WriteDropped {
 
 impl fmt::Display for WriteDropped {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "a write dropped before it completed had sent {} of its {} bytes; \
-             nothing more was sent: resend only the rest",
-            self.sent, self.len
-        )
+        let (sent, len) = (self.sent, self.len);
+        if sent >= len {
+            write!(
+                f,
+                "a write dropped before it completed had sent all {len} of its bytes; \
+                 nothing more was sent: none of them is to be resent"
+            )
+        } else if sent == 0 {
+            write!(
+                f,
+                "a write dropped before it completed had sent none of its {len} bytes; \
+                 nothing more was sent: resend all of them"
+            )
+        } else {
+            write!(
+                f,
+                "a write dropped before it completed had sent {sent} of its {len} bytes; \
+                 nothing more was sent: resend only the last {}",
+                len - sent
+            )
+        }
     }
 }
 
@@ -663,8 +678,8 @@ impl WriteSide {
             return Poll::Pending;
         }
         let done = self.poll_write_now(cx, data);
-        if matches!(done, Poll::Ready(Ok(n)) if n > 0) {
-            crate::aio::op::count_inline_turn();
+        if let Poll::Ready(Ok(n @ 1..)) = done {
+            crate::aio::op::count_inline_turn(n);
         }
         done
     }
