@@ -1016,6 +1016,161 @@ fn a_dropped_pipe_read_keeps_what_it_took_for_the_next_read() {
     reaper.join().unwrap();
 }
 
+/// As [`a_dropped_pipe_read_keeps_what_it_took_for_the_next_read`], for
+/// a dropped `read_vectored_at`: the bytes it took before its future was
+/// dropped go to the file's next read, on each backend and on a
+/// caller-driven ring.
+#[test]
+fn a_dropped_vectored_pipe_read_keeps_what_it_took_for_the_next_read() {
+    on_every_stack(|engine, what| {
+        dropped_pipe_read_keeps_its_bytes_with(engine, what, |pipe| {
+            let mut read = pipe.read_vectored_at(vec![vec![0u8; 2], vec![0u8; 14]], 0);
+            read.start();
+            Box::new(read)
+        });
+    });
+}
+
+/// As [`a_dropped_pipe_read_keeps_what_it_took_for_the_next_read`], for
+/// a dropped batch (`submit`) of one read: the bytes it took before the
+/// batch's future was dropped go to the file's next read, on each backend
+/// and on a caller-driven ring.
+#[test]
+fn a_dropped_batch_pipe_read_keeps_what_it_took_for_the_next_read() {
+    on_every_stack(|engine, what| {
+        dropped_pipe_read_keeps_its_bytes_with(engine, what, |pipe| {
+            let mut batch = Box::pin(pipe.submit(vec![BatchOp::Read {
+                offset: 0,
+                buf: vec![0u8; 16],
+            }]));
+            // The first poll submits the batch.
+            let waker = futures::task::noop_waker();
+            assert!(batch
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending());
+            Box::new(batch)
+        });
+    });
+}
+
+/// A batch's reads of a pipe whose file keeps a dropped read wait for it
+/// and take what it took first, in order, before the bytes written after
+/// it: the first read gets what fits its buffer, the second the rest
+/// (without going to the kernel), on each backend and on a caller-driven
+/// ring.
+#[test]
+fn a_batch_read_of_a_pipe_takes_what_a_kept_read_took_first() {
+    on_every_stack(|engine, what| {
+        let (pipe, w) = async_pipe(engine);
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        std::io::Write::write_all(&mut &w, b"kept-bytes").unwrap();
+        common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
+        drop(read);
+        let batch = pipe.submit(vec![
+            BatchOp::Read {
+                offset: 0,
+                buf: vec![0u8; 4],
+            },
+            BatchOp::Read {
+                offset: 0,
+                buf: vec![0u8; 16],
+            },
+        ]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(futures::executor::block_on(batch)));
+        // A write after it, so that a read that skipped the kept one
+        // still ends.
+        std::io::Write::write_all(&mut &w, b"after").unwrap();
+        // (a guard against a hang, not a timing)
+        let results = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the batch ends");
+        let got: Vec<Vec<u8>> = results
+            .into_iter()
+            .map(|(n, buf)| buf.expect("a read hands its buffer back")[..n.unwrap()].to_vec())
+            .collect();
+        assert_eq!(got, [&b"kept"[..], &b"-bytes"[..]], "{what}");
+    });
+}
+
+/// A batch's read of a pipe whose file keeps a dropped read of the empty
+/// pipe, still pending, waits for its outcome: the bytes written after it
+/// go to the batch's read (whether the kept read took them or not), on
+/// each backend and on a caller-driven ring.
+#[test]
+fn a_batch_read_after_a_dropped_read_of_an_empty_pipe_gets_what_is_written_after() {
+    on_every_stack(|engine, what| {
+        let (pipe, w) = async_pipe(engine);
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        if engine.backend() == blockio::Backend::ThreadPool {
+            // A pool thread has taken the read: it waits for the pipe.
+            common::wait_until("a pool thread waits for the pipe", || {
+                common::a_thread_blocked_in(common::POLL_CALLS)
+            });
+        }
+        drop(read);
+        let batch = pipe.submit(vec![BatchOp::Read {
+            offset: 0,
+            buf: vec![0u8; 16],
+        }]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(futures::executor::block_on(batch)));
+        std::io::Write::write_all(&mut &w, b"after").unwrap();
+        // (a guard against a hang, not a timing: the bytes are there)
+        let mut results = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{what}: the dropped read took the bytes"));
+        let (n, buf) = results.remove(0);
+        assert_eq!(&buf.unwrap()[..n.unwrap()], b"after", "{what}");
+    });
+}
+
+/// A vectored read of a pipe at offset 0 reads it (as a plain read
+/// does), filling its buffers in order, on each backend and on a
+/// caller-driven ring (the thread pool's `preadv` of a pipe fails with
+/// `ESPIPE`; it reads with `readv` there, as io_uring does).
+#[test]
+fn a_vectored_read_of_a_pipe_reads_it() {
+    on_every_stack(|engine, what| {
+        let (pipe, w) = async_pipe(engine);
+        std::io::Write::write_all(&mut &w, b"hello").unwrap();
+        let (n, bufs) =
+            futures::executor::block_on(pipe.read_vectored_at(vec![vec![0u8; 2], vec![0u8; 8]], 0));
+        assert_eq!(n.unwrap_or_else(|e| panic!("{what}: {e}")), 5, "{what}");
+        assert_eq!(
+            (&bufs[0][..], &bufs[1][..3]),
+            (&b"he"[..], &b"llo"[..]),
+            "{what}"
+        );
+    });
+}
+
+/// Runs `check` on an io_uring engine driven by its thread, on the
+/// thread pool and on a caller-driven ring (reaped by a thread of its
+/// own meanwhile), naming each.
+fn on_every_stack(check: impl Fn(&AsyncEngine, &str)) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for backend in [
+        blockio::BackendChoice::IoUring,
+        blockio::BackendChoice::ThreadPool,
+    ] {
+        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
+        check(&engine, &format!("{backend:?}"));
+    }
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Caller(CallerDriving::new()))
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reaper = reap_until(&engine, &stop);
+    check(&engine, "caller-driven");
+    stop.store(true, Ordering::SeqCst);
+    reaper.join().unwrap();
+}
+
 /// Dropping an `AsyncFile` cancels the dropped reads it kept: the pipe's
 /// read end closes (its write end reports the error of a pipe without
 /// readers) although nothing is ever written, on each backend.
@@ -1065,9 +1220,22 @@ fn a_dropped_read_of_a_regular_file_leaves_nothing_for_the_next() {
 /// A read of an empty pipe on `engine` is started, takes bytes written
 /// after it, and is dropped: the next read of the same file gets them.
 fn dropped_pipe_read_keeps_its_bytes(engine: &AsyncEngine, what: &str) {
+    dropped_pipe_read_keeps_its_bytes_with(engine, what, |pipe| {
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        Box::new(read)
+    });
+}
+
+/// [`dropped_pipe_read_keeps_its_bytes`] for the read `start` makes of
+/// the pipe and submits (a future, dropped unfinished).
+fn dropped_pipe_read_keeps_its_bytes_with(
+    engine: &AsyncEngine,
+    what: &str,
+    start: impl FnOnce(&AsyncFile) -> Box<dyn std::any::Any>,
+) {
     let (pipe, w) = async_pipe(engine);
-    let mut read = pipe.read_at(vec![0u8; 16], 0);
-    read.start();
+    let read = start(&pipe);
     std::io::Write::write_all(&mut &w, b"kept").unwrap();
     common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
     drop(read);

@@ -420,6 +420,39 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
     }
 }
 
+/// A dropped vectored read (its buffers in order), as a dropped read of
+/// one buffer is (see [`OpFuture::kept_if_dropped_vectored`]).
+struct VectoredDropped<B>(Arc<OpTarget<Vec<B>>>);
+
+impl<B: IoBufMut> Abandoned for VectoredDropped<B> {
+    fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32> {
+        let mut g = self.0.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(res) = g.result else {
+            let replaced = g.store_waker(cx.waker());
+            drop(g);
+            drop(replaced);
+            return Poll::Pending;
+        };
+        if let (Some(bufs), Ok(mut n)) = (&g.buf, usize::try_from(res)) {
+            // The kernel filled the buffers in order, `n` bytes in all.
+            for buf in bufs {
+                let take = n.min(buf.bytes_len());
+                if take == 0 {
+                    // An empty buffer's pointer promises nothing (it may
+                    // be null or dangling): no slice of it is made.
+                    continue;
+                }
+                // SAFETY: the kernel is done with the buffers (the result
+                // is in), and this one holds `bytes_len` initialised
+                // bytes from its pointer, non-null since it has some.
+                into.extend(unsafe { std::slice::from_raw_parts(buf.stable_ptr(), take) });
+                n -= take;
+            }
+        }
+        Poll::Ready(res)
+    }
+}
+
 /// A way to perform an operation on the polling thread at its first poll,
 /// when that is quick (see `file::inline`).
 pub(crate) trait Inline: Send + Sync {
@@ -1057,7 +1090,7 @@ impl<B: Send + 'static> OpFuture<B> {
     /// first join the reads of its file that dropped futures left (see
     /// [`kept_if_dropped`](Self::kept_if_dropped)).
     #[inline]
-    fn joins_dropped(&mut self) -> bool {
+    pub(crate) fn joins_dropped(&mut self) -> bool {
         if !DROPPED_READ_KEPT.load(Ordering::Acquire) || self.op.is_none() {
             return false;
         }
@@ -1078,7 +1111,7 @@ impl<B: Send + 'static> OpFuture<B> {
     /// `None` if they held nothing (the read goes on to the kernel).
     #[cold]
     #[inline(never)]
-    fn poll_join(&mut self, cx: &mut Context<'_>) -> Poll<Option<BufResult<usize, B>>> {
+    pub(crate) fn poll_join(&mut self, cx: &mut Context<'_>) -> Poll<Option<BufResult<usize, B>>> {
         let keep = self.with_state(|g| g.keep.clone());
         let (Some(kept), Some(op)) = (keep.as_deref().and_then(|k| k.dropped_reads()), &self.op)
         else {
@@ -1447,6 +1480,15 @@ impl<B: Send + 'static> OpFuture<B> {
             DROPPED_READ_KEPT.store(true, Ordering::Release);
         }
         kept
+    }
+}
+
+impl<E: IoBufMut> OpFuture<Vec<E>> {
+    /// [`kept_if_dropped`](Self::kept_if_dropped) for a vectored read:
+    /// kept, its buffers hand out what it took, in order.
+    #[inline]
+    pub(crate) fn kept_if_dropped_vectored(&mut self) {
+        self.as_dropped = Some(|target| Arc::new(VectoredDropped(target)));
     }
 }
 

@@ -185,7 +185,15 @@ impl Lower for ReadVectoredArgs {
         let v = &self.0;
         // SAFETY: the iovecs and the buffers they describe are valid (the
         // caller's promise).
-        unsafe { libc::preadv(fd, v.iovecs, v.count_i32(), v.offset as i64) }
+        match unsafe { libc::preadv(fd, v.iovecs, v.count_i32(), v.offset as i64) } {
+            // A descriptor without offsets at offset 0 is read as
+            // io_uring reads it (and as `ReadArgs` does): with `readv`.
+            -1 if v.offset == 0 && last_errno() == libc::ESPIPE => {
+                // SAFETY: as above.
+                unsafe { libc::readv(fd, v.iovecs, v.count_i32()) }
+            }
+            rc => rc,
+        }
     }
 }
 
@@ -208,7 +216,13 @@ impl Lower for WriteVectoredArgs {
         let v = &self.0;
         // SAFETY: the iovecs and the buffers they describe are valid (the
         // caller's promise).
-        unsafe { libc::pwritev(fd, v.iovecs, v.count_i32(), v.offset as i64) }
+        match unsafe { libc::pwritev(fd, v.iovecs, v.count_i32(), v.offset as i64) } {
+            -1 if v.offset == 0 && last_errno() == libc::ESPIPE => {
+                // SAFETY: as above.
+                unsafe { libc::writev(fd, v.iovecs, v.count_i32()) }
+            }
+            rc => rc,
+        }
     }
 }
 

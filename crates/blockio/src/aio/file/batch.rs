@@ -57,6 +57,27 @@ impl<B: Send + 'static> BatchFuture<B> {
     }
 }
 
+impl<B: Send + 'static> BatchFuture<B> {
+    /// Before the batch is submitted: each of its reads (in order) whose
+    /// file keeps dropped reads (a pipe, FIFO or character device; see
+    /// [`AsyncFile::read_at`](super::AsyncFile::read_at)) waits for them
+    /// and takes what they took, as a read of its own would; one that
+    /// gets bytes (or their error, or the end) is done, and the others go
+    /// with the batch. Pending while a kept read is.
+    fn poll_kept_reads(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        for (f, slot) in self.futs.iter_mut().zip(self.results.iter_mut()) {
+            let MaybeBuf::Buf(f) = f else { continue };
+            if slot.is_some() || !f.joins_dropped() {
+                continue;
+            }
+            if let Some(out) = std::task::ready!(f.poll_join(cx)) {
+                *slot = Some((out.0, Some(out.1)));
+            }
+        }
+        Poll::Ready(())
+    }
+}
+
 // Results are moved in and out, never pinned.
 impl<B: Send + 'static> Unpin for BatchFuture<B> {}
 
@@ -66,10 +87,19 @@ impl<B: Send + 'static> Future for BatchFuture<B> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         if !this.started {
+            if this.results.is_empty() {
+                this.results = this.futs.iter().map(|_| None).collect();
+            }
+            if this.poll_kept_reads(cx).is_pending() {
+                return Poll::Pending;
+            }
             this.started = true;
-            this.results = this.futs.iter().map(|_| None).collect();
             let mut reqs = Vec::with_capacity(this.futs.len());
-            for f in &mut this.futs {
+            for (f, slot) in this.futs.iter_mut().zip(&this.results) {
+                if slot.is_some() {
+                    // Served by what a kept read took.
+                    continue;
+                }
                 match f {
                     MaybeBuf::Buf(f) => {
                         f.set_waker(cx.waker());

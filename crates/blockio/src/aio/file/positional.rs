@@ -89,8 +89,9 @@ impl AsyncFile {
     /// ```
     pub fn read_at<B: IoBufMut>(&self, buf: B, offset: u64) -> OpFuture<B> {
         let mut read = self.read_part(buf, 0, offset);
-        // Only `read_at`'s futures are kept: the other reads made here and
-        // the streaming read-ahead are cancelled when dropped.
+        // Only `read_at`'s, `read_vectored_at`'s and batch reads' futures
+        // are kept: `read_exact_at`'s and the streaming read-ahead are
+        // cancelled when dropped.
         read.kept_if_dropped();
         read
     }
@@ -146,12 +147,15 @@ impl AsyncFile {
                 iov_len: b.bytes_len(),
             })
             .collect();
-        self.vectored(
+        let mut read = self.vectored(
             |v| Action::ReadVectored(ReadVectoredArgs(v)),
             bufs,
             iovecs,
             offset,
-        )
+        );
+        // Kept if dropped, as `read_at`'s are.
+        read.kept_if_dropped_vectored();
+        read
     }
 
     /// Writes each buffer in turn, starting at `offset`.
