@@ -120,6 +120,10 @@ impl AsyncFile {
 
     /// Reads into each buffer in turn, starting at `offset`.
     ///
+    /// On a pipe, FIFO or character device, a read whose future is dropped
+    /// before its bytes were taken is kept for the file's next read, as
+    /// [`read_at`](Self::read_at)'s is: no byte is lost.
+    ///
     /// # Examples
     ///
     /// ```
@@ -361,6 +365,12 @@ impl AsyncFile {
 
     /// Submits all of `ops` to the kernel together and resolves when every
     /// one has completed, with one result per operation, in order.
+    ///
+    /// On a pipe, FIFO or character device the batch's reads are those of
+    /// [`read_at`](Self::read_at): dropped unfinished, each is kept for
+    /// the file's next read; and while the file keeps a dropped read, the
+    /// batch waits for it at its first poll, its reads (in order) taking
+    /// what it took before the rest is submitted.
     ///
     /// # Examples
     ///
