@@ -1148,6 +1148,56 @@ fn a_vectored_read_of_a_pipe_reads_it() {
     });
 }
 
+/// A vectored write to a pipe writes it, its buffers in order (the
+/// thread pool's `pwritev` of a pipe fails with `ESPIPE`; it writes with
+/// `writev` there, as io_uring does), on each backend and on a
+/// caller-driven ring.
+#[test]
+fn a_vectored_write_to_a_pipe_writes_it() {
+    on_every_stack(|engine, what| {
+        let (r, w) = common::pipe();
+        let pipe = AsyncFile::from_file(engine, w);
+        let bufs = vec![b"ab".to_vec(), Vec::new(), b"cde".to_vec()];
+        let (n, _) = futures::executor::block_on(pipe.write_vectored_at(bufs, 0));
+        assert_eq!(n.unwrap_or_else(|e| panic!("{what}: {e}")), 5, "{what}");
+        let mut got = [0u8; 8];
+        let m = std::io::Read::read(&mut &r, &mut got).unwrap();
+        assert_eq!(&got[..m], b"abcde", "{what}");
+    });
+}
+
+/// A pipe has no offsets: reads and writes of it at an offset other than
+/// 0 read and write it as at 0 (io_uring ignores the offset; the thread
+/// pool's `pread`, `preadv`, `pwrite` and `pwritev` fail with `ESPIPE`,
+/// and it then reads and writes without one), plain and vectored, on
+/// each backend and on a caller-driven ring.
+#[test]
+fn reads_and_writes_of_a_pipe_at_an_offset_ignore_it() {
+    on_every_stack(|engine, what| {
+        let (r, w) = common::pipe();
+        let (reader, writer) = (
+            AsyncFile::from_file(engine, r),
+            AsyncFile::from_file(engine, w),
+        );
+        let (n, _) = futures::executor::block_on(writer.write_at(b"abc".to_vec(), 7));
+        assert_eq!(n.unwrap_or_else(|e| panic!("{what}: {e}")), 3, "{what}");
+        let bufs = vec![b"de".to_vec(), b"fgh".to_vec()];
+        let (n, _) = futures::executor::block_on(writer.write_vectored_at(bufs, 7));
+        assert_eq!(n.unwrap_or_else(|e| panic!("{what}: {e}")), 5, "{what}");
+        let (n, buf) = futures::executor::block_on(reader.read_at(vec![0u8; 4], 7));
+        let n = n.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(&buf[..n], b"abcd", "{what}");
+        let bufs = vec![vec![0u8; 2], vec![0u8; 8]];
+        let (n, bufs) = futures::executor::block_on(reader.read_vectored_at(bufs, 7));
+        assert_eq!(n.unwrap_or_else(|e| panic!("{what}: {e}")), 4, "{what}");
+        assert_eq!(
+            (&bufs[0][..], &bufs[1][..2]),
+            (&b"ef"[..], &b"gh"[..]),
+            "{what}"
+        );
+    });
+}
+
 /// Runs `check` on an io_uring engine driven by its thread, on the
 /// thread pool and on a caller-driven ring (reaped by a thread of its
 /// own meanwhile), naming each.
