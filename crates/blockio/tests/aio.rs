@@ -1032,9 +1032,10 @@ fn a_dropped_vectored_pipe_read_keeps_what_it_took_for_the_next_read() {
 }
 
 /// As [`a_dropped_pipe_read_keeps_what_it_took_for_the_next_read`], for
-/// a dropped batch (`submit`) of one read: the bytes it took before the
-/// batch's future was dropped go to the file's next read, on each backend
-/// and on a caller-driven ring.
+/// a dropped batch (`submit`) of one read, dropped before a poll took the
+/// read's result into the batch (the read's future, dropped with it, is
+/// kept as a dropped `read_at` is): the bytes it took go to the file's
+/// next read, on each backend and on a caller-driven ring.
 #[test]
 fn a_dropped_batch_pipe_read_keeps_what_it_took_for_the_next_read() {
     on_every_stack(|engine, what| {
@@ -1145,6 +1146,150 @@ fn a_vectored_read_of_a_pipe_reads_it() {
             (&b"he"[..], &b"llo"[..]),
             "{what}"
         );
+    });
+}
+
+/// A waker that counts its wake-ups, and the count.
+fn counting_waker() -> (Arc<std::sync::atomic::AtomicUsize>, std::task::Waker) {
+    struct Count(Arc<std::sync::atomic::AtomicUsize>);
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    (
+        count.clone(),
+        std::task::Waker::from(Arc::new(Count(count))),
+    )
+}
+
+/// Reads `pipe` until what it got ends with `last` (the last bytes
+/// written) or is longer than `most`: every byte read, in order.
+fn read_pipe_through(pipe: &AsyncFile, last: &[u8], most: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    while !got.ends_with(last) && got.len() <= most {
+        let (n, buf) = futures::executor::block_on(pipe.read_at(vec![0u8; 64], 0));
+        let n = n.unwrap();
+        assert!(n > 0, "the pipe ended after {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+/// A batch of two reads of a pipe holding 4 bytes, polled again once its
+/// first read has taken them (their result now the batch's), then dropped
+/// with its second read unfinished: the file's next reads get those 4
+/// bytes, then what is written after (whether the second read took it or
+/// not), on each backend and on a caller-driven ring.
+#[test]
+fn a_dropped_batch_hands_its_finished_pipe_reads_bytes_to_the_next_read() {
+    on_every_stack(|engine, what| {
+        let (pipe, w) = async_pipe(engine);
+        std::io::Write::write_all(&mut &w, b"kept").unwrap();
+        let mut batch = Box::pin(pipe.submit(vec![
+            BatchOp::Read {
+                offset: 0,
+                buf: vec![0u8; 4],
+            },
+            BatchOp::Read {
+                offset: 0,
+                buf: vec![0u8; 16],
+            },
+        ]));
+        let (woken, waker) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(batch.as_mut().poll(&mut cx).is_pending(), "{what}");
+        common::wait_until("a read of the batch drains the pipe", || {
+            pipe_holds(&w) == 0
+        });
+        common::wait_until("the batch is woken", || {
+            woken.load(std::sync::atomic::Ordering::SeqCst) > 0
+        });
+        // Its result goes into the batch; the other read is unfinished.
+        assert!(batch.as_mut().poll(&mut cx).is_pending(), "{what}");
+        drop(batch);
+        std::io::Write::write_all(&mut &w, b"after").unwrap();
+        let got = read_pipe_through(&pipe, b"after", 9);
+        assert_eq!(String::from_utf8_lossy(&got), "keptafter", "{what}");
+    });
+}
+
+/// A batch whose reads of a pipe took bytes a dropped read had left
+/// (at its first poll, without going to the kernel), dropped with its
+/// last read unfinished: the file's next reads get those bytes again,
+/// in order, then what is written after, on each backend and on a
+/// caller-driven ring.
+#[test]
+fn a_dropped_batch_hands_what_its_reads_took_from_a_kept_read_to_the_next_read() {
+    on_every_stack(|engine, what| {
+        let (pipe, w) = async_pipe(engine);
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        std::io::Write::write_all(&mut &w, b"kept-bytes").unwrap();
+        common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
+        drop(read);
+        // The next read takes 4 of its bytes; the file keeps the rest.
+        let (n, buf) = futures::executor::block_on(pipe.read_at(vec![0u8; 4], 0));
+        assert_eq!(&buf[..n.unwrap()], b"kept", "{what}");
+        let read = |len| BatchOp::Read {
+            offset: 0,
+            buf: vec![0u8; len],
+        };
+        let mut batch = Box::pin(pipe.submit(vec![read(2), read(16), read(16)]));
+        // Its first two reads take what the file kept; the third goes to
+        // the kernel and waits for the pipe.
+        let waker = futures::task::noop_waker();
+        assert!(batch
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        drop(batch);
+        std::io::Write::write_all(&mut &w, b"after").unwrap();
+        let got = read_pipe_through(&pipe, b"after", 11);
+        assert_eq!(String::from_utf8_lossy(&got), "-bytesafter", "{what}");
+    });
+}
+
+/// A batch's reads of a pipe take its bytes in the batch's order: two
+/// reads of 3 bytes, the pipe written after they were submitted, resolve
+/// with the first 3 bytes in the first read; dropped instead, the file's
+/// next reads get the bytes in the order written. Twenty rounds (two
+/// reads running at once took them in either order), on each backend
+/// and on a caller-driven ring.
+#[test]
+fn a_batchs_reads_of_a_pipe_take_its_bytes_in_order() {
+    let read = || BatchOp::Read {
+        offset: 0,
+        buf: vec![0u8; 3],
+    };
+    on_every_stack(|engine, what| {
+        for round in 0..20 {
+            let (pipe, w) = async_pipe(engine);
+            let mut batch = Box::pin(pipe.submit(vec![read(), read()]));
+            let waker = futures::task::noop_waker();
+            let mut cx = Context::from_waker(&waker);
+            assert!(batch.as_mut().poll(&mut cx).is_pending());
+            std::io::Write::write_all(&mut &w, b"012").unwrap();
+            std::io::Write::write_all(&mut &w, b"345").unwrap();
+            let got: Vec<Vec<u8>> = futures::executor::block_on(batch)
+                .into_iter()
+                .map(|(n, buf)| buf.unwrap()[..n.unwrap()].to_vec())
+                .collect();
+            assert_eq!(got, [b"012", b"345"], "{what} round {round}");
+
+            let mut batch = Box::pin(pipe.submit(vec![read(), read()]));
+            assert!(batch.as_mut().poll(&mut cx).is_pending());
+            drop(batch);
+            std::io::Write::write_all(&mut &w, b"abc").unwrap();
+            std::io::Write::write_all(&mut &w, b"def").unwrap();
+            let got = read_pipe_through(&pipe, b"def", 6);
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                "abcdef",
+                "{what} round {round}"
+            );
+        }
     });
 }
 

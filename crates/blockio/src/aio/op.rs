@@ -604,6 +604,12 @@ impl ReadOut for AreasOut<'_> {
 /// more (a program that never drops a pipe's read pays one load per read).
 static DROPPED_READ_KEPT: AtomicBool = AtomicBool::new(false);
 
+/// Notes that a file kept what a read took for its next read (see
+/// [`DROPPED_READ_KEPT`]).
+pub(crate) fn note_dropped_read_kept() {
+    DROPPED_READ_KEPT.store(true, Ordering::Release);
+}
+
 /// Cancels a dropped read kept for the next read when it is let go before
 /// its completion (the file went): nobody is left to take its bytes.
 struct CancelOnDrop<B: Send + 'static> {

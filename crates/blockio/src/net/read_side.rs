@@ -358,6 +358,18 @@ impl ReadSide {
         g.error = g.error.or(error);
     }
 
+    /// Gives back bytes that reads took and nobody received: the next
+    /// read returns them first, then `error` if no other is waiting or,
+    /// with `ended`, the end of the stream, all before anything kept.
+    pub(crate) fn give_back(&self, bytes: &[u8], error: Option<i32>, ended: bool) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for &b in bytes.iter().rev() {
+            g.leftover.push_front(b);
+        }
+        g.error = g.error.or(error);
+        g.ended |= ended;
+    }
+
     /// Whether what the socket holds comes right after what reads have
     /// handed out: no bytes kept, no dropped read still in the kernel.
     pub(crate) fn socket_is_next(&self) -> bool {

@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use batch::{BatchFuture, BatchOp};
 pub use options::{AsyncOpenOptions, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES, MAX_STREAM_DEPTH};
@@ -59,6 +59,9 @@ struct Handle {
     /// Cleared when the `AsyncFile` goes: no dropped read is kept after,
     /// nobody being left to take its bytes.
     open: AtomicBool,
+    /// Whether the file is a stream (see [`Handle::is_stream`]), once
+    /// asked.
+    stream: OnceLock<bool>,
 }
 
 /// A file's reads are tried on the polling thread first (see `inline`);
@@ -112,7 +115,39 @@ impl Handle {
             dropped: KeptReads::default(),
             any_dropped: AtomicBool::new(false),
             open: AtomicBool::new(true),
+            stream: OnceLock::new(),
         })
+    }
+
+    /// Whether the file is a stream without offsets whose reads may wait
+    /// forever (a pipe, FIFO, socket or character device; see
+    /// `may_wait_forever`): asked of the kernel once (what a descriptor
+    /// is never changes).
+    fn is_stream(&self) -> bool {
+        *self
+            .stream
+            .get_or_init(|| super::op::may_wait_forever(self.file.as_raw_fd()))
+    }
+
+    /// Gives back to this stream file, for its next read, what reads of
+    /// it took that nobody received (the finished reads of a dropped
+    /// batch): `bytes`, then `error` or, with `ended`, the end of the
+    /// stream, all before anything the file keeps. Nothing once the
+    /// `AsyncFile` is gone.
+    fn give_back(&self, bytes: &[u8], error: Option<i32>, ended: bool) {
+        if bytes.is_empty() && error.is_none() && !ended {
+            return;
+        }
+        if !self.open.load(Ordering::SeqCst) {
+            return;
+        }
+        self.dropped.side.give_back(bytes, error, ended);
+        self.any_dropped.store(true, Ordering::SeqCst);
+        super::op::note_dropped_read_kept();
+        // The file went meanwhile: nobody takes the bytes.
+        if !self.open.load(Ordering::SeqCst) {
+            self.dropped.side.forget();
+        }
     }
 
     /// `action` on this file, over memory owned by `buf` and `iovecs`,

@@ -3,7 +3,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 
-use super::batch::{BatchFuture, BatchOp, MaybeBuf};
+use super::batch::{BatchFuture, BatchOp, MaybeBuf, StreamFile};
 use super::AsyncFile;
 use crate::aio::buf::{IoBuf, IoBufMut};
 use crate::aio::op::{BufResult, OpFuture};
@@ -68,6 +68,8 @@ impl AsyncFile {
     /// before its bytes were taken is cancelled, but kept: the file's
     /// next read waits for the cancellation's outcome and hands out what
     /// the dropped read took before it landed first, so no byte is lost.
+    /// Such a file has no offsets: `offset` is ignored there, on every
+    /// backend (as by io_uring).
     ///
     /// # Examples
     ///
@@ -363,14 +365,21 @@ impl AsyncFile {
         (Ok(()), buf)
     }
 
-    /// Submits all of `ops` to the kernel together and resolves when every
-    /// one has completed, with one result per operation, in order.
+    /// Submits all of `ops` to the kernel together (but the reads of a
+    /// stream, below) and resolves when every one has completed, with one
+    /// result per operation, in order.
     ///
-    /// On a pipe, FIFO or character device the batch's reads are those of
-    /// [`read_at`](Self::read_at): dropped unfinished, each is kept for
-    /// the file's next read; and while the file keeps a dropped read, the
-    /// batch waits for it at its first poll, its reads (in order) taking
-    /// what it took before the rest is submitted.
+    /// On a pipe, FIFO, socket or character device the batch's reads are
+    /// those of [`read_at`](Self::read_at), run one after another in the
+    /// batch's order (the next submitted when the one before completes:
+    /// two at once could take the stream's bytes in either order), so
+    /// their results hold its bytes in order. While the file keeps a
+    /// dropped read, the batch waits for it at its first poll, its reads
+    /// (in order) taking what it took before the rest is submitted.
+    /// Dropped unfinished, the batch gives what its finished reads took
+    /// back to the file, in order, for its next read, and its unfinished
+    /// read is kept after that, as a dropped `read_at` is: no byte is
+    /// lost.
     ///
     /// # Examples
     ///
@@ -401,15 +410,22 @@ impl AsyncFile {
     /// # }
     /// ```
     pub fn submit<B: IoBufMut>(&self, ops: Vec<BatchOp<B>>) -> BatchFuture<B> {
+        // (only a batch with reads asks what the file is)
+        let has_reads = ops.iter().any(|op| matches!(op, BatchOp::Read { .. }));
         let futs = ops
             .into_iter()
             .map(|op| match op {
-                BatchOp::Read { offset, buf } => MaybeBuf::Buf(self.read_at(buf, offset)),
+                BatchOp::Read { offset, buf } => MaybeBuf::Read(self.read_at(buf, offset)),
                 BatchOp::Write { offset, buf } => MaybeBuf::Buf(self.write_at(buf, offset)),
                 BatchOp::Fsync => MaybeBuf::NoBuf(self.fsync()),
                 BatchOp::Fdatasync => MaybeBuf::NoBuf(self.fdatasync()),
             })
             .collect();
-        BatchFuture::new(self.engine.clone(), futs)
+        let stream = if has_reads {
+            StreamFile::of(&self.handle)
+        } else {
+            None
+        };
+        BatchFuture::new(self.engine.clone(), futs, stream)
     }
 }
