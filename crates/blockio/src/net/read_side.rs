@@ -563,6 +563,31 @@ mod tests {
         assert!(side.socket_is_next() && side.drained());
     }
 
+    /// Bytes given back come before what is kept (bytes left over, then a
+    /// dropped read's), the error given with them after them, and the end
+    /// given back after everything before it.
+    #[test]
+    fn bytes_given_back_come_before_what_is_kept() {
+        let waker = noop();
+        let mut cx = Context::from_waker(&waker);
+        let side = ReadSide::default();
+        side.keep(b"cd");
+        side.detach(Fake::done(2, b"ef"), None);
+        side.give_back(b"ab", None, false);
+        let got = side.poll_take(&mut cx, 16);
+        assert!(matches!(got, Poll::Ready(Taken::Bytes(b)) if b == b"abcdef"));
+        side.give_back(b"gh", Some(libc::EIO), true);
+        let got = side.poll_take(&mut cx, 16);
+        assert!(matches!(got, Poll::Ready(Taken::Bytes(b)) if b == b"gh"));
+        let got = side.poll_take(&mut cx, 16);
+        assert!(matches!(got, Poll::Ready(Taken::Failed(libc::EIO))));
+        assert!(matches!(
+            side.poll_take(&mut cx, 16),
+            Poll::Ready(Taken::Ended)
+        ));
+        assert!(side.socket_is_next());
+    }
+
     /// Settling into an owned buffer copies the kept bytes into it; an
     /// empty buffer whose pointer is null takes none (and makes no slice
     /// of the null pointer).
