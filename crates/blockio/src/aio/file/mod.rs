@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 pub use batch::{BatchFuture, BatchOp};
 pub use options::{AsyncOpenOptions, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES, MAX_STREAM_DEPTH};
@@ -36,7 +36,7 @@ use crate::op::action::{Action, ReadArgs};
 use crate::op::Op;
 use crate::ReadPath;
 use inline::InlineReads;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use stream::Stream;
 
 /// The open file, shared with every operation in flight on it so that the
@@ -59,10 +59,18 @@ struct Handle {
     /// Cleared when the `AsyncFile` goes: no dropped read is kept after,
     /// nobody being left to take its bytes.
     open: AtomicBool,
-    /// Whether the file is a stream (see [`Handle::is_stream`]), once
-    /// asked.
-    stream: OnceLock<bool>,
+    /// Whether the file is a stream (see [`Handle::is_stream`]) once
+    /// asked: [`STREAM`] or [`NOT_STREAM`], 0 before. (One byte, beside
+    /// the flags: a larger field moved `dropped` in the handle, and a
+    /// cached read with a dropped read kept paid an instruction more to
+    /// reach it.)
+    stream: AtomicU8,
 }
+
+/// [`Handle::stream`]: the file is a stream.
+const STREAM: u8 = 1;
+/// [`Handle::stream`]: the file is not a stream.
+const NOT_STREAM: u8 = 2;
 
 /// A file's reads are tried on the polling thread first (see `inline`);
 /// nothing else is.
@@ -115,7 +123,7 @@ impl Handle {
             dropped: KeptReads::default(),
             any_dropped: AtomicBool::new(false),
             open: AtomicBool::new(true),
-            stream: OnceLock::new(),
+            stream: AtomicU8::new(0),
         })
     }
 
@@ -124,9 +132,16 @@ impl Handle {
     /// `may_wait_forever`): asked of the kernel once (what a descriptor
     /// is never changes).
     fn is_stream(&self) -> bool {
-        *self
-            .stream
-            .get_or_init(|| super::op::may_wait_forever(self.file.as_raw_fd()))
+        match self.stream.load(Ordering::Relaxed) {
+            STREAM => true,
+            NOT_STREAM => false,
+            _ => {
+                let stream = super::op::may_wait_forever(self.file.as_raw_fd());
+                let known = if stream { STREAM } else { NOT_STREAM };
+                self.stream.store(known, Ordering::Relaxed);
+                stream
+            }
+        }
     }
 
     /// Gives back to this stream file, for its next read, what reads of
