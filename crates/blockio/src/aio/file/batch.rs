@@ -38,14 +38,14 @@ pub(super) enum MaybeBuf<B: Send + 'static> {
     /// A read: kept if dropped unfinished, and on a stream run after the
     /// batch's reads before it.
     Read(OpFuture<B>),
-    /// A write.
-    Buf(OpFuture<B>),
+    /// A write: on a stream run after the batch's writes before it.
+    Write(OpFuture<B>),
     /// An fsync.
     NoBuf(OpFuture<()>),
 }
 
-/// The file of a batch whose reads read a stream (a pipe, FIFO, socket or
-/// character device), and how to see the bytes of a buffer.
+/// The file of a batch whose reads or writes go to a stream (a pipe, FIFO,
+/// socket or character device), and how to see the bytes of a buffer.
 pub(super) struct StreamFile<B> {
     handle: Arc<Handle>,
     bytes_of: fn(&B, usize) -> &[u8],
@@ -68,19 +68,19 @@ pub struct BatchFuture<B: Send + 'static> {
     engine: AsyncEngine,
     futs: Vec<MaybeBuf<B>>,
     results: Vec<Option<BufResult<usize, Option<B>>>>,
-    /// The file, if it is a stream: its reads run one after another, and
-    /// what the finished ones took goes back to the file if the batch is
-    /// dropped unfinished.
+    /// The file, if it is a stream: its reads run one after another, as
+    /// do its writes, and what the finished reads took goes back to the
+    /// file if the batch is dropped unfinished.
     stream: Option<StreamFile<B>>,
-    /// Per operation: a read of a stream not submitted yet, waiting for
-    /// the batch's reads before it.
+    /// Per operation: a read (a write) of a stream not submitted yet,
+    /// waiting for the batch's reads (writes) before it.
     held: Vec<bool>,
     started: bool,
 }
 
 impl<B: Send + 'static> BatchFuture<B> {
     /// The future of `futs`, started together on the first poll (but the
-    /// reads of `stream`, one after another).
+    /// reads of `stream` one after another, and its writes).
     pub(super) fn new(
         engine: AsyncEngine,
         futs: Vec<MaybeBuf<B>>,
@@ -119,14 +119,15 @@ impl<B: Send + 'static> BatchFuture<B> {
 
     /// Submits the batch in one hand-over to the driver: every operation
     /// not already served, but on a stream only the first read not
-    /// served; the reads after it are held (see
-    /// [`poll_each`](Self::poll_each)).
+    /// served and the first write; the reads and writes after them are
+    /// held (see [`poll_each`](Self::poll_each)).
     fn submit_all(&mut self, cx: &mut Context<'_>) {
         let mut reqs = Vec::with_capacity(self.futs.len());
         self.held = vec![false; self.futs.len()];
         let stream = self.stream.is_some();
-        // A read of the stream goes: the reads after it are held.
-        let mut read_going = false;
+        // A read (a write) of the stream goes: the reads (writes) after it
+        // are held.
+        let (mut read_going, mut write_going) = (false, false);
         let ops = self.futs.iter_mut().zip(&self.results).zip(&mut self.held);
         for ((f, slot), held) in ops {
             if slot.is_some() {
@@ -139,7 +140,11 @@ impl<B: Send + 'static> BatchFuture<B> {
                     read_going = true;
                     start(f, cx, &mut reqs);
                 }
-                MaybeBuf::Buf(f) => start(f, cx, &mut reqs),
+                MaybeBuf::Write(_) if stream && write_going => *held = true,
+                MaybeBuf::Write(f) => {
+                    write_going = true;
+                    start(f, cx, &mut reqs);
+                }
                 MaybeBuf::NoBuf(f) => start(f, cx, &mut reqs),
             }
         }
@@ -150,12 +155,18 @@ impl<B: Send + 'static> BatchFuture<B> {
 
     /// Polls every operation not done, in order; a held read of a stream
     /// goes (polled as a read of its own: it takes what the file keeps
-    /// first, or is submitted) once the batch's reads before it are done.
-    /// Ready with every result once all are in.
+    /// first, or is submitted) once the batch's reads before it are done,
+    /// and a held write (submitted as a write of its own) once the
+    /// batch's writes before it are. Ready with every result once all are
+    /// in.
     fn poll_each(&mut self, cx: &mut Context<'_>) -> Poll<Vec<BufResult<usize, Option<B>>>> {
         let mut pending = false;
-        // A read of the stream still running: the held reads wait.
-        let mut read_running = false;
+        // A read (a write) of the stream still running: the held reads
+        // (writes) wait.
+        let (mut read_running, mut write_running) = (false, false);
+        let stream = self.stream.is_some();
+        // (an fsync is never held)
+        let mut unordered = false;
         for ((f, slot), held) in self
             .futs
             .iter_mut()
@@ -165,21 +176,27 @@ impl<B: Send + 'static> BatchFuture<B> {
             if slot.is_some() {
                 continue;
             }
-            if *held && read_running {
+            let running = match f {
+                MaybeBuf::Read(_) => &mut read_running,
+                MaybeBuf::Write(_) => &mut write_running,
+                MaybeBuf::NoBuf(_) => &mut unordered,
+            };
+            if *held && *running {
                 pending = true;
                 continue;
             }
             *held = false;
-            let (polled, read) = match f {
-                MaybeBuf::Read(f) => (Pin::new(f).poll(cx).map(|(r, b)| (r, Some(b))), true),
-                MaybeBuf::Buf(f) => (Pin::new(f).poll(cx).map(|(r, b)| (r, Some(b))), false),
-                MaybeBuf::NoBuf(f) => (Pin::new(f).poll(cx).map(|(r, ())| (r, None)), false),
+            let polled = match f {
+                MaybeBuf::Read(f) | MaybeBuf::Write(f) => {
+                    Pin::new(f).poll(cx).map(|(r, b)| (r, Some(b)))
+                }
+                MaybeBuf::NoBuf(f) => Pin::new(f).poll(cx).map(|(r, ())| (r, None)),
             };
             match polled {
                 Poll::Ready(r) => *slot = Some(r),
                 Poll::Pending => {
                     pending = true;
-                    read_running |= read && self.stream.is_some();
+                    *running |= stream;
                 }
             }
         }

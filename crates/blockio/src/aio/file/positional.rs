@@ -365,8 +365,8 @@ impl AsyncFile {
         (Ok(()), buf)
     }
 
-    /// Submits all of `ops` to the kernel together (but the reads of a
-    /// stream, below) and resolves when every one has completed, with one
+    /// Submits all of `ops` to the kernel together (but the reads and the
+    /// writes of a stream, below) and resolves when every one has completed, with one
     /// result per operation, in order.
     ///
     /// On a pipe, FIFO, socket or character device the batch's reads are
@@ -380,6 +380,19 @@ impl AsyncFile {
     /// back to the file, in order, for its next read, and its unfinished
     /// read is kept after that, as a dropped `read_at` is: no byte is
     /// lost.
+    ///
+    /// The batch's writes of such a file run one after another the same
+    /// way, in the batch's order (two at once could interleave their
+    /// bytes): each write's bytes go in after those of the writes before
+    /// it. A write may still be short (io_uring ends a write of a pipe
+    /// once the pipe is full): the writes after it then follow
+    /// the bytes it wrote, not its whole buffer, and its result says how
+    /// many that was. A caller
+    /// that needs every byte of each buffer in order writes them with
+    /// [`write_all_at`](Self::write_all_at) or the streaming writes'
+    /// `write_all` (`AsyncWrite`), which go on from where a short write
+    /// stopped. A dropped batch's writes not yet submitted are never
+    /// written.
     ///
     /// # Examples
     ///
@@ -410,18 +423,21 @@ impl AsyncFile {
     /// # }
     /// ```
     pub fn submit<B: IoBufMut>(&self, ops: Vec<BatchOp<B>>) -> BatchFuture<B> {
-        // (only a batch with reads asks what the file is)
+        // (only a batch with reads, or with writes to keep in order, asks
+        // what the file is)
         let has_reads = ops.iter().any(|op| matches!(op, BatchOp::Read { .. }));
+        let writes = ops.iter().filter(|op| matches!(op, BatchOp::Write { .. }));
+        let ask = has_reads || writes.count() > 1;
         let futs = ops
             .into_iter()
             .map(|op| match op {
                 BatchOp::Read { offset, buf } => MaybeBuf::Read(self.read_at(buf, offset)),
-                BatchOp::Write { offset, buf } => MaybeBuf::Buf(self.write_at(buf, offset)),
+                BatchOp::Write { offset, buf } => MaybeBuf::Write(self.write_at(buf, offset)),
                 BatchOp::Fsync => MaybeBuf::NoBuf(self.fsync()),
                 BatchOp::Fdatasync => MaybeBuf::NoBuf(self.fdatasync()),
             })
             .collect();
-        let stream = if has_reads {
+        let stream = if ask {
             StreamFile::of(&self.handle)
         } else {
             None
