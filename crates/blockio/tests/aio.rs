@@ -1165,11 +1165,14 @@ fn counting_waker() -> (Arc<std::sync::atomic::AtomicUsize>, std::task::Waker) {
 }
 
 /// Reads `pipe` until what it got ends with `last` (the last bytes
-/// written) or is longer than `most`: every byte read, in order.
+/// written) or holds `most` bytes (all that was written: bytes in the
+/// wrong order then fail the caller's assertion, no read waits on an
+/// empty pipe): every byte read, in order.
 fn read_pipe_through(pipe: &AsyncFile, last: &[u8], most: usize) -> Vec<u8> {
     let mut got = Vec::new();
-    while !got.ends_with(last) && got.len() <= most {
-        let (n, buf) = futures::executor::block_on(pipe.read_at(vec![0u8; 64], 0));
+    while !got.ends_with(last) && got.len() < most {
+        let room = vec![0u8; most - got.len()];
+        let (n, buf) = futures::executor::block_on(pipe.read_at(room, 0));
         let n = n.unwrap();
         assert!(n > 0, "the pipe ended after {got:?}");
         got.extend_from_slice(&buf[..n]);
@@ -1401,7 +1404,8 @@ fn on_every_stack(check: impl Fn(&AsyncEngine, &str)) {
         blockio::BackendChoice::ThreadPool,
     ] {
         let engine = AsyncEngine::builder().backend(backend).build().unwrap();
-        check(&engine, &format!("{backend:?}"));
+        // Named by what runs (BLOCKIO_BACKEND=threads overrides the choice).
+        check(&engine, &format!("{:?}", engine.backend()));
     }
     let engine = AsyncEngine::builder()
         .driving(Driving::Caller(CallerDriving::new()))
@@ -1409,7 +1413,7 @@ fn on_every_stack(check: impl Fn(&AsyncEngine, &str)) {
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let reaper = reap_until(&engine, &stop);
-    check(&engine, "caller-driven");
+    check(&engine, &format!("caller-driven {:?}", engine.backend()));
     stop.store(true, Ordering::SeqCst);
     reaper.join().unwrap();
 }
