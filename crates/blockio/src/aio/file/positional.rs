@@ -69,7 +69,9 @@ impl AsyncFile {
     /// next read waits for the cancellation's outcome and hands out what
     /// the dropped read took before it landed first, so no byte is lost.
     /// Such a file has no offsets: `offset` is ignored there, on every
-    /// backend (as by io_uring).
+    /// backend (as by io_uring), once it is at most `i64::MAX` (beyond,
+    /// it is refused with [`InvalidInput`](io::ErrorKind::InvalidInput)
+    /// before it reaches the backend, as on any file).
     ///
     /// # Examples
     ///
