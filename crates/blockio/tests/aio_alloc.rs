@@ -13,7 +13,7 @@ use blockio::aio::{AsyncEngine, AsyncFile};
 use blockio::ReadPath;
 
 mod common;
-use common::{data_file, Bounded};
+use common::data_file;
 
 /// The system allocator, counting the allocations of each thread.
 struct Counting;
@@ -98,6 +98,7 @@ fn a_cached_read_served_inline_allocates_nothing() {
 #[test]
 fn a_stream_s_receives_through_the_ring_reuse_one_shared_state() {
     use blockio::Backend;
+    use common::Bounded;
     use std::io::{Read, Write};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
