@@ -1016,6 +1016,408 @@ fn a_dropped_pipe_read_keeps_what_it_took_for_the_next_read() {
     reaper.join().unwrap();
 }
 
+/// As [`a_dropped_pipe_read_keeps_what_it_took_for_the_next_read`], for
+/// a dropped `read_vectored_at`: the bytes it took before its future was
+/// dropped go to the file's next read, on each backend and on a
+/// caller-driven ring.
+#[test]
+fn a_dropped_vectored_pipe_read_keeps_what_it_took_for_the_next_read() {
+    on_every_stack(|engine, what| {
+        dropped_pipe_read_keeps_its_bytes_with(engine, what, |pipe| {
+            let mut read = pipe.read_vectored_at(vec![vec![0u8; 2], vec![0u8; 14]], 0);
+            read.start();
+            Box::new(read)
+        });
+    });
+}
+
+/// As [`a_dropped_pipe_read_keeps_what_it_took_for_the_next_read`], for
+/// a dropped batch (`submit`) of one read, dropped before a poll took the
+/// read's result into the batch (the read's future, dropped with it, is
+/// kept as a dropped `read_at` is): the bytes it took go to the file's
+/// next read, on each backend and on a caller-driven ring.
+#[test]
+fn a_dropped_batch_pipe_read_keeps_what_it_took_for_the_next_read() {
+    on_every_stack(|engine, what| {
+        dropped_pipe_read_keeps_its_bytes_with(engine, what, |pipe| {
+            let mut batch = Box::pin(pipe.submit(vec![BatchOp::Read {
+                offset: 0,
+                buf: vec![0u8; 16],
+            }]));
+            // The first poll submits the batch.
+            let waker = futures::task::noop_waker();
+            assert!(batch
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending());
+            Box::new(batch)
+        });
+    });
+}
+
+/// A batch's reads of a pipe whose file keeps a dropped read wait for it
+/// and take what it took first, in order, before the bytes written after
+/// it: the first read gets what fits its buffer, the second the rest
+/// (without going to the kernel), on each backend and on a caller-driven
+/// ring.
+#[test]
+fn a_batch_read_of_a_pipe_takes_what_a_kept_read_took_first() {
+    on_every_stack(|engine, what| {
+        let (pipe, w) = async_pipe(engine);
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        std::io::Write::write_all(&mut &w, b"kept-bytes").unwrap();
+        common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
+        drop(read);
+        let batch = pipe.submit(vec![
+            BatchOp::Read {
+                offset: 0,
+                buf: vec![0u8; 4],
+            },
+            BatchOp::Read {
+                offset: 0,
+                buf: vec![0u8; 16],
+            },
+        ]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(futures::executor::block_on(batch)));
+        // A write after it, so that a read that skipped the kept one
+        // still ends.
+        std::io::Write::write_all(&mut &w, b"after").unwrap();
+        // (a guard against a hang, not a timing)
+        let results = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the batch ends");
+        let got: Vec<Vec<u8>> = results
+            .into_iter()
+            .map(|(n, buf)| buf.expect("a read hands its buffer back")[..n.unwrap()].to_vec())
+            .collect();
+        assert_eq!(got, [&b"kept"[..], &b"-bytes"[..]], "{what}");
+    });
+}
+
+/// A batch's read of a pipe whose file keeps a dropped read of the empty
+/// pipe, still pending, waits for its outcome: the bytes written after it
+/// go to the batch's read (whether the kept read took them or not), on
+/// each backend and on a caller-driven ring.
+#[test]
+fn a_batch_read_after_a_dropped_read_of_an_empty_pipe_gets_what_is_written_after() {
+    on_every_stack(|engine, what| {
+        let (pipe, w) = async_pipe(engine);
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        if engine.backend() == blockio::Backend::ThreadPool {
+            // A pool thread has taken the read: it waits for the pipe.
+            common::wait_until("a pool thread waits for the pipe", || {
+                common::a_thread_blocked_in(common::POLL_CALLS)
+            });
+        }
+        drop(read);
+        let batch = pipe.submit(vec![BatchOp::Read {
+            offset: 0,
+            buf: vec![0u8; 16],
+        }]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(futures::executor::block_on(batch)));
+        std::io::Write::write_all(&mut &w, b"after").unwrap();
+        // (a guard against a hang, not a timing: the bytes are there)
+        let mut results = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{what}: the dropped read took the bytes"));
+        let (n, buf) = results.remove(0);
+        assert_eq!(&buf.unwrap()[..n.unwrap()], b"after", "{what}");
+    });
+}
+
+/// A vectored read of a pipe at offset 0 reads it (as a plain read
+/// does), filling its buffers in order, on each backend and on a
+/// caller-driven ring (the thread pool's `preadv` of a pipe fails with
+/// `ESPIPE`; it reads with `readv` there, as io_uring does).
+#[test]
+fn a_vectored_read_of_a_pipe_reads_it() {
+    on_every_stack(|engine, what| {
+        let (pipe, w) = async_pipe(engine);
+        std::io::Write::write_all(&mut &w, b"hello").unwrap();
+        let (n, bufs) =
+            futures::executor::block_on(pipe.read_vectored_at(vec![vec![0u8; 2], vec![0u8; 8]], 0));
+        assert_eq!(n.unwrap_or_else(|e| panic!("{what}: {e}")), 5, "{what}");
+        assert_eq!(
+            (&bufs[0][..], &bufs[1][..3]),
+            (&b"he"[..], &b"llo"[..]),
+            "{what}"
+        );
+    });
+}
+
+/// A waker that counts its wake-ups, and the count.
+fn counting_waker() -> (Arc<std::sync::atomic::AtomicUsize>, std::task::Waker) {
+    struct Count(Arc<std::sync::atomic::AtomicUsize>);
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    (
+        count.clone(),
+        std::task::Waker::from(Arc::new(Count(count))),
+    )
+}
+
+/// Reads `pipe` until what it got ends with `last` (the last bytes
+/// written) or holds `most` bytes (all that was written: bytes in the
+/// wrong order then fail the caller's assertion, no read waits on an
+/// empty pipe): every byte read, in order.
+fn read_pipe_through(pipe: &AsyncFile, last: &[u8], most: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    while !got.ends_with(last) && got.len() < most {
+        let room = vec![0u8; most - got.len()];
+        let (n, buf) = futures::executor::block_on(pipe.read_at(room, 0));
+        let n = n.unwrap();
+        assert!(n > 0, "the pipe ended after {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+/// A batch of two reads of a pipe holding 4 bytes, polled again once its
+/// first read has taken them (their result now the batch's), then dropped
+/// with its second read unfinished: the file's next reads get those 4
+/// bytes, then what is written after (whether the second read took it or
+/// not), on each backend and on a caller-driven ring.
+#[test]
+fn a_dropped_batch_hands_its_finished_pipe_reads_bytes_to_the_next_read() {
+    on_every_stack(|engine, what| {
+        let (pipe, w) = async_pipe(engine);
+        std::io::Write::write_all(&mut &w, b"kept").unwrap();
+        let mut batch = Box::pin(pipe.submit(vec![
+            BatchOp::Read {
+                offset: 0,
+                buf: vec![0u8; 4],
+            },
+            BatchOp::Read {
+                offset: 0,
+                buf: vec![0u8; 16],
+            },
+        ]));
+        let (woken, waker) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(batch.as_mut().poll(&mut cx).is_pending(), "{what}");
+        common::wait_until("a read of the batch drains the pipe", || {
+            pipe_holds(&w) == 0
+        });
+        common::wait_until("the batch is woken", || {
+            woken.load(std::sync::atomic::Ordering::SeqCst) > 0
+        });
+        // Its result goes into the batch; the other read is unfinished.
+        assert!(batch.as_mut().poll(&mut cx).is_pending(), "{what}");
+        drop(batch);
+        std::io::Write::write_all(&mut &w, b"after").unwrap();
+        let got = read_pipe_through(&pipe, b"after", 9);
+        assert_eq!(String::from_utf8_lossy(&got), "keptafter", "{what}");
+    });
+}
+
+/// A batch whose reads of a pipe took bytes a dropped read had left
+/// (at its first poll, without going to the kernel), dropped with its
+/// last read unfinished: the file's next reads get those bytes again,
+/// in order, then what is written after, on each backend and on a
+/// caller-driven ring.
+#[test]
+fn a_dropped_batch_hands_what_its_reads_took_from_a_kept_read_to_the_next_read() {
+    on_every_stack(|engine, what| {
+        let (pipe, w) = async_pipe(engine);
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        std::io::Write::write_all(&mut &w, b"kept-bytes").unwrap();
+        common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
+        drop(read);
+        // The next read takes 4 of its bytes; the file keeps the rest.
+        let (n, buf) = futures::executor::block_on(pipe.read_at(vec![0u8; 4], 0));
+        assert_eq!(&buf[..n.unwrap()], b"kept", "{what}");
+        let read = |len| BatchOp::Read {
+            offset: 0,
+            buf: vec![0u8; len],
+        };
+        let mut batch = Box::pin(pipe.submit(vec![read(2), read(16), read(16)]));
+        // Its first two reads take what the file kept; the third goes to
+        // the kernel and waits for the pipe.
+        let waker = futures::task::noop_waker();
+        assert!(batch
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        drop(batch);
+        std::io::Write::write_all(&mut &w, b"after").unwrap();
+        let got = read_pipe_through(&pipe, b"after", 11);
+        assert_eq!(String::from_utf8_lossy(&got), "-bytesafter", "{what}");
+    });
+}
+
+/// A batch's reads of a pipe take its bytes in the batch's order: two
+/// reads of 3 bytes, the pipe written after they were submitted, resolve
+/// with the first 3 bytes in the first read; dropped instead, the file's
+/// next reads get the bytes in the order written. Twenty rounds (two
+/// reads running at once took them in either order), on each backend
+/// and on a caller-driven ring.
+#[test]
+fn a_batchs_reads_of_a_pipe_take_its_bytes_in_order() {
+    let read = || BatchOp::Read {
+        offset: 0,
+        buf: vec![0u8; 3],
+    };
+    on_every_stack(|engine, what| {
+        for round in 0..20 {
+            let (pipe, w) = async_pipe(engine);
+            let mut batch = Box::pin(pipe.submit(vec![read(), read()]));
+            let waker = futures::task::noop_waker();
+            let mut cx = Context::from_waker(&waker);
+            assert!(batch.as_mut().poll(&mut cx).is_pending());
+            std::io::Write::write_all(&mut &w, b"012").unwrap();
+            std::io::Write::write_all(&mut &w, b"345").unwrap();
+            let got: Vec<Vec<u8>> = futures::executor::block_on(batch)
+                .into_iter()
+                .map(|(n, buf)| buf.unwrap()[..n.unwrap()].to_vec())
+                .collect();
+            assert_eq!(got, [b"012", b"345"], "{what} round {round}");
+
+            let mut batch = Box::pin(pipe.submit(vec![read(), read()]));
+            assert!(batch.as_mut().poll(&mut cx).is_pending());
+            drop(batch);
+            std::io::Write::write_all(&mut &w, b"abc").unwrap();
+            std::io::Write::write_all(&mut &w, b"def").unwrap();
+            let got = read_pipe_through(&pipe, b"def", 6);
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                "abcdef",
+                "{what} round {round}"
+            );
+        }
+    });
+}
+
+/// A batch's writes to a pipe go in in the batch's order: two writes of
+/// 256 KiB (four times what the pipe holds), read by a thread as they
+/// go, leave in the pipe the bytes of the first write's result, then
+/// those of the second's (each may be short: the next follows what it
+/// wrote: io_uring ends each after the 64 KiB the pipe holds). Ten
+/// rounds (two writes running at once interleaved their bytes on the
+/// thread pool), on each backend and on a caller-driven ring.
+#[test]
+fn a_batchs_writes_to_a_pipe_go_in_in_order() {
+    const LEN: usize = 256 * 1024;
+    on_every_stack(|engine, what| {
+        for round in 0..10 {
+            let (r, w) = common::pipe();
+            let pipe = AsyncFile::from_file(engine, w);
+            let reader = std::thread::spawn(move || {
+                let mut all = Vec::new();
+                std::io::Read::read_to_end(&mut &r, &mut all).unwrap();
+                all
+            });
+            let results = futures::executor::block_on(pipe.submit(vec![
+                BatchOp::Write {
+                    offset: 0,
+                    buf: vec![b'a'; LEN],
+                },
+                BatchOp::Write {
+                    offset: 0,
+                    buf: vec![b'b'; LEN],
+                },
+            ]));
+            drop(pipe);
+            let all = reader.join().unwrap();
+            let ns: Vec<usize> = results
+                .into_iter()
+                .map(|(n, _)| n.unwrap_or_else(|e| panic!("{what}: {e}")))
+                .collect();
+            let mut want = vec![b'a'; ns[0]];
+            want.resize(ns[0] + ns[1], b'b');
+            let first_b = all.iter().position(|&c| c == b'b');
+            let last_a = all.iter().rposition(|&c| c == b'a');
+            assert!(
+                all == want,
+                "{what} round {round}: wrote {ns:?}, read {} bytes, the first b at {first_b:?}, the last a at {last_a:?}",
+                all.len()
+            );
+        }
+    });
+}
+
+/// A vectored write to a pipe writes it, its buffers in order (the
+/// thread pool's `pwritev` of a pipe fails with `ESPIPE`; it writes with
+/// `writev` there, as io_uring does), on each backend and on a
+/// caller-driven ring.
+#[test]
+fn a_vectored_write_to_a_pipe_writes_it() {
+    on_every_stack(|engine, what| {
+        let (r, w) = common::pipe();
+        let pipe = AsyncFile::from_file(engine, w);
+        let bufs = vec![b"ab".to_vec(), Vec::new(), b"cde".to_vec()];
+        let (n, _) = futures::executor::block_on(pipe.write_vectored_at(bufs, 0));
+        assert_eq!(n.unwrap_or_else(|e| panic!("{what}: {e}")), 5, "{what}");
+        let mut got = [0u8; 8];
+        let m = std::io::Read::read(&mut &r, &mut got).unwrap();
+        assert_eq!(&got[..m], b"abcde", "{what}");
+    });
+}
+
+/// A pipe has no offsets: reads and writes of it at an offset other than
+/// 0 read and write it as at 0 (io_uring ignores the offset; the thread
+/// pool's `pread`, `preadv`, `pwrite` and `pwritev` fail with `ESPIPE`,
+/// and it then reads and writes without one), plain and vectored, on
+/// each backend and on a caller-driven ring.
+#[test]
+fn reads_and_writes_of_a_pipe_at_an_offset_ignore_it() {
+    on_every_stack(|engine, what| {
+        let (r, w) = common::pipe();
+        let (reader, writer) = (
+            AsyncFile::from_file(engine, r),
+            AsyncFile::from_file(engine, w),
+        );
+        let (n, _) = futures::executor::block_on(writer.write_at(b"abc".to_vec(), 7));
+        assert_eq!(n.unwrap_or_else(|e| panic!("{what}: {e}")), 3, "{what}");
+        let bufs = vec![b"de".to_vec(), b"fgh".to_vec()];
+        let (n, _) = futures::executor::block_on(writer.write_vectored_at(bufs, 7));
+        assert_eq!(n.unwrap_or_else(|e| panic!("{what}: {e}")), 5, "{what}");
+        let (n, buf) = futures::executor::block_on(reader.read_at(vec![0u8; 4], 7));
+        let n = n.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(&buf[..n], b"abcd", "{what}");
+        let bufs = vec![vec![0u8; 2], vec![0u8; 8]];
+        let (n, bufs) = futures::executor::block_on(reader.read_vectored_at(bufs, 7));
+        assert_eq!(n.unwrap_or_else(|e| panic!("{what}: {e}")), 4, "{what}");
+        assert_eq!(
+            (&bufs[0][..], &bufs[1][..2]),
+            (&b"ef"[..], &b"gh"[..]),
+            "{what}"
+        );
+    });
+}
+
+/// Runs `check` on an io_uring engine driven by its thread, on the
+/// thread pool and on a caller-driven ring (reaped by a thread of its
+/// own meanwhile), naming each.
+fn on_every_stack(check: impl Fn(&AsyncEngine, &str)) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for backend in [
+        blockio::BackendChoice::IoUring,
+        blockio::BackendChoice::ThreadPool,
+    ] {
+        let engine = AsyncEngine::builder().backend(backend).build().unwrap();
+        // Named by what runs (BLOCKIO_BACKEND=threads overrides the choice).
+        check(&engine, &format!("{:?}", engine.backend()));
+    }
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Caller(CallerDriving::new()))
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reaper = reap_until(&engine, &stop);
+    check(&engine, &format!("caller-driven {:?}", engine.backend()));
+    stop.store(true, Ordering::SeqCst);
+    reaper.join().unwrap();
+}
+
 /// Dropping an `AsyncFile` cancels the dropped reads it kept: the pipe's
 /// read end closes (its write end reports the error of a pipe without
 /// readers) although nothing is ever written, on each backend.
@@ -1065,9 +1467,22 @@ fn a_dropped_read_of_a_regular_file_leaves_nothing_for_the_next() {
 /// A read of an empty pipe on `engine` is started, takes bytes written
 /// after it, and is dropped: the next read of the same file gets them.
 fn dropped_pipe_read_keeps_its_bytes(engine: &AsyncEngine, what: &str) {
+    dropped_pipe_read_keeps_its_bytes_with(engine, what, |pipe| {
+        let mut read = pipe.read_at(vec![0u8; 16], 0);
+        read.start();
+        Box::new(read)
+    });
+}
+
+/// [`dropped_pipe_read_keeps_its_bytes`] for the read `start` makes of
+/// the pipe and submits (a future, dropped unfinished).
+fn dropped_pipe_read_keeps_its_bytes_with(
+    engine: &AsyncEngine,
+    what: &str,
+    start: impl FnOnce(&AsyncFile) -> Box<dyn std::any::Any>,
+) {
     let (pipe, w) = async_pipe(engine);
-    let mut read = pipe.read_at(vec![0u8; 16], 0);
-    read.start();
+    let read = start(&pipe);
     std::io::Write::write_all(&mut &w, b"kept").unwrap();
     common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
     drop(read);

@@ -156,18 +156,9 @@ impl<B> Slice<B> {
 impl<B: IoBuf> std::ops::Deref for Slice<B> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // An empty part has no first byte: its buffer's pointer may be
-        // null, which no slice may be made from.
-        if self.begin == self.end {
-            return &[];
-        }
-        // SAFETY: `begin..end` is within the buffer's `bytes_len`
-        // initialised bytes (checked when the slice was made), at least one
-        // byte, so the pointer is the buffer's first byte, non-null; they
-        // stay valid while `self.buf` lives and is borrowed shared.
-        unsafe {
-            std::slice::from_raw_parts(self.buf.stable_ptr().add(self.begin), self.end - self.begin)
-        }
+        // (`bytes_of`: an empty part has no first byte, and its buffer's
+        // pointer may be null.)
+        &bytes_of(&self.buf, self.end)[self.begin..]
     }
 }
 
@@ -297,5 +288,138 @@ unsafe impl IoBuf for &'static [u8] {
     }
     fn bytes_len(&self) -> usize {
         self.len()
+    }
+}
+
+/// The first `len` bytes of `buf` (at most its length), as a slice: none
+/// for no bytes, since an empty buffer's pointer promises nothing (it may
+/// be null or dangling) and no slice may be made from a null pointer.
+#[inline]
+pub(crate) fn bytes_of<B: IoBuf>(buf: &B, len: usize) -> &[u8] {
+    let len = len.min(buf.bytes_len());
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: `len` (at least one) is within the buffer's `bytes_len`
+    // initialised bytes, so its pointer is its first byte, non-null; they
+    // stay valid and unchanged while `buf` is borrowed shared.
+    unsafe { std::slice::from_raw_parts(buf.stable_ptr(), len) }
+}
+
+/// The whole of `buf` as a slice to write into: none for an empty buffer
+/// (see [`bytes_of`]).
+#[inline]
+pub(crate) fn bytes_of_mut<B: IoBufMut>(buf: &mut B) -> &mut [u8] {
+    let len = buf.bytes_len();
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: the buffer has `len` (at least one) initialised bytes at its
+    // pointer, non-null, writable, which stay initialised whatever is
+    // written (`IoBufMut`'s promise), borrowed exclusively here.
+    unsafe { std::slice::from_raw_parts_mut(buf.stable_mut_ptr(), len) }
+}
+
+/// Buffers for the tests of the async API's memory logic (run under Miri:
+/// no system call).
+#[cfg(test)]
+pub(crate) mod test_bufs {
+    /// A buffer whose pointer is null while it is empty: `IoBuf` promises
+    /// only the first byte, and an empty buffer has none.
+    pub(crate) struct NullWhenEmpty(pub(crate) Vec<u8>);
+
+    // SAFETY: the `Vec`'s bytes do not move with the value; the pointer is
+    // null only when there are no bytes.
+    unsafe impl super::IoBuf for NullWhenEmpty {
+        fn stable_ptr(&self) -> *const u8 {
+            if self.0.is_empty() {
+                std::ptr::null()
+            } else {
+                self.0.as_ptr()
+            }
+        }
+        fn bytes_len(&self) -> usize {
+            self.0.len()
+        }
+    }
+
+    // SAFETY: as above, written only through `&mut`.
+    unsafe impl super::IoBufMut for NullWhenEmpty {
+        fn stable_mut_ptr(&mut self) -> *mut u8 {
+            if self.0.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                self.0.as_mut_ptr()
+            }
+        }
+    }
+}
+
+/// The owned buffers' pointers and slices, without system calls (in
+/// `scripts/miri`).
+#[cfg(test)]
+mod tests {
+    use super::test_bufs::NullWhenEmpty;
+    use super::{IoBuf, IoBufMut};
+    use crate::buf::AlignedBuf;
+
+    /// The bytes `stable_ptr` and `bytes_len` describe, read through the
+    /// pointer as the kernel would.
+    fn through_ptr<B: IoBuf>(b: &B) -> Vec<u8> {
+        (0..b.bytes_len())
+            // SAFETY: `i` is below `bytes_len`, initialised bytes at
+            // `stable_ptr` (the trait's promise).
+            .map(|i| unsafe { *b.stable_ptr().add(i) })
+            .collect()
+    }
+
+    /// Writes `bytes` through `stable_mut_ptr`, as the kernel would.
+    fn write_through<B: IoBufMut>(b: &mut B, bytes: &[u8]) {
+        assert!(bytes.len() <= b.bytes_len());
+        let p = b.stable_mut_ptr();
+        for (i, &x) in bytes.iter().enumerate() {
+            // SAFETY: `i` is below `bytes_len`, writable (the trait's
+            // promise).
+            unsafe { *p.add(i) = x };
+        }
+    }
+
+    /// Each owned buffer's pointer reaches its bytes, written and read
+    /// back through it after the value moved (the bytes did not).
+    #[test]
+    fn owned_buffers_are_read_and_written_through_their_pointers() {
+        let mut v = vec![0u8; 4];
+        write_through(&mut v, b"abcd");
+        let moved = v;
+        assert_eq!(through_ptr(&moved), b"abcd");
+        let mut b: Box<[u8]> = vec![0u8; 3].into_boxed_slice();
+        write_through(&mut b, b"xyz");
+        let moved = b;
+        assert_eq!(through_ptr(&moved), b"xyz");
+        let mut a = AlignedBuf::new(8, 64);
+        assert_eq!(a.stable_ptr() as usize % 64, 0);
+        write_through(&mut a, b"aligned!");
+        let moved = a;
+        assert_eq!(through_ptr(&moved), b"aligned!");
+        let s: &'static [u8] = b"static";
+        assert_eq!(through_ptr(&s), b"static");
+        assert_eq!(through_ptr(&Vec::new()), b"");
+    }
+
+    /// A part of a buffer reads and writes its own bytes only, and an
+    /// empty part reads as no bytes, also of a buffer whose pointer is
+    /// null while it is empty.
+    #[test]
+    fn a_slice_reads_and_writes_its_part_only() {
+        let mut part = b"hello, blockio".to_vec().slice(7..);
+        assert_eq!(&*part, b"blockio");
+        assert_eq!(through_ptr(&part), b"blockio");
+        write_through(&mut part, b"BLOCK");
+        assert_eq!(&*part, b"BLOCKio");
+        assert_eq!(part.into_inner(), b"hello, BLOCKio");
+        assert_eq!(&*NullWhenEmpty(Vec::new()).slice(..), b"");
+        assert_eq!(&*NullWhenEmpty(b"abc".to_vec()).slice(3..), b"");
+        assert_eq!(&*NullWhenEmpty(b"abc".to_vec()).slice(1..), b"bc");
+        assert_eq!(&*b"abc".to_vec().slice(1..1), b"");
     }
 }

@@ -77,6 +77,9 @@
 
 pub(crate) mod attempt;
 mod buf;
+#[cfg(test)]
+pub(crate) use buf::test_bufs;
+pub(crate) use buf::{bytes_of, bytes_of_mut};
 pub(crate) mod buf_ring;
 mod caller_ring;
 mod counter;

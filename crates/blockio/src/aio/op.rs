@@ -381,10 +381,8 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
             return Poll::Pending;
         };
         if let (Some(buf), Ok(n)) = (&g.buf, usize::try_from(res)) {
-            let n = n.min(buf.bytes_len());
-            // SAFETY: the kernel is done with the buffer (its result is
-            // in), which holds `bytes_len` initialised bytes.
-            into.extend(unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) });
+            // The kernel is done with the buffer (its result is in).
+            into.extend(super::bytes_of(buf, n));
         }
         Poll::Ready(res)
     }
@@ -404,10 +402,9 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
         };
         let mut copied = 0;
         if let (Some(buf), Ok(n)) = (&g.buf, usize::try_from(res)) {
-            let n = n.min(buf.bytes_len());
-            // SAFETY: the kernel is done with the buffer (its result is
-            // in), which holds `bytes_len` initialised bytes.
-            let got = unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) };
+            // The kernel is done with the buffer (its result is in).
+            let got = super::bytes_of(buf, n);
+            let n = got.len();
             copied = n.min(out.room());
             out.put(&got[..copied]);
             // Only when some are left: extending by nothing still costs
@@ -417,6 +414,32 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
             }
         }
         Poll::Ready((res, copied))
+    }
+}
+
+/// A dropped vectored read (its buffers in order), as a dropped read of
+/// one buffer is (see [`OpFuture::kept_if_dropped_vectored`]).
+struct VectoredDropped<B>(Arc<OpTarget<Vec<B>>>);
+
+impl<B: IoBufMut> Abandoned for VectoredDropped<B> {
+    fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32> {
+        let mut g = self.0.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(res) = g.result else {
+            let replaced = g.store_waker(cx.waker());
+            drop(g);
+            drop(replaced);
+            return Poll::Pending;
+        };
+        if let (Some(bufs), Ok(mut n)) = (&g.buf, usize::try_from(res)) {
+            // The kernel filled the buffers in order, `n` bytes in all.
+            for buf in bufs {
+                // The kernel is done with the buffers (the result is in).
+                let got = super::bytes_of(buf, n);
+                into.extend(got);
+                n -= got.len();
+            }
+        }
+        Poll::Ready(res)
     }
 }
 
@@ -580,6 +603,12 @@ impl ReadOut for AreasOut<'_> {
 /// [`Keep::keep_dropped_read`]): until then a read asks its file nothing
 /// more (a program that never drops a pipe's read pays one load per read).
 static DROPPED_READ_KEPT: AtomicBool = AtomicBool::new(false);
+
+/// Notes that a file kept what a read took for its next read (see
+/// [`DROPPED_READ_KEPT`]).
+pub(crate) fn note_dropped_read_kept() {
+    DROPPED_READ_KEPT.store(true, Ordering::Release);
+}
 
 /// Cancels a dropped read kept for the next read when it is let go before
 /// its completion (the file went): nobody is left to take its bytes.
@@ -1112,7 +1141,7 @@ impl<B: Send + 'static> OpFuture<B> {
     /// first join the reads of its file that dropped futures left (see
     /// [`kept_if_dropped`](Self::kept_if_dropped)).
     #[inline]
-    fn joins_dropped(&mut self) -> bool {
+    pub(crate) fn joins_dropped(&mut self) -> bool {
         if !DROPPED_READ_KEPT.load(Ordering::Acquire) || self.op.is_none() {
             return false;
         }
@@ -1133,7 +1162,7 @@ impl<B: Send + 'static> OpFuture<B> {
     /// `None` if they held nothing (the read goes on to the kernel).
     #[cold]
     #[inline(never)]
-    fn poll_join(&mut self, cx: &mut Context<'_>) -> Poll<Option<BufResult<usize, B>>> {
+    pub(crate) fn poll_join(&mut self, cx: &mut Context<'_>) -> Poll<Option<BufResult<usize, B>>> {
         let keep = self.with_state(|g| g.keep.clone());
         let (Some(kept), Some(op)) = (keep.as_deref().and_then(|k| k.dropped_reads()), &self.op)
         else {
@@ -1505,6 +1534,15 @@ impl<B: Send + 'static> OpFuture<B> {
     }
 }
 
+impl<E: IoBufMut> OpFuture<Vec<E>> {
+    /// [`kept_if_dropped`](Self::kept_if_dropped) for a vectored read:
+    /// kept, its buffers hand out what it took, in order.
+    #[inline]
+    pub(crate) fn kept_if_dropped_vectored(&mut self) {
+        self.as_dropped = Some(|target| Arc::new(VectoredDropped(target)));
+    }
+}
+
 /// The count of an operation served inline ([`Inline::try_inline`] never
 /// returns an error).
 #[inline]
@@ -1584,5 +1622,213 @@ mod tests {
             before,
             "a cancel was posted"
         );
+    }
+}
+
+/// The memory logic of dropped reads, without system calls (in
+/// `scripts/miri`): where a kept read's bytes are copied from and to, and
+/// the wakers of the reads waiting for it.
+#[cfg(test)]
+mod memory_tests {
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use super::{
+        Abandoned, AreasOut, Complete, KeptReads, OpState, OpTarget, ReadOut, SliceOut,
+        VectoredDropped, CLAIMED,
+    };
+    use crate::aio::test_bufs::NullWhenEmpty;
+    use crate::aio::IoBufMut;
+    use crate::net::read_side::Settled;
+
+    /// A waker that counts its wake-ups.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<Count>, Waker) {
+        let c = Arc::new(Count::default());
+        (c.clone(), Waker::from(c))
+    }
+
+    /// The shared state of a read handed to the kernel with `buf`, which
+    /// has written `data` into it (as the kernel would) but not completed.
+    fn read_of<B: IoBufMut>(mut buf: B, data: &[u8]) -> Arc<OpTarget<B>> {
+        assert!(data.len() <= buf.bytes_len());
+        if !data.is_empty() {
+            // SAFETY: `data` fits the buffer's writable bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), buf.stable_mut_ptr(), data.len())
+            };
+        }
+        target(buf)
+    }
+
+    /// The shared state of an operation handed to the kernel with `buf`,
+    /// not completed.
+    fn target<B>(buf: B) -> Arc<OpTarget<B>> {
+        Arc::new(OpTarget {
+            inner: Mutex::new(OpState {
+                result: None,
+                waker: None,
+                buf: Some(buf),
+                _iovecs: Vec::new(),
+                keep: None,
+                new_fd: false,
+            }),
+            hold: Mutex::new(None),
+            detached: AtomicBool::new(false),
+            cancel_asked: AtomicBool::new(false),
+            claim: AtomicU8::new(CLAIMED),
+        })
+    }
+
+    /// A slice out takes bytes from its start, moves them from the front
+    /// of a deque (across its two halves) and counts what was written
+    /// into its unfilled part.
+    #[test]
+    fn a_slice_out_fills_from_its_start() {
+        let mut buf = [0u8; 8];
+        let mut out = SliceOut::new(&mut buf);
+        out.put(b"ab");
+        let mut from: VecDeque<u8> = VecDeque::with_capacity(4);
+        from.extend(b"xxcd");
+        from.drain(..2);
+        from.extend(b"ef");
+        assert_eq!(out.put_front(&mut from), 4);
+        assert!(from.is_empty());
+        // SAFETY: only initialised bytes are written.
+        let rest = unsafe { out.unfilled() };
+        assert_eq!(rest.len(), 2);
+        rest[0].write(b'g');
+        // SAFETY: one byte was written.
+        unsafe { out.advance(1) };
+        assert_eq!(out.room(), 1);
+        assert_eq!(&buf, b"abcdefg\0");
+    }
+
+    /// Areas out fill their buffers in order, skipping empty ones, and
+    /// leave what does not fit in the deque.
+    #[test]
+    fn areas_out_fill_their_buffers_in_order() {
+        let (mut a, mut b, mut c) = ([0u8; 2], [0u8; 0], [0u8; 3]);
+        let mut out = AreasOut::new(vec![&mut a[..], &mut b[..], &mut c[..]]);
+        assert_eq!(out.room(), 5);
+        out.put(b"x");
+        let mut from: VecDeque<u8> = b"yzw".iter().copied().collect();
+        assert_eq!(out.put_front(&mut from), 3);
+        // SAFETY: only initialised bytes are written.
+        let rest = unsafe { out.unfilled() };
+        assert_eq!(rest.len(), 1);
+        rest[0].write(b'v');
+        // SAFETY: one byte was written.
+        unsafe { out.advance(1) };
+        assert_eq!(out.room(), 0);
+        // SAFETY: nothing is written.
+        assert!(unsafe { out.unfilled() }.is_empty());
+        let mut more: VecDeque<u8> = b"left".iter().copied().collect();
+        assert_eq!(out.put_front(&mut more), 0);
+        assert_eq!(more.len(), 4);
+        drop(out);
+        assert_eq!((&a, &c), (b"xy", b"zwv"));
+    }
+
+    /// A dropped read's bytes are taken once it completes, as many as its
+    /// result says: into the deque, or to the out first and the rest to
+    /// the deque; a read of an empty buffer (its pointer null) or with an
+    /// error takes none.
+    #[test]
+    fn a_dropped_reads_bytes_are_taken_once_it_completes() {
+        let (count, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        let read = read_of(vec![0u8; 8], b"hello");
+        let mut into = VecDeque::new();
+        assert!(read.poll_settled(&mut cx, &mut into).is_pending());
+        read.complete(5);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "completion wakes");
+        assert_eq!(read.poll_settled(&mut cx, &mut into), Poll::Ready(5));
+        assert_eq!(into, b"hello");
+
+        let read = read_of(vec![0u8; 8], b"hello");
+        read.complete(5);
+        let mut buf = [0u8; 2];
+        let mut out = SliceOut::new(&mut buf);
+        let mut rest = VecDeque::new();
+        let got = read.poll_settled_split(&mut cx, &mut out, &mut rest);
+        assert_eq!(got, Poll::Ready((5, 2)));
+        assert_eq!((&buf, rest), (b"he", b"llo".iter().copied().collect()));
+
+        for res in [0, -libc::ECANCELED] {
+            let read = read_of(NullWhenEmpty(Vec::new()), b"");
+            read.complete(res);
+            let mut into = VecDeque::new();
+            assert_eq!(read.poll_settled(&mut cx, &mut into), Poll::Ready(res));
+            assert!(into.is_empty());
+            let mut buf = [0u8; 2];
+            let mut out = SliceOut::new(&mut buf);
+            let got = read.poll_settled_split(&mut cx, &mut out, &mut into);
+            assert_eq!(got, Poll::Ready((res, 0)));
+        }
+    }
+
+    /// A dropped vectored read hands out what it took from its buffers in
+    /// order, as many bytes as its result, skipping an empty buffer whose
+    /// pointer is null.
+    #[test]
+    fn a_dropped_vectored_read_hands_out_its_buffers_in_order() {
+        let (_count, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        let bufs = vec![
+            NullWhenEmpty(b"ab".to_vec()),
+            NullWhenEmpty(Vec::new()),
+            NullWhenEmpty(b"cdef".to_vec()),
+        ];
+        let read = VectoredDropped(target(bufs));
+        let mut into = VecDeque::new();
+        assert!(read.poll_settled(&mut cx, &mut into).is_pending());
+        read.0.complete(5);
+        assert_eq!(read.poll_settled(&mut cx, &mut into), Poll::Ready(5));
+        assert_eq!(into, b"abcde");
+        let read = VectoredDropped(target(vec![NullWhenEmpty(Vec::new())]));
+        read.0.complete(0);
+        let mut into = VecDeque::new();
+        assert_eq!(read.poll_settled(&mut cx, &mut into), Poll::Ready(0));
+        assert!(into.is_empty());
+    }
+
+    /// Every read waiting for a file's kept read is woken when it
+    /// completes (they share one waker that wakes them all); the first to
+    /// look takes its bytes, the other finds nothing kept.
+    #[test]
+    fn every_read_waiting_for_a_kept_read_is_woken() {
+        let kept = KeptReads::default();
+        let read = read_of(vec![0u8; 4], b"kept");
+        kept.side.detach(read.clone(), None);
+        let (first, first_waker) = counting();
+        let (second, second_waker) = counting();
+        let mut a = [0u8; 8];
+        let mut b = [0u8; 8];
+        for (waker, buf) in [(&first_waker, &mut a), (&second_waker, &mut b)] {
+            let mut out = SliceOut::new(buf);
+            let polled = kept.poll_settle(&mut Context::from_waker(waker), &mut out);
+            assert!(polled.is_pending());
+        }
+        read.complete(4);
+        assert_eq!(first.0.load(Ordering::SeqCst), 1);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+        let mut out = SliceOut::new(&mut a);
+        let polled = kept.poll_settle(&mut Context::from_waker(&first_waker), &mut out);
+        assert!(matches!(polled, Poll::Ready(Settled::Copied(4))));
+        let mut out = SliceOut::new(&mut b);
+        let polled = kept.poll_settle(&mut Context::from_waker(&second_waker), &mut out);
+        assert!(matches!(polled, Poll::Ready(Settled::Receive)));
+        assert_eq!(&a[..4], b"kept");
     }
 }

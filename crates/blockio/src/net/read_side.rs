@@ -132,10 +132,8 @@ impl ReadSide {
     /// Waits for the reads that dropped futures left in the kernel, then
     /// copies leftover bytes into `buf` (up to its length).
     pub(crate) async fn settle<B: IoBufMut>(&self, buf: &mut B) -> Settled {
-        // SAFETY: `buf` is valid for writes of `bytes_len` bytes and no
-        // operation uses it (we own it, and it was never submitted).
-        let out = unsafe { std::slice::from_raw_parts_mut(buf.stable_mut_ptr(), buf.bytes_len()) };
-        let mut out = SliceOut::new(out);
+        // No operation uses `buf` (we own it, and it was never submitted).
+        let mut out = SliceOut::new(crate::aio::bytes_of_mut(buf));
         poll_fn(|cx| self.poll_settle(cx, &mut out)).await
     }
 
@@ -360,6 +358,18 @@ impl ReadSide {
         g.error = g.error.or(error);
     }
 
+    /// Gives back bytes that reads took and nobody received: the next
+    /// read returns them first, then `error` if no other is waiting or,
+    /// with `ended`, the end of the stream, all before anything kept.
+    pub(crate) fn give_back(&self, bytes: &[u8], error: Option<i32>, ended: bool) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for &b in bytes.iter().rev() {
+            g.leftover.push_front(b);
+        }
+        g.error = g.error.or(error);
+        g.ended |= ended;
+    }
+
     /// Whether what the socket holds comes right after what reads have
     /// handed out: no bytes kept, no dropped read still in the kernel.
     pub(crate) fn socket_is_next(&self) -> bool {
@@ -465,5 +475,138 @@ impl<B: IoBufMut> Drop for Armed<'_, B> {
             self.side
                 .detach(read.abandoned_handle(), Some(Box::new(read)));
         }
+    }
+}
+
+/// What dropped reads leave, kept and handed out in order, without system
+/// calls (in `scripts/miri`).
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll};
+
+    use super::{ReadSide, Settled, Taken};
+    use crate::aio::op::{Abandoned, SliceOut};
+    use crate::aio::test_bufs::NullWhenEmpty;
+
+    /// A dropped read: pending until given its result and bytes.
+    #[derive(Default)]
+    struct Fake(Mutex<Option<(i32, Vec<u8>)>>);
+
+    impl Fake {
+        fn done(res: i32, bytes: &[u8]) -> Arc<Fake> {
+            Arc::new(Fake(Mutex::new(Some((res, bytes.to_vec())))))
+        }
+    }
+
+    impl Abandoned for Fake {
+        fn poll_settled(&self, _cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32> {
+            match &*self.0.lock().unwrap() {
+                Some((res, bytes)) => {
+                    into.extend(bytes);
+                    Poll::Ready(*res)
+                }
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    /// A waker that does nothing (the tests poll again themselves).
+    fn noop() -> std::task::Waker {
+        futures::task::noop_waker()
+    }
+
+    /// Reads get what dropped reads took in order, what does not fit kept
+    /// for the next; a read still in flight holds back what is kept (the
+    /// next read waits for it, a cancelled one adding nothing); an error
+    /// comes after the bytes before it, then the end.
+    #[test]
+    fn dropped_reads_are_handed_out_in_order() {
+        let waker = noop();
+        let mut cx = Context::from_waker(&waker);
+        let side = ReadSide::default();
+        let pending = Arc::new(Fake::default());
+        side.detach(Fake::done(3, b"one"), None);
+        side.detach(pending.clone(), None);
+        side.detach(Fake::done(3, b"two"), None);
+        assert!(!side.socket_is_next());
+        let mut buf = [0u8; 2];
+        let got = side.poll_settle(&mut cx, &mut SliceOut::new(&mut buf));
+        assert!(matches!(got, Poll::Ready(Settled::Copied(2))));
+        assert_eq!(&buf, b"on");
+        let mut buf = [0u8; 8];
+        let got = side.poll_settle(&mut cx, &mut SliceOut::new(&mut buf));
+        assert!(got.is_pending(), "the second read is in flight");
+        *pending.0.lock().unwrap() = Some((-libc::ECANCELED, Vec::new()));
+        let got = side.poll_settle(&mut cx, &mut SliceOut::new(&mut buf));
+        assert!(matches!(got, Poll::Ready(Settled::Copied(4))));
+        assert_eq!(&buf[..4], b"etwo");
+        side.detach(Fake::done(2, b"ab"), None);
+        side.detach(Fake::done(-libc::ECONNRESET, b""), None);
+        side.detach(Fake::done(0, b""), None);
+        assert!(matches!(side.poll_take(&mut cx, 1), Poll::Ready(Taken::Bytes(b)) if b == b"a"));
+        side.unread(b"xy", None);
+        let got = side.poll_take(&mut cx, 8);
+        assert!(matches!(got, Poll::Ready(Taken::Bytes(b)) if b == b"xyb"));
+        let got = side.poll_take(&mut cx, 8);
+        assert!(matches!(got, Poll::Ready(Taken::Failed(libc::ECONNRESET))));
+        assert!(matches!(
+            side.poll_take(&mut cx, 8),
+            Poll::Ready(Taken::Ended)
+        ));
+        assert!(matches!(
+            side.poll_take(&mut cx, 8),
+            Poll::Ready(Taken::Nothing)
+        ));
+        assert!(side.socket_is_next() && side.drained());
+    }
+
+    /// Bytes given back come before what is kept (bytes left over, then a
+    /// dropped read's), the error given with them after them, and the end
+    /// given back after everything before it.
+    #[test]
+    fn bytes_given_back_come_before_what_is_kept() {
+        let waker = noop();
+        let mut cx = Context::from_waker(&waker);
+        let side = ReadSide::default();
+        side.keep(b"cd");
+        side.detach(Fake::done(2, b"ef"), None);
+        side.give_back(b"ab", None, false);
+        let got = side.poll_take(&mut cx, 16);
+        assert!(matches!(got, Poll::Ready(Taken::Bytes(b)) if b == b"abcdef"));
+        side.give_back(b"gh", Some(libc::EIO), true);
+        let got = side.poll_take(&mut cx, 16);
+        assert!(matches!(got, Poll::Ready(Taken::Bytes(b)) if b == b"gh"));
+        let got = side.poll_take(&mut cx, 16);
+        assert!(matches!(got, Poll::Ready(Taken::Failed(libc::EIO))));
+        assert!(matches!(
+            side.poll_take(&mut cx, 16),
+            Poll::Ready(Taken::Ended)
+        ));
+        assert!(side.socket_is_next());
+    }
+
+    /// Settling into an owned buffer copies the kept bytes into it; an
+    /// empty buffer whose pointer is null takes none (and makes no slice
+    /// of the null pointer).
+    #[test]
+    fn settling_into_an_owned_buffer_copies_the_kept_bytes() {
+        let side = ReadSide::default();
+        side.keep(b"kept");
+        let mut buf = NullWhenEmpty(Vec::new());
+        let mut settle = Box::pin(side.settle(&mut buf));
+        let got = settle.as_mut().poll(&mut Context::from_waker(&noop()));
+        assert!(matches!(got, Poll::Ready(Settled::Copied(0))));
+        drop(settle);
+        let mut buf = NullWhenEmpty(vec![0u8; 3]);
+        let mut settle = Box::pin(side.settle(&mut buf));
+        let got = settle.as_mut().poll(&mut Context::from_waker(&noop()));
+        assert!(matches!(got, Poll::Ready(Settled::Copied(3))));
+        drop(settle);
+        assert_eq!(buf.0, b"kep");
+        side.forget();
+        assert!(side.drained());
     }
 }

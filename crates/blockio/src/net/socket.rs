@@ -233,22 +233,14 @@ impl Sock {
     /// `WriteSide::send_inline`). The first [`IOV_MAX`] buffers at most.
     pub(crate) fn send_inline<B: IoBuf>(&self, bufs: &[B]) -> io::Result<usize> {
         let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+        // (`bytes_of`: an empty buffer's pointer may be null.)
         if let [b] = bufs {
-            // SAFETY: `b` holds `bytes_len` initialised bytes at
-            // `stable_ptr`, borrowed here for the call only.
-            let bytes = unsafe { std::slice::from_raw_parts(b.stable_ptr(), b.bytes_len()) };
-            return self.send_bytes_inline(bytes);
+            return self.send_bytes_inline(crate::aio::bytes_of(b, b.bytes_len()));
         }
         let slices: Vec<io::IoSlice<'_>> = bufs
             .iter()
             .take(IOV_MAX)
-            .map(|b| {
-                // SAFETY: `b` holds `bytes_len` initialised bytes at
-                // `stable_ptr`, borrowed here for the call only.
-                io::IoSlice::new(unsafe {
-                    std::slice::from_raw_parts(b.stable_ptr(), b.bytes_len())
-                })
-            })
+            .map(|b| io::IoSlice::new(crate::aio::bytes_of(b, b.bytes_len())))
             .collect();
         retry_interrupted(|| self.socket.send_vectored_with_flags(&slices, flags))
     }

@@ -88,9 +88,9 @@ impl Lower for ReadArgs {
         let len = self.len.min(MAX_RW);
         // SAFETY: `buf` is valid for `len` bytes (the caller's promise).
         match unsafe { libc::pread(fd, self.buf.cast(), len, self.offset as i64) } {
-            // A descriptor without offsets (pipe, socket, terminal) at
-            // offset 0 is read as io_uring reads it: with `read`.
-            -1 if self.offset == 0 && last_errno() == libc::ESPIPE => {
+            // A descriptor without offsets (pipe, socket, terminal) is
+            // read as io_uring reads it, its offset ignored: with `read`.
+            -1 if last_errno() == libc::ESPIPE => {
                 // SAFETY: as above.
                 unsafe { libc::read(fd, self.buf.cast(), len) }
             }
@@ -128,7 +128,8 @@ impl Lower for WriteArgs {
         let len = self.len.min(MAX_RW);
         // SAFETY: `buf` is valid for `len` bytes (the caller's promise).
         match unsafe { libc::pwrite(fd, self.buf.cast(), len, self.offset as i64) } {
-            -1 if self.offset == 0 && last_errno() == libc::ESPIPE => {
+            // Without offsets, written as io_uring writes it: with `write`.
+            -1 if last_errno() == libc::ESPIPE => {
                 // SAFETY: as above.
                 unsafe { libc::write(fd, self.buf.cast(), len) }
             }
@@ -185,7 +186,15 @@ impl Lower for ReadVectoredArgs {
         let v = &self.0;
         // SAFETY: the iovecs and the buffers they describe are valid (the
         // caller's promise).
-        unsafe { libc::preadv(fd, v.iovecs, v.count_i32(), v.offset as i64) }
+        match unsafe { libc::preadv(fd, v.iovecs, v.count_i32(), v.offset as i64) } {
+            // A descriptor without offsets is read as io_uring reads it
+            // (and as `ReadArgs` does), its offset ignored: with `readv`.
+            -1 if last_errno() == libc::ESPIPE => {
+                // SAFETY: as above.
+                unsafe { libc::readv(fd, v.iovecs, v.count_i32()) }
+            }
+            rc => rc,
+        }
     }
 }
 
@@ -208,7 +217,14 @@ impl Lower for WriteVectoredArgs {
         let v = &self.0;
         // SAFETY: the iovecs and the buffers they describe are valid (the
         // caller's promise).
-        unsafe { libc::pwritev(fd, v.iovecs, v.count_i32(), v.offset as i64) }
+        match unsafe { libc::pwritev(fd, v.iovecs, v.count_i32(), v.offset as i64) } {
+            // Without offsets, as `WriteArgs`: with `writev`.
+            -1 if last_errno() == libc::ESPIPE => {
+                // SAFETY: as above.
+                unsafe { libc::writev(fd, v.iovecs, v.count_i32()) }
+            }
+            rc => rc,
+        }
     }
 }
 

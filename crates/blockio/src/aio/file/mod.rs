@@ -36,7 +36,7 @@ use crate::op::action::{Action, ReadArgs};
 use crate::op::Op;
 use crate::ReadPath;
 use inline::InlineReads;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use stream::Stream;
 
 /// The open file, shared with every operation in flight on it so that the
@@ -59,7 +59,18 @@ struct Handle {
     /// Cleared when the `AsyncFile` goes: no dropped read is kept after,
     /// nobody being left to take its bytes.
     open: AtomicBool,
+    /// Whether the file is a stream (see [`Handle::is_stream`]) once
+    /// asked: [`STREAM`] or [`NOT_STREAM`], 0 before. (One byte, beside
+    /// the flags: a larger field moved `dropped` in the handle, and a
+    /// cached read with a dropped read kept paid an instruction more to
+    /// reach it.)
+    stream: AtomicU8,
 }
+
+/// [`Handle::stream`]: the file is a stream.
+const STREAM: u8 = 1;
+/// [`Handle::stream`]: the file is not a stream.
+const NOT_STREAM: u8 = 2;
 
 /// A file's reads are tried on the polling thread first (see `inline`);
 /// nothing else is.
@@ -112,7 +123,46 @@ impl Handle {
             dropped: KeptReads::default(),
             any_dropped: AtomicBool::new(false),
             open: AtomicBool::new(true),
+            stream: AtomicU8::new(0),
         })
+    }
+
+    /// Whether the file is a stream without offsets whose reads may wait
+    /// forever (a pipe, FIFO, socket or character device; see
+    /// `may_wait_forever`): asked of the kernel once (what a descriptor
+    /// is never changes).
+    fn is_stream(&self) -> bool {
+        match self.stream.load(Ordering::Relaxed) {
+            STREAM => true,
+            NOT_STREAM => false,
+            _ => {
+                let stream = super::op::may_wait_forever(self.file.as_raw_fd());
+                let known = if stream { STREAM } else { NOT_STREAM };
+                self.stream.store(known, Ordering::Relaxed);
+                stream
+            }
+        }
+    }
+
+    /// Gives back to this stream file, for its next read, what reads of
+    /// it took that nobody received (the finished reads of a dropped
+    /// batch): `bytes`, then `error` or, with `ended`, the end of the
+    /// stream, all before anything the file keeps. Nothing once the
+    /// `AsyncFile` is gone.
+    fn give_back(&self, bytes: &[u8], error: Option<i32>, ended: bool) {
+        if bytes.is_empty() && error.is_none() && !ended {
+            return;
+        }
+        if !self.open.load(Ordering::SeqCst) {
+            return;
+        }
+        self.dropped.side.give_back(bytes, error, ended);
+        self.any_dropped.store(true, Ordering::SeqCst);
+        super::op::note_dropped_read_kept();
+        // The file went meanwhile: nobody takes the bytes.
+        if !self.open.load(Ordering::SeqCst) {
+            self.dropped.side.forget();
+        }
     }
 
     /// `action` on this file, over memory owned by `buf` and `iovecs`,

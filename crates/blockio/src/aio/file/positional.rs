@@ -3,7 +3,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 
-use super::batch::{BatchFuture, BatchOp, MaybeBuf};
+use super::batch::{BatchFuture, BatchOp, MaybeBuf, StreamFile};
 use super::AsyncFile;
 use crate::aio::buf::{IoBuf, IoBufMut};
 use crate::aio::op::{BufResult, OpFuture};
@@ -68,6 +68,10 @@ impl AsyncFile {
     /// before its bytes were taken is cancelled, but kept: the file's
     /// next read waits for the cancellation's outcome and hands out what
     /// the dropped read took before it landed first, so no byte is lost.
+    /// Such a file has no offsets: `offset` is ignored there, on every
+    /// backend (as by io_uring), once it is at most `i64::MAX` (beyond,
+    /// it is refused with [`InvalidInput`](io::ErrorKind::InvalidInput)
+    /// before it reaches the backend, as on any file).
     ///
     /// # Examples
     ///
@@ -89,8 +93,9 @@ impl AsyncFile {
     /// ```
     pub fn read_at<B: IoBufMut>(&self, buf: B, offset: u64) -> OpFuture<B> {
         let mut read = self.read_part(buf, 0, offset);
-        // Only `read_at`'s futures are kept: the other reads made here and
-        // the streaming read-ahead are cancelled when dropped.
+        // Only `read_at`'s, `read_vectored_at`'s and batch reads' futures
+        // are kept: `read_exact_at`'s and the streaming read-ahead are
+        // cancelled when dropped.
         read.kept_if_dropped();
         read
     }
@@ -119,6 +124,10 @@ impl AsyncFile {
 
     /// Reads into each buffer in turn, starting at `offset`.
     ///
+    /// On a pipe, FIFO or character device, a read whose future is dropped
+    /// before its bytes were taken is kept for the file's next read, as
+    /// [`read_at`](Self::read_at)'s is: no byte is lost.
+    ///
     /// # Examples
     ///
     /// ```
@@ -146,12 +155,15 @@ impl AsyncFile {
                 iov_len: b.bytes_len(),
             })
             .collect();
-        self.vectored(
+        let mut read = self.vectored(
             |v| Action::ReadVectored(ReadVectoredArgs(v)),
             bufs,
             iovecs,
             offset,
-        )
+        );
+        // Kept if dropped, as `read_at`'s are.
+        read.kept_if_dropped_vectored();
+        read
     }
 
     /// Writes each buffer in turn, starting at `offset`.
@@ -355,8 +367,34 @@ impl AsyncFile {
         (Ok(()), buf)
     }
 
-    /// Submits all of `ops` to the kernel together and resolves when every
-    /// one has completed, with one result per operation, in order.
+    /// Submits all of `ops` to the kernel together (but the reads and the
+    /// writes of a stream, below) and resolves when every one has completed, with one
+    /// result per operation, in order.
+    ///
+    /// On a pipe, FIFO, socket or character device the batch's reads are
+    /// those of [`read_at`](Self::read_at), run one after another in the
+    /// batch's order (the next submitted when the one before completes:
+    /// two at once could take the stream's bytes in either order), so
+    /// their results hold its bytes in order. While the file keeps a
+    /// dropped read, the batch waits for it at its first poll, its reads
+    /// (in order) taking what it took before the rest is submitted.
+    /// Dropped unfinished, the batch gives what its finished reads took
+    /// back to the file, in order, for its next read, and its unfinished
+    /// read is kept after that, as a dropped `read_at` is: no byte is
+    /// lost.
+    ///
+    /// The batch's writes of such a file run one after another the same
+    /// way, in the batch's order (two at once could interleave their
+    /// bytes): each write's bytes go in after those of the writes before
+    /// it. A write may still be short (io_uring ends a write of a pipe
+    /// once the pipe is full): the writes after it then follow
+    /// the bytes it wrote, not its whole buffer, and its result says how
+    /// many that was. A caller
+    /// that needs every byte of each buffer in order writes them with
+    /// [`write_all_at`](Self::write_all_at) or the streaming writes'
+    /// `write_all` (`AsyncWrite`), which go on from where a short write
+    /// stopped. A dropped batch's writes not yet submitted are never
+    /// written.
     ///
     /// # Examples
     ///
@@ -387,15 +425,25 @@ impl AsyncFile {
     /// # }
     /// ```
     pub fn submit<B: IoBufMut>(&self, ops: Vec<BatchOp<B>>) -> BatchFuture<B> {
+        // (only a batch with reads, or with writes to keep in order, asks
+        // what the file is)
+        let has_reads = ops.iter().any(|op| matches!(op, BatchOp::Read { .. }));
+        let writes = ops.iter().filter(|op| matches!(op, BatchOp::Write { .. }));
+        let ask = has_reads || writes.count() > 1;
         let futs = ops
             .into_iter()
             .map(|op| match op {
-                BatchOp::Read { offset, buf } => MaybeBuf::Buf(self.read_at(buf, offset)),
-                BatchOp::Write { offset, buf } => MaybeBuf::Buf(self.write_at(buf, offset)),
+                BatchOp::Read { offset, buf } => MaybeBuf::Read(self.read_at(buf, offset)),
+                BatchOp::Write { offset, buf } => MaybeBuf::Write(self.write_at(buf, offset)),
                 BatchOp::Fsync => MaybeBuf::NoBuf(self.fsync()),
                 BatchOp::Fdatasync => MaybeBuf::NoBuf(self.fdatasync()),
             })
             .collect();
-        BatchFuture::new(self.engine.clone(), futs)
+        let stream = if ask {
+            StreamFile::of(&self.handle)
+        } else {
+            None
+        };
+        BatchFuture::new(self.engine.clone(), futs, stream)
     }
 }
