@@ -1318,6 +1318,7 @@ fn a_pending_write_polled_with_other_bytes_reports_the_queued_ones_dropped() {
 /// holds every byte it wants (each read done without waiting) takes from
 /// tokio's task budget as tokio's reads do: a peer task that only yields
 /// runs again every budget's worth of reads, not after the last read.
+#[cfg(feature = "tokio")]
 #[test]
 fn trait_reads_that_never_wait_let_a_yielding_peer_run() {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
