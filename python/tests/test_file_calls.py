@@ -542,16 +542,17 @@ def test_a_file_calls_state_reads_as_a_coroutines(path, engine, loop_name):
 
             set_turn_count(TURN_BUDGET - 1)  # (the next read takes its turn: it suspends)
             queued = f.read(4)
-            assert first_step(queued)[0] == "yielded"
+            assert first_step(queued) == ("yielded", None)  # (a bare yield: its own turn, in a task)
             assert inspect.getcoroutinestate(queued) == inspect.CORO_SUSPENDED
-            assert inspect.iscoroutine(queued.cr_await)  # (the queued call it runs)
-            assert queued.cr_frame is queued.cr_await.cr_frame
-            got = await queued
+            assert queued.cr_await is None and queued.cr_frame.f_code.co_name == "_at_a_turn"
+            assert first_step(queued) == ("returned", DATA[4:8])
             assert inspect.getcoroutinestate(queued) == inspect.CORO_CLOSED
             assert (queued.cr_await, queued.cr_frame, queued.cr_suspended) == (None, None, False)
-            return got
 
-    assert run(loop_name, main) == DATA[4:8]
+            assert f._calls.free == [None]  # (the queue it held, handed on)
+            return await f.read(4)
+
+    assert run(loop_name, main) == DATA[8:12]
 
 
 def test_a_file_call_asked_for_its_frame_and_never_awaited_warns_of_nothing(path, engine):
