@@ -7,6 +7,15 @@
 //! event loop is due: see [`crate::turns`]; `_read_pieces` when a read
 //! served inline goes on in pieces), passing its steps through.
 //!
+//! A `read` whose turn is due, run by an asyncio task, takes the turn
+//! itself instead (a loop of cached reads takes one about every 1 ms): it
+//! holds the file's call queue for the task (`AsyncFile._turn_queue`),
+//! yields once, bare (`None`, which an asyncio task answers by stepping
+//! it again at the loop's next pass, as after `asyncio.sleep(0)`), and
+//! reads at its next step, with no Python coroutine made: about 11,500
+//! instructions fewer per turn (`docs/benchmarks.md`, "A read's own turn
+//! of the event loop"). Elsewhere (trio) `_read_after_a_turn` takes it.
+//!
 //! An `async def` would cost a coroutine (its frame, the generator made
 //! and freed, the send) on every call, the inline ones included: about
 //! 1,100 instructions of a cached 16 KiB `read`'s 8,000
