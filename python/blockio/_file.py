@@ -1448,6 +1448,17 @@ class AsyncFile(FileState, LineReader[bytes]):
         finally:
             self._calls._release(task)
 
+    def _turn_served(self, task: Any) -> None:
+        """`_turn_done` for a read served inline after its turn: the queue
+        handed on, no more. Like every call served inline it changed
+        nothing the queue's ``settle`` records (`_update_inline`) and moved
+        the descriptor's offset itself when its number is known
+        (`FileState::moved_to`), so neither runs."""
+        q = self._calls
+        with q._lock:
+            if q._owner is task:
+                q._hand_on()
+
     async def _read_turned(self, size: int, data: Any, task: Any) -> bytes:
         """The rest of a `read` whose call took its turn of the event loop
         itself, holding the queue for ``task`` (`_turn_queue`): ``data``

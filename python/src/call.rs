@@ -223,7 +223,8 @@ impl FileCall {
 
     /// The step after a `read`'s own turn (whatever was sent, as a bare
     /// `yield` ignores it): the read served inline, holding the queue
-    /// (`FileState::_read_after_turn`), and the queue handed on; or, when
+    /// (`FileState::_read_after_turn`), and the queue handed on
+    /// (`AsyncFile._turn_served`); or, when
     /// it goes on in pieces or through the engine, its queued coroutine
     /// `AsyncFile._read_turned`, which hands the queue on at its end.
     fn after_turn(&self, py: Python<'_>, turn: Turn) -> PyResult<Step> {
@@ -239,7 +240,7 @@ impl FileCall {
         match got {
             Some(data) if !data.bind(py).is(&*PyBool::new(py, true)) => {
                 self.put(State::Done);
-                turn_done(&file, task)?;
+                file.call_method1(intern!(py, "_turn_served"), (task,))?;
                 Ok(Step::Return(data))
             }
             got => {
