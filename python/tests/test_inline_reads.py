@@ -569,6 +569,38 @@ def test_a_read_ended_during_its_own_turn_hands_the_files_queue_on(data_file, lo
         e.close()
 
 
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_a_read_after_its_own_turn_leaves_a_shared_descriptors_offset_at_the_position(data_file, backend,
+                                                                                      buffering):
+    """A cached ``read`` that took its turn of the event loop itself ends
+    as the calls served inline do, with no queued call's ending: a
+    descriptor whose number was given out (``fileno()``) is still left at
+    the file's position, as the built-in file leaves it."""
+    path, data = data_file
+    e = blockio.Engine(backend=backend)
+
+    async def main():
+        with open(path, "rb") as warm:
+            warm.read()
+        async with blockio.open(path, "rb", buffering=buffering, engine=e) as f:
+            fd = f.fileno()
+            await f.seek(4096)
+            set_turn_count(TURN_BUDGET - 1)  # the next cached read takes its turn
+            call = f.read(100)
+            assert call.send(None) is None  # (its own turn)
+            try:
+                call.send(None)
+            except StopIteration as done:
+                got = done.value
+            return got, await f.tell(), os.lseek(fd, 0, os.SEEK_CUR), f._calls.free
+
+    try:
+        assert asyncio.run(main()) == (data[4096:4196], 4196, 4196, [None])
+    finally:
+        e.close()
+
+
 @LOOPS
 def test_calls_on_one_file_object_from_many_tasks_keep_their_order_on_cached_data(tmp_path, loop_factory):
     """Reads served inline (cached bytes, the read buffer) and calls that
