@@ -168,10 +168,22 @@ def _at_a_turn() -> Generator[None, None, None]:
 # A generator suspended at its bare ``yield``, never resumed: its frame is
 # the ``cr_frame`` of a `FileCall` waiting for its turn of the event loop
 # (`AsyncFile._turn_queue`), which has no frame of its own; on Python 3.9
-# and 3.10 ``inspect.getcoroutinestate`` reads it as suspended.
-_TURN: Any = _at_a_turn()
-next(_TURN)
-_TURN_FRAME = _TURN.gi_frame
+# and 3.10 ``inspect.getcoroutinestate`` reads it as suspended. One frame
+# serves every such call; on Python 3.9 to 3.12 ``frame.clear()`` on it
+# closes the generator (3.13 refuses), so `_turn_frame` makes a new one
+# when it finds it closed: a cleared ``cr_frame`` of one call is not the
+# next call's.
+_TURN: Any = None
+
+
+def _turn_frame() -> Any:
+    """The frame of a generator suspended at a bare ``yield`` (see
+    `_TURN`), made anew if the last one was closed (``frame.clear()``)."""
+    global _TURN
+    if _TURN is None or _TURN.gi_frame is None:
+        _TURN = _at_a_turn()
+        next(_TURN)
+    return _TURN.gi_frame
 
 
 def _fresh_ok(file: Any) -> bool:

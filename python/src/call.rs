@@ -449,7 +449,7 @@ impl FileCall {
     /// template with the call's arguments, never run (a new one each
     /// time: see `start_frame`); waiting, its queued coroutine's; waiting
     /// for its own turn of the event loop, that of a generator suspended
-    /// at a bare `yield` (`_TURN_FRAME` in `blockio/_file.py`); done (or
+    /// at a bare `yield` (`_turn_frame` in `blockio/_file.py`); done (or
     /// running), `None`. (What it needs is taken under the lock, which no
     /// Python call is made under.)
     #[getter]
@@ -486,7 +486,7 @@ impl FileCall {
             // (a generator's, suspended at a bare `yield`: `_file.py`)
             Found::Turning => Ok(py
                 .import("blockio._file")?
-                .getattr(intern!(py, "_TURN_FRAME"))?
+                .call_method0(intern!(py, "_turn_frame"))?
                 .unbind()),
             Found::Nothing => Ok(py.None()),
         }
