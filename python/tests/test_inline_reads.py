@@ -551,6 +551,8 @@ def test_a_read_ended_during_its_own_turn_hands_the_files_queue_on(data_file, lo
             set_turn_count(TURN_BUDGET - 1)  # the next cached read is the one that yields
             call = f.read(100)
             assert call.send(None) is None  # its turn, the queue held
+            # (a bare yield of its own: no coroutine awaited, a generator's frame)
+            assert call.cr_await is None and call.cr_frame.f_code.co_name == "_at_a_turn"
             assert f._calls.free == []
             if end == "closed":
                 call.close()
@@ -589,6 +591,7 @@ def test_a_read_after_its_own_turn_leaves_a_shared_descriptors_offset_at_the_pos
             set_turn_count(TURN_BUDGET - 1)  # the next cached read takes its turn
             call = f.read(100)
             assert call.send(None) is None  # (its own turn)
+            assert call.cr_await is None and call.cr_frame.f_code.co_name == "_at_a_turn"
             try:
                 call.send(None)
             except StopIteration as done:
