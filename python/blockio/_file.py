@@ -90,6 +90,7 @@ write still running), over a duplicate where the caller keeps it.
 
 from __future__ import annotations
 
+import asyncio
 import collections.abc
 import errno
 import fcntl
@@ -102,7 +103,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Generator, Iterable, List, Optional, Tuple, Union
 
 from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
 from ._blockio import (INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQueue, coroutine_method, count_copied,
@@ -158,6 +159,31 @@ _MAX_IO = 0x7FFFF000
 #: core's ``INLINE_PIECE``): a longer read of a regular file gets its bytes
 #: in the one object the kernel fills, never joined to others here.
 _PIECE = INLINE_PIECE
+
+
+def _at_a_turn() -> Generator[None, None, None]:
+    yield  # (where a read taking its turn of the event loop waits)
+
+
+# A generator suspended at its bare ``yield``, never resumed: its frame is
+# the ``cr_frame`` of a `FileCall` waiting for its turn of the event loop
+# (`AsyncFile._turn_queue`), which has no frame of its own; on Python 3.9
+# and 3.10 ``inspect.getcoroutinestate`` reads it as suspended. One frame
+# serves every such call; on Python 3.9 to 3.12 ``frame.clear()`` on it
+# closes the generator (3.13 refuses), so `_turn_frame` makes a new one
+# when it finds it closed: a cleared ``cr_frame`` of one call is not the
+# next call's.
+_TURN: Any = None
+
+
+def _turn_frame() -> Any:
+    """The frame of a generator suspended at a bare ``yield`` (see
+    `_TURN`), made anew if the last one was closed (``frame.clear()``)."""
+    global _TURN
+    if _TURN is None or _TURN.gi_frame is None:
+        _TURN = _at_a_turn()
+        next(_TURN)
+    return _TURN.gi_frame
 
 
 def _fresh_ok(file: Any) -> bool:
@@ -1406,6 +1432,61 @@ class AsyncFile(FileState, LineReader[bytes]):
             return data
         got: bytes = await self._read(size)
         return got
+
+    def _turn_queue(self) -> Any:
+        """For a `read` served inline whose turn of the event loop is due
+        (`FileCall`, `python/src/call.rs`): takes the file's call queue,
+        free, for the running asyncio task, which the call then holds while
+        it yields to the loop once, bare, as ``asyncio.sleep(0)`` does,
+        with no coroutine of its own. The task, or None (no asyncio task
+        runs this call, as in trio, or the queue is not free): the call
+        goes through `_read_after_a_turn` instead."""
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            return None
+        q = self._calls
+        if not isinstance(task, asyncio.Task) or q._owner is not None:
+            return None
+        if q._enter(task) is not None:  # (never: it was free, on this thread)
+            raise RuntimeError("the file's call queue was not free")
+        return task
+
+    def _turn_done(self, task: Any) -> None:
+        """Ends a call that took the queue by `_turn_queue`: as every queued
+        call ends (the descriptor's offset, then the queue handed on)."""
+        try:
+            self._sync_offset()
+        finally:
+            self._calls._release(task)
+
+    def _turn_served(self, task: Any) -> None:
+        """`_turn_done` for a read served inline after its turn: the queue
+        handed on, no more. Like every call served inline it changed
+        nothing the queue's ``settle`` records (`_update_inline`) and moved
+        the descriptor's offset itself when its number is known
+        (`FileState::moved_to`), so neither runs."""
+        q = self._calls
+        with q._lock:
+            if q._owner is task:
+                q._hand_on()
+
+    async def _read_turned(self, size: int, data: Any, task: Any) -> bytes:
+        """The rest of a `read` whose call took its turn of the event loop
+        itself, holding the queue for ``task`` (`_turn_queue`): ``data``
+        what `_read_after_turn` gave after the turn, True (the pieces go
+        on, each after a turn) or None (read through the engine); the
+        queue is handed on at the end, as `_read_after_a_turn` does."""
+        try:
+            if data is True:
+                data = await self._next_pieces()
+            if data is not None:
+                got: bytes = data
+                return got
+            got = await self._read(size)
+            return got
+        finally:
+            self._turn_done(task)
 
     @one_at_a_time
     async def _read_pieces(self, size: int) -> bytes:

@@ -7,6 +7,16 @@
 //! event loop is due: see [`crate::turns`]; `_read_pieces` when a read
 //! served inline goes on in pieces), passing its steps through.
 //!
+//! A `read` whose turn is due, run by an asyncio task, takes the turn
+//! itself instead (a loop of cached reads takes one about every 1 ms): it
+//! holds the file's call queue for the task (`AsyncFile._turn_queue`),
+//! yields once, bare (`None`, which an asyncio task answers by stepping
+//! it again at the loop's next pass, as after `asyncio.sleep(0)`), and
+//! reads at its next step, with no Python coroutine made, then hands the
+//! queue on (`AsyncFile._turn_served`): about 16,000 instructions fewer
+//! per turn, a third (`docs/benchmarks.md`, "A read's own turn of the
+//! event loop"). Elsewhere (trio) `_read_after_a_turn` takes it.
+//!
 //! An `async def` would cost a coroutine (its frame, the generator made
 //! and freed, the send) on every call, the inline ones included: about
 //! 1,100 instructions of a cached 16 KiB `read`'s 8,000
@@ -59,12 +69,73 @@ enum State {
     /// Going through the file's call queue: the queued call's coroutine,
     /// whose steps are this call's.
     Queued(PyObject),
+    /// A `read` served inline whose turn of the event loop was due: it
+    /// holds the file's call queue and has yielded to the loop once, bare;
+    /// its next step reads.
+    Turning(Turn),
     /// Returned, raised, or closed.
     Done,
     /// Stepping the queued call (or serving the call) now: a step, throw
     /// or close made meanwhile, from inside it, is refused, as a running
     /// coroutine's.
     Running,
+}
+
+/// The file's call queue, taken for an asyncio task by a `read` that
+/// takes its turn of the event loop itself (`AsyncFile._turn_queue`), and
+/// the read's size: handed on when the call ends, is thrown into, closed
+/// or freed (`AsyncFile._turn_done`), unless the read goes on in its
+/// queued coroutine (`AsyncFile._read_turned`), which hands it on then.
+pub(crate) struct Turn {
+    /// The file, the read's size and the task holding the queue; `None`
+    /// once handed on (or to the queued coroutine).
+    held: Option<(Py<FileState>, usize, PyObject)>,
+}
+
+impl Turn {
+    /// Takes the queue of `file` (free: `read_inline` found it so) for a
+    /// `read(size)` whose turn is due, if an asyncio task runs the call
+    /// (else `None`: the call goes through `_read_after_a_turn`).
+    fn take(file: &Bound<'_, FileState>, size: &Bound<'_, PyAny>) -> PyResult<Option<Turn>> {
+        let py = file.py();
+        let Ok(n) = size.extract::<usize>() else {
+            return Ok(None);
+        };
+        let task = file.call_method0(intern!(py, "_turn_queue"))?;
+        if task.is_none() {
+            return Ok(None);
+        }
+        let held = Some((file.clone().unbind(), n, task.unbind()));
+        Ok(Some(Turn { held }))
+    }
+
+    /// The file, the size and the task, the queue no longer handed on
+    /// when this is dropped.
+    fn into_parts(mut self) -> Option<(Py<FileState>, usize, PyObject)> {
+        self.held.take()
+    }
+}
+
+/// Hands the queue that `task` holds for a call on `file` on
+/// (`AsyncFile._turn_done`).
+fn turn_done(file: &Bound<'_, FileState>, task: PyObject) -> PyResult<()> {
+    let py = file.py();
+    file.call_method1(intern!(py, "_turn_done"), (task,))
+        .map(drop)
+}
+
+impl Drop for Turn {
+    /// A call freed (or cleared) during its turn hands the queue on, as a
+    /// queued coroutine's `finally` does when it is closed.
+    fn drop(&mut self) {
+        if let Some((file, _, task)) = self.held.take() {
+            Python::with_gil(|py| {
+                if let Err(e) = turn_done(file.bind(py), task) {
+                    e.write_unraisable(py, Some(file.bind(py).as_any()));
+                }
+            });
+        }
+    }
 }
 
 /// What a step did: yielded a value to the event loop (the queued
@@ -128,6 +199,10 @@ impl FileCall {
                 }
                 match serve(&file.into_bound(py), op) {
                     Ok(Served::Queued(coro)) => self.forward(coro, arg),
+                    Ok(Served::Turn(turn)) => {
+                        self.put(State::Turning(turn));
+                        Ok(Step::Yield(py.None()))
+                    }
                     Ok(Served::Now(value)) => {
                         self.put(State::Done);
                         Ok(Step::Return(value))
@@ -139,9 +214,50 @@ impl FileCall {
                 }
             }
             State::Queued(coro) => self.forward(coro.into_bound(py), arg),
+            State::Turning(turn) => self.after_turn(py, turn),
             State::Done | State::Running => {
                 self.put(State::Done);
                 Err(reused())
+            }
+        }
+    }
+
+    /// The step after a `read`'s own turn (whatever was sent, as a bare
+    /// `yield` ignores it): the read served inline, holding the queue
+    /// (`FileState::_read_after_turn`), and the queue handed on
+    /// (`AsyncFile._turn_served`); or, when
+    /// it goes on in pieces or through the engine, its queued coroutine
+    /// `AsyncFile._read_turned`, which hands the queue on at its end.
+    fn after_turn(&self, py: Python<'_>, turn: Turn) -> PyResult<Step> {
+        let Some((file, size, task)) = turn.into_parts() else {
+            self.put(State::Done);
+            return Err(reused());
+        };
+        let file = file.into_bound(py);
+        let got = match file.try_borrow_mut() {
+            Ok(mut st) => st._read_after_turn(py, size),
+            Err(_) => None,
+        };
+        match got {
+            Some(data) if !data.bind(py).is(&*PyBool::new(py, true)) => {
+                self.put(State::Done);
+                file.call_method1(intern!(py, "_turn_served"), (task,))?;
+                Ok(Step::Return(data))
+            }
+            got => {
+                let data = got.unwrap_or_else(|| py.None());
+                let coro = file.call_method1(
+                    intern!(py, "_read_turned"),
+                    (size, data, task.clone_ref(py)),
+                );
+                match coro {
+                    Ok(coro) => self.forward(coro, &py.None().into_bound(py)),
+                    Err(e) => {
+                        self.put(State::Done);
+                        turn_done(&file, task)?;
+                        Err(e)
+                    }
+                }
             }
         }
     }
@@ -219,6 +335,9 @@ impl FileCall {
 enum Served<'py> {
     Now(PyObject),
     Queued(Bound<'py, PyAny>),
+    /// A `read` whose turn is due, the queue taken for its task: it
+    /// yields to the loop, bare, and reads at its next step.
+    Turn(Turn),
 }
 
 /// Serves `op` on `file` inline if it can be (see [`read_inline`],
@@ -234,7 +353,12 @@ fn serve<'py>(file: &Bound<'py, FileState>, op: Op) -> PyResult<Served<'py>> {
             let size = size.into_bound(py);
             match read_inline(file, &size) {
                 Some(got) if got.bind(py).is(&*PyBool::new(py, false)) => {
-                    queued(intern!(py, "_read_after_a_turn"), PyTuple::new(py, [size])?)
+                    match Turn::take(file, &size)? {
+                        Some(turn) => Ok(Served::Turn(turn)),
+                        None => {
+                            queued(intern!(py, "_read_after_a_turn"), PyTuple::new(py, [size])?)
+                        }
+                    }
                 }
                 Some(got) if got.bind(py).is(&*PyBool::new(py, true)) => {
                     queued(intern!(py, "_read_pieces"), PyTuple::new(py, [size])?)
@@ -308,7 +432,7 @@ impl FileCall {
     /// Python 3.11 on).
     #[getter]
     fn cr_suspended(&self) -> bool {
-        matches!(*self.lock(), State::Queued(_))
+        matches!(*self.lock(), State::Queued(_) | State::Turning(_))
     }
 
     /// What the call awaits: its queued coroutine while it waits in it,
@@ -323,7 +447,9 @@ impl FileCall {
 
     /// The frame (as `cr_frame`): not started, a frame of the method's
     /// template with the call's arguments, never run (a new one each
-    /// time: see `start_frame`); waiting, its queued coroutine's; done (or
+    /// time: see `start_frame`); waiting, its queued coroutine's; waiting
+    /// for its own turn of the event loop, that of a generator suspended
+    /// at a bare `yield` (`_turn_frame` in `blockio/_file.py`); done (or
     /// running), `None`. (What it needs is taken under the lock, which no
     /// Python call is made under.)
     #[getter]
@@ -331,6 +457,7 @@ impl FileCall {
         enum Found {
             Start(Vec<PyObject>),
             Queued(PyObject),
+            Turning,
             Nothing,
         }
         let found = match &*self.lock() {
@@ -350,11 +477,17 @@ impl FileCall {
                 Found::Start(args)
             }
             State::Queued(coro) => Found::Queued(coro.clone_ref(py)),
+            State::Turning(_) => Found::Turning,
             State::Done | State::Running => Found::Nothing,
         };
         match found {
             Found::Start(args) => self.start_frame(py, args),
             Found::Queued(coro) => coro.getattr(py, intern!(py, "cr_frame")),
+            // (a generator's, suspended at a bare `yield`: `_file.py`)
+            Found::Turning => Ok(py
+                .import("blockio._file")?
+                .call_method0(intern!(py, "_turn_frame"))?
+                .unbind()),
             Found::Nothing => Ok(py.None()),
         }
     }
@@ -427,7 +560,14 @@ impl FileCall {
             };
         }
         self.put(State::Done);
-        drop(state);
+        if let State::Turning(turn) = state {
+            // (the read has not run: nothing moved, the queue is handed on)
+            if let Some((file, _, task)) = turn.into_parts() {
+                turn_done(file.bind(py), task)?;
+            }
+        } else {
+            drop(state);
+        }
         match val.filter(|v| !v.is_none()) {
             Some(v) if v.is_instance(typ).unwrap_or(false) => Err(PyErr::from_value(v.clone())),
             Some(v) => Err(PyErr::from_value(typ.call1((v,))?)),
@@ -438,8 +578,12 @@ impl FileCall {
     /// Closes the queued call if it runs; the call is done.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let state = self.take()?;
-        let closed = match &state {
-            State::Queued(coro) => coro.bind(py).call_method0(intern!(py, "close")).map(drop),
+        let closed = match state {
+            State::Queued(ref coro) => coro.bind(py).call_method0(intern!(py, "close")).map(drop),
+            State::Turning(turn) => match turn.into_parts() {
+                Some((file, _, task)) => turn_done(file.bind(py), task),
+                None => Ok(()),
+            },
             _ => Ok(()),
         };
         self.put(State::Done);
@@ -466,6 +610,13 @@ impl FileCall {
                 }
             }
             State::Queued(coro) => visit.call(coro),
+            State::Turning(turn) => match &turn.held {
+                Some((file, _, task)) => {
+                    visit.call(file)?;
+                    visit.call(task)
+                }
+                None => Ok(()),
+            },
             State::Done | State::Running => Ok(()),
         }
     }

@@ -324,7 +324,7 @@ impl FileState {
     /// served as [`read_inline`] serves it, from the buffer or the page cache,
     /// counting only the bytes it copies (the turn started the count); or
     /// `None`, and the queued read reads.
-    fn _read_after_turn(&mut self, py: Python<'_>, size: usize) -> Option<PyObject> {
+    pub(crate) fn _read_after_turn(&mut self, py: Python<'_>, size: usize) -> Option<PyObject> {
         if !self.inline_read || size == 0 {
             return None;
         }

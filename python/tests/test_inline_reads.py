@@ -5,6 +5,7 @@ anything else (evicted pages, end of file, pipes, ``O_DIRECT``, a closed
 engine) goes through the engine. Both backends, asyncio and uvloop."""
 
 import asyncio
+import gc
 import os
 import random
 
@@ -526,6 +527,79 @@ def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancel
 
     try:
         run(main(), loop_factory)
+    finally:
+        e.close()
+
+
+@LOOPS
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+@pytest.mark.parametrize("end", ["closed", "thrown into", "collected"])
+def test_a_read_ended_during_its_own_turn_hands_the_files_queue_on(data_file, loop_factory, backend, end):
+    """A cached ``read`` whose turn is due, in an asyncio task, takes the
+    turn itself: it holds the file's call queue while it yields (bare, no
+    coroutine of its own). Closed, thrown into or collected there, it has
+    read nothing and hands the queue on: the next call runs, from where the
+    file was."""
+    path, data = data_file
+    e = blockio.Engine(backend=backend)
+
+    async def main():
+        with open(path, "rb") as warm:
+            warm.read()
+        async with blockio.open(path, "rb", buffering=0, engine=e) as f:
+            await f.seek(4096)
+            set_turn_count(TURN_BUDGET - 1)  # the next cached read is the one that yields
+            call = f.read(100)
+            assert call.send(None) is None  # its turn, the queue held
+            # (a bare yield of its own: no coroutine awaited, a generator's frame)
+            assert call.cr_await is None and call.cr_frame.f_code.co_name == "_at_a_turn"
+            assert f._calls.free == []
+            if end == "closed":
+                call.close()
+            elif end == "thrown into":
+                with pytest.raises(KeyError):
+                    call.throw(KeyError("x"))
+            else:
+                del call
+                gc.collect()
+            assert f._calls.free == [None]
+            return await f.read(100)
+
+    try:
+        assert run(main(), loop_factory) == data[4096:4196]
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_a_read_after_its_own_turn_leaves_a_shared_descriptors_offset_at_the_position(data_file, backend,
+                                                                                      buffering):
+    """A cached ``read`` that took its turn of the event loop itself ends
+    as the calls served inline do, with no queued call's ending: a
+    descriptor whose number was given out (``fileno()``) is still left at
+    the file's position, as the built-in file leaves it."""
+    path, data = data_file
+    e = blockio.Engine(backend=backend)
+
+    async def main():
+        with open(path, "rb") as warm:
+            warm.read()
+        async with blockio.open(path, "rb", buffering=buffering, engine=e) as f:
+            fd = f.fileno()
+            await f.seek(4096)
+            set_turn_count(TURN_BUDGET - 1)  # the next cached read takes its turn
+            call = f.read(100)
+            assert call.send(None) is None  # (its own turn)
+            assert call.cr_await is None and call.cr_frame.f_code.co_name == "_at_a_turn"
+            try:
+                call.send(None)
+            except StopIteration as done:
+                got = done.value
+            return got, await f.tell(), os.lseek(fd, 0, os.SEEK_CUR), f._calls.free
+
+    try:
+        assert asyncio.run(main()) == (data[4096:4196], 4196, 4196, [None])
     finally:
         e.close()
 
