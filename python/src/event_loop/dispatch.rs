@@ -78,7 +78,7 @@ pub(crate) fn dispatch_batch(
                 value,
                 owner,
                 ..
-            } => tables.stream(py, proactor, token, res, value, *owner)?,
+            } => tables.stream(py, proactor, token, res, value, owner)?,
         }
     }
     Ok(())
@@ -314,11 +314,11 @@ pub(crate) fn arm_ring_receive(
     } else {
         None
     };
-    let owner = Box::new(Owner {
+    let owner = Owner {
         rx: rx.clone().unbind(),
         callback: callback.clone().unbind(),
         hold,
-    });
+    };
     let ask = super::ring::RecvAsk {
         fd: this.fd,
         nbytes: this.nbytes,

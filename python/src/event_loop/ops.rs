@@ -155,8 +155,12 @@ pub(crate) struct InFlight {
     /// whose sender the loop wrote again since: what that write sent is
     /// taken with it (see `State::mark_peer_receives`).
     pub peer_sent: bool,
-    /// The transport's receive this operation completes, if it is one.
-    pub owner: Option<Box<Owner>>,
+    /// The transport's receive this operation completes, if it is one:
+    /// kept in the operation itself, not boxed, so that arming and
+    /// dispatching a message's receive allocate and free nothing for it
+    /// (`malloc` and `free` of a box were some 150 instructions of each
+    /// message, `docs/benchmarks.md`).
+    pub owner: Option<Owner>,
 }
 
 impl InFlight {

@@ -173,7 +173,7 @@ pub(crate) enum Done {
         /// The descriptor received from.
         fd: RawFd,
         /// The receive, its callback and its hold on the socket.
-        owner: Box<Owner>,
+        owner: Owner,
     },
 }
 
@@ -199,16 +199,16 @@ impl Reaped {
         match self {
             Reaped::Done(Done::Stream { owner, .. }) => Some(owner),
             Reaped::Done(Done::Plain(..)) => None,
-            Reaped::Receive { op, .. } => op.owner.as_deref(),
+            Reaped::Receive { op, .. } => op.owner.as_ref(),
         }
     }
 
     /// The owner of a transport's receive, taken.
     fn into_owner(self) -> Option<Owner> {
         match self {
-            Reaped::Done(Done::Stream { owner, .. }) => Some(*owner),
+            Reaped::Done(Done::Stream { owner, .. }) => Some(owner),
             Reaped::Done(Done::Plain(..)) => None,
-            Reaped::Receive { mut op, .. } => op.owner.take().map(|o| *o),
+            Reaped::Receive { mut op, .. } => op.owner.take(),
         }
     }
 }
@@ -696,7 +696,7 @@ impl LoopRing {
         let Some(st) = guard.as_ref() else {
             return Ok(());
         };
-        let owners = st.ops.iter().filter_map(|op| op.owner.as_deref());
+        let owners = st.ops.iter().filter_map(|op| op.owner.as_ref());
         let done = st.pending.iter().filter_map(Reaped::owner);
         for owner in owners.chain(done) {
             visit.call(&owner.rx)?;
@@ -728,7 +728,7 @@ impl LoopRing {
         let Some(st) = guard.as_ref() else {
             return Ok(Vec::new());
         };
-        let owners = st.ops.iter().filter_map(|op| op.owner.as_deref());
+        let owners = st.ops.iter().filter_map(|op| op.owner.as_ref());
         let done = st.pending.iter().filter_map(Reaped::owner);
         Ok(owners
             .chain(done)
@@ -925,8 +925,8 @@ impl LoopRing {
         &self,
         py: Python<'_>,
         ask: RecvAsk,
-        owner: Box<Owner>,
-    ) -> Result<u64, (PyErr, Option<Box<Owner>>)> {
+        owner: Owner,
+    ) -> Result<u64, (PyErr, Option<Owner>)> {
         let fd = ask.fd;
         let mut guard = match self.lock() {
             Ok(g) => g,
@@ -1489,12 +1489,12 @@ impl State {
                     drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(res) });
                 }
                 if let Some(owner) = op.owner.take() {
-                    owners.push(*owner);
+                    owners.push(owner);
                 }
             }
         }
         for mut op in self.ops.drain() {
-            owners.extend(op.owner.take().map(|o| *o));
+            owners.extend(op.owner.take());
             std::mem::forget(op);
         }
         owners
