@@ -687,10 +687,9 @@ const INLINE_BYTE_BUDGET: usize = 1 << 20;
 
 thread_local! {
     /// Operations served inline on this thread since a future last
-    /// returned `Pending` here.
-    static INLINE_RUN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    /// Bytes those operations moved.
-    static INLINE_BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// returned `Pending` here, and the bytes they moved: one cell, so
+    /// that an operation looks its thread's run up once.
+    static INLINE_RUN: std::cell::Cell<(u32, usize)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 /// Whether this thread may serve one more operation inline now: false
@@ -698,28 +697,19 @@ thread_local! {
 /// served [`INLINE_BUDGET`] in a row, or [`INLINE_BYTE_BUDGET`] bytes,
 /// the count starting again.
 ///
-/// On tokio, the operation also takes one unit of the task's budget
-/// (`tokio::task::coop`), as tokio's own resources do: once that is
-/// spent, false, and tokio wakes the task after its reactor and timers
-/// have had their turn. Yielding here goes through tokio's scheduler
-/// too (as `yield_now` does): a task that merely woke itself would run
-/// again before the timers are looked at.
+/// On tokio the yield goes through tokio's scheduler (as `yield_now`
+/// does), which wakes the task only after its reactor and timers have
+/// had their turn: a task that merely woke itself would run again before
+/// the timers are looked at. The operation takes nothing from tokio's
+/// task budget (`tokio::task::coop`): this count bounds a run as that
+/// budget would (128 operations), and its lookup cost a cached read 27
+/// instructions of 371 (docs/benchmarks.md). What that leaves out: a
+/// task whose budget tokio's own resources have spent still serves up to
+/// a run of these before yielding.
 #[inline]
 pub(crate) fn inline_turn_left(cx: &mut Context<'_>) -> bool {
-    #[cfg(feature = "tokio")]
-    match tokio::task::coop::poll_proceed(cx) {
-        Poll::Ready(turn) => {
-            turn.made_progress();
-            // Its drop would do nothing now (the unit stays taken), and
-            // is not inlined: a call per operation saved.
-            std::mem::forget(turn);
-        }
-        Poll::Pending => {
-            end_inline_run();
-            return false;
-        }
-    }
-    if INLINE_RUN.get() < INLINE_BUDGET && INLINE_BYTES.get() < INLINE_BYTE_BUDGET {
+    let (ops, bytes) = INLINE_RUN.get();
+    if ops < INLINE_BUDGET && bytes < INLINE_BYTE_BUDGET {
         return true;
     }
     end_inline_run();
@@ -748,16 +738,15 @@ fn yield_once(cx: &mut Context<'_>) {
 /// future on it returned `Pending`.
 #[inline]
 pub(crate) fn end_inline_run() {
-    INLINE_RUN.set(0);
-    INLINE_BYTES.set(0);
+    INLINE_RUN.set((0, 0));
 }
 
 /// Counts one operation served inline on this thread, which moved
 /// `bytes` (see [`inline_turn_left`]).
 #[inline]
 pub(crate) fn count_inline_turn(bytes: usize) {
-    INLINE_RUN.set(INLINE_RUN.get() + 1);
-    INLINE_BYTES.set(INLINE_BYTES.get().saturating_add(bytes));
+    let (ops, moved) = INLINE_RUN.get();
+    INLINE_RUN.set((ops + 1, moved.saturating_add(bytes)));
 }
 
 /// An operation whose result is wanted after its future was dropped: a
