@@ -685,17 +685,25 @@ const INLINE_BUDGET: u32 = 128;
 /// worker looks at its runtime's shutdown only once in 61 polls.
 const INLINE_BYTE_BUDGET: usize = 1 << 20;
 
+/// What one operation served inline weighs in a run at least: an
+/// operation weighs the bytes it moved, or this if it moved fewer, so
+/// that a run of [`INLINE_BYTE_BUDGET`] is [`INLINE_BUDGET`] operations
+/// of this size or fewer, or 1 MiB of larger ones (whichever comes
+/// first, give or take a run mixing both).
+const INLINE_MIN_WEIGHT: usize = INLINE_BYTE_BUDGET / INLINE_BUDGET as usize;
+
 thread_local! {
-    /// Operations served inline on this thread since a future last
-    /// returned `Pending` here, and the bytes they moved: one cell, so
-    /// that an operation looks its thread's run up once.
-    static INLINE_RUN: std::cell::Cell<(u32, usize)> = const { std::cell::Cell::new((0, 0)) };
+    /// The weight of the operations served inline on this thread since
+    /// a future last returned `Pending` here (see [`INLINE_MIN_WEIGHT`]):
+    /// one number, so that an operation checks and counts its turn with
+    /// one load and one store.
+    static INLINE_RUN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether this thread may serve one more operation inline now: false
 /// (the task woken, to be polled again after the others) once it has
-/// served [`INLINE_BUDGET`] in a row, or [`INLINE_BYTE_BUDGET`] bytes,
-/// the count starting again.
+/// served [`INLINE_BUDGET`] in a row, or [`INLINE_BYTE_BUDGET`] bytes
+/// (weighed as [`INLINE_MIN_WEIGHT`] says), the count starting again.
 ///
 /// On tokio the yield goes through tokio's scheduler (as `yield_now`
 /// does), which wakes the task only after its reactor and timers have
@@ -708,8 +716,7 @@ thread_local! {
 /// a run of these before yielding.
 #[inline]
 pub(crate) fn inline_turn_left(cx: &mut Context<'_>) -> bool {
-    let (ops, bytes) = INLINE_RUN.get();
-    if ops < INLINE_BUDGET && bytes < INLINE_BYTE_BUDGET {
+    if INLINE_RUN.get() < INLINE_BYTE_BUDGET {
         return true;
     }
     end_inline_run();
@@ -738,15 +745,15 @@ fn yield_once(cx: &mut Context<'_>) {
 /// future on it returned `Pending`.
 #[inline]
 pub(crate) fn end_inline_run() {
-    INLINE_RUN.set((0, 0));
+    INLINE_RUN.set(0);
 }
 
 /// Counts one operation served inline on this thread, which moved
 /// `bytes` (see [`inline_turn_left`]).
 #[inline]
 pub(crate) fn count_inline_turn(bytes: usize) {
-    let (ops, moved) = INLINE_RUN.get();
-    INLINE_RUN.set((ops + 1, moved.saturating_add(bytes)));
+    let weight = bytes.max(INLINE_MIN_WEIGHT);
+    INLINE_RUN.set(INLINE_RUN.get().saturating_add(weight));
 }
 
 /// An operation whose result is wanted after its future was dropped: a
