@@ -710,8 +710,8 @@ thread_local! {
 /// had their turn: a task that merely woke itself would run again before
 /// the timers are looked at. The operation takes nothing from tokio's
 /// task budget (`tokio::task::coop`): this count bounds a run as that
-/// budget would (128 operations), and its lookup cost a cached read 27
-/// instructions of 371 (docs/benchmarks.md). What that leaves out: a
+/// budget would (128 operations), and taking it cost a cached read 21
+/// instructions of 376 (docs/benchmarks.md). What that leaves out: a
 /// task whose budget tokio's own resources have spent still serves up to
 /// a run of these before yielding.
 #[inline]
