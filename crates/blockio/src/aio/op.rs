@@ -987,8 +987,9 @@ impl<B: Send + 'static> OpFuture<B> {
     /// handed to the driver, if its [`Keep::inline`] offers a way: its raw
     /// result if it was performed. Yields
     /// once instead (waking the task, the operation kept for the next
-    /// poll, which tries again) when this thread has served
-    /// [`INLINE_BUDGET`] operations in a row.
+    /// poll, which tries again) when this thread's run of operations served
+    /// in a row is spent: 128 of them, or 1 MiB (weighed as
+    /// [`inline_turn_left`] says).
     ///
     /// Inlined into the poll, with the case of an operation whose shared
     /// state was already made (a handle to it was asked for) apart: a
