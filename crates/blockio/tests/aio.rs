@@ -1997,9 +1997,10 @@ fn reads_before_a_yielding_peer_ran_8_times(len: usize, seed: u64) -> u64 {
     reads
 }
 
-/// A task reading cached data in a loop, each read served at once, takes
-/// from tokio's task budget as tokio's own resources do: a peer task that
-/// only yields runs again every budget's worth of reads (128), not once
+/// A task reading cached data in a loop, each read served at once, yields
+/// through tokio's scheduler after 128 in a row, as tokio's task budget
+/// has tokio's own resources do: a peer task that only yields runs again
+/// every 128 reads, not once
 /// every 61 polls of the reading task (which a task that merely woke
 /// itself would get: 61 x 128 reads).
 #[test]

@@ -1315,9 +1315,10 @@ fn a_pending_write_polled_with_other_bytes_reports_the_queued_ones_dropped() {
 }
 
 /// A task reading, through tokio's `AsyncRead`, a socket that already
-/// holds every byte it wants (each read done without waiting) takes from
-/// tokio's task budget as tokio's reads do: a peer task that only yields
-/// runs again every budget's worth of reads, not after the last read.
+/// holds every byte it wants (each read done without waiting) yields
+/// through tokio's scheduler after 128 in a row, as tokio's task budget
+/// has tokio's reads do: a peer task that only yields runs again every
+/// 128 reads, not after the last read.
 #[cfg(feature = "tokio")]
 #[test]
 fn trait_reads_that_never_wait_let_a_yielding_peer_run() {

@@ -427,11 +427,9 @@ impl AsyncEngineBuilder {
     /// the same either way. A file whose reads keep missing the cache is
     /// tried less and less often (at most one read in 64), and a thread
     /// that has served 128 reads in a row (or 1 MiB) yields to its
-    /// executor once. On
-    /// tokio, each read served so also takes one unit of the task's
-    /// budget (`tokio::task::coop`), as tokio's own reads do: a task
-    /// whose budget is spent yields, and runs again after tokio's timers
-    /// and reactor have had their turn.
+    /// executor once (as tokio's task budget has a task do after 128
+    /// operations of its own resources); on tokio that yield runs the
+    /// task again after tokio's timers and reactor have had their turn.
     /// [`AsyncEngine::served_inline`] counts the reads served so.
     ///
     /// # Examples

@@ -685,41 +685,38 @@ const INLINE_BUDGET: u32 = 128;
 /// worker looks at its runtime's shutdown only once in 61 polls.
 const INLINE_BYTE_BUDGET: usize = 1 << 20;
 
+/// What one operation served inline weighs in a run at least: an
+/// operation weighs the bytes it moved, or this if it moved fewer, so
+/// that a run of [`INLINE_BYTE_BUDGET`] is [`INLINE_BUDGET`] operations
+/// of this size or fewer, or 1 MiB of larger ones (whichever comes
+/// first, give or take a run mixing both).
+const INLINE_MIN_WEIGHT: usize = INLINE_BYTE_BUDGET / INLINE_BUDGET as usize;
+
 thread_local! {
-    /// Operations served inline on this thread since a future last
-    /// returned `Pending` here.
-    static INLINE_RUN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    /// Bytes those operations moved.
-    static INLINE_BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The weight of the operations served inline on this thread since
+    /// a future last returned `Pending` here (see [`INLINE_MIN_WEIGHT`]):
+    /// one number, so that an operation checks and counts its turn with
+    /// one load and one store.
+    static INLINE_RUN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether this thread may serve one more operation inline now: false
 /// (the task woken, to be polled again after the others) once it has
-/// served [`INLINE_BUDGET`] in a row, or [`INLINE_BYTE_BUDGET`] bytes,
-/// the count starting again.
+/// served [`INLINE_BUDGET`] in a row, or [`INLINE_BYTE_BUDGET`] bytes
+/// (weighed as [`INLINE_MIN_WEIGHT`] says), the count starting again.
 ///
-/// On tokio, the operation also takes one unit of the task's budget
-/// (`tokio::task::coop`), as tokio's own resources do: once that is
-/// spent, false, and tokio wakes the task after its reactor and timers
-/// have had their turn. Yielding here goes through tokio's scheduler
-/// too (as `yield_now` does): a task that merely woke itself would run
-/// again before the timers are looked at.
+/// On tokio the yield goes through tokio's scheduler (as `yield_now`
+/// does), which wakes the task only after its reactor and timers have
+/// had their turn: a task that merely woke itself would run again before
+/// the timers are looked at. The operation takes nothing from tokio's
+/// task budget (`tokio::task::coop`): this count bounds a run as that
+/// budget would (128 operations), and taking it cost a cached read 21
+/// instructions of 376 (docs/benchmarks.md). What that leaves out: a
+/// task whose budget tokio's own resources have spent still serves up to
+/// a run of these before yielding.
 #[inline]
 pub(crate) fn inline_turn_left(cx: &mut Context<'_>) -> bool {
-    #[cfg(feature = "tokio")]
-    match tokio::task::coop::poll_proceed(cx) {
-        Poll::Ready(turn) => {
-            turn.made_progress();
-            // Its drop would do nothing now (the unit stays taken), and
-            // is not inlined: a call per operation saved.
-            std::mem::forget(turn);
-        }
-        Poll::Pending => {
-            end_inline_run();
-            return false;
-        }
-    }
-    if INLINE_RUN.get() < INLINE_BUDGET && INLINE_BYTES.get() < INLINE_BYTE_BUDGET {
+    if INLINE_RUN.get() < INLINE_BYTE_BUDGET {
         return true;
     }
     end_inline_run();
@@ -749,15 +746,14 @@ fn yield_once(cx: &mut Context<'_>) {
 #[inline]
 pub(crate) fn end_inline_run() {
     INLINE_RUN.set(0);
-    INLINE_BYTES.set(0);
 }
 
 /// Counts one operation served inline on this thread, which moved
 /// `bytes` (see [`inline_turn_left`]).
 #[inline]
 pub(crate) fn count_inline_turn(bytes: usize) {
-    INLINE_RUN.set(INLINE_RUN.get() + 1);
-    INLINE_BYTES.set(INLINE_BYTES.get().saturating_add(bytes));
+    let weight = bytes.max(INLINE_MIN_WEIGHT);
+    INLINE_RUN.set(INLINE_RUN.get().saturating_add(weight));
 }
 
 /// An operation whose result is wanted after its future was dropped: a
@@ -991,8 +987,9 @@ impl<B: Send + 'static> OpFuture<B> {
     /// handed to the driver, if its [`Keep::inline`] offers a way: its raw
     /// result if it was performed. Yields
     /// once instead (waking the task, the operation kept for the next
-    /// poll, which tries again) when this thread has served
-    /// [`INLINE_BUDGET`] operations in a row.
+    /// poll, which tries again) when this thread's run of operations served
+    /// in a row is spent: 128 of them, or 1 MiB (weighed as
+    /// [`inline_turn_left`] says).
     ///
     /// Inlined into the poll, with the case of an operation whose shared
     /// state was already made (a handle to it was asked for) apart: a

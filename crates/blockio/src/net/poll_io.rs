@@ -180,8 +180,8 @@ impl PollIo {
             }
         }
         // A read done without waiting takes its turn as an operation
-        // served inline does (and on tokio, from the task's budget, as
-        // tokio's reads do): a task reading a peer that keeps ahead of it
+        // served inline does (128 in a row, as tokio's task budget bounds
+        // tokio's reads): a task reading a peer that keeps ahead of it
         // still lets the others run.
         if !crate::aio::op::inline_turn_left(cx) {
             return Poll::Pending;

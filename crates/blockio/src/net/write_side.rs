@@ -670,7 +670,8 @@ impl WriteSide {
     /// A write that is done without waiting (sent at once)
     /// counts against the thread's budget of operations served in a row
     /// without a `Pending`, as tokio's writes count against its task
-    /// budget: once that is spent, `Pending` (the task woken at once), so
+    /// budget: once that is spent, `Pending` (the task woken to run after
+    /// the others, through tokio's scheduler on tokio), so
     /// that a task writing to a reader that keeps up still lets the
     /// others run.
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
