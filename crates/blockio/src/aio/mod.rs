@@ -428,8 +428,10 @@ impl AsyncEngineBuilder {
     /// tried less and less often (at most one read in 64), and a thread
     /// that has served 128 reads in a row (or 1 MiB) yields to its
     /// executor once (as tokio's task budget has a task do after 128
-    /// operations of its own resources); on tokio that yield runs the
-    /// task again after tokio's timers and reactor have had their turn.
+    /// operations of its own resources); on tokio, with blockio's `tokio`
+    /// feature, that yield runs the task again after tokio's timers and
+    /// reactor have had their turn (without the feature the task is only
+    /// woken, and tokio may poll it again before its timers).
     /// [`AsyncEngine::served_inline`] counts the reads served so.
     ///
     /// # Examples
