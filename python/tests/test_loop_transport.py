@@ -627,11 +627,7 @@ def test_a_bytes_write_larger_than_the_socket_takes_reaches_the_peer_whole_and_i
         tr, pr = await loop.connect_accepted_socket(Collect, a)
         tr.write(big)
         tr.write(tail)
-        got = bytearray()
-        while len(got) < want:
-            chunk = await asyncio.wait_for(loop.sock_recv(b, 1 << 16), DEADLINE)
-            assert chunk, f"the stream ended after {len(got)} bytes"
-            got += chunk
+        got = await _read_all(loop, b, want)
         tr.close()
         await pr.lost
         return got
