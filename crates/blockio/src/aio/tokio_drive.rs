@@ -104,7 +104,7 @@ fn watch(engine: &AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
 /// error of kind [`Other`](io::ErrorKind::Other) saying so, remembered.
 /// `fd` must hold its descriptor open and return it from `as_raw_fd`
 /// until the `AsyncFd` is dropped.
-pub(super) fn register<T: AsRawFd>(fd: T) -> io::Result<AsyncFd<T>> {
+pub(crate) fn register<T: AsRawFd>(fd: T) -> io::Result<AsyncFd<T>> {
     let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // The `fd` moved into the `AsyncFd` keeps its descriptor open
         // until the `AsyncFd` is dropped (which deregisters it first), and
