@@ -284,11 +284,17 @@ async fn write_until_pending(s: &mut blockio::net::TcpStream, data: &[u8]) -> us
     written
 }
 
+/// Held by each test that counts tokio's panics about a runtime without
+/// I/O: the count is the process's, so two such tests at once would each
+/// see the other's.
+static IO_DISABLED_COUNT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Built on a runtime whose reactor cannot watch the ring, the engine has
 /// its own thread and works there; tokio is asked (and panics, caught)
 /// once for that runtime, not once per engine.
 #[test]
 fn an_engine_built_on_a_runtime_without_io_has_its_own_thread() {
+    let _alone = IO_DISABLED_COUNT.lock().unwrap_or_else(|e| e.into_inner());
     let before = count_io_disabled_panics();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -305,6 +311,46 @@ fn an_engine_built_on_a_runtime_without_io_has_its_own_thread() {
                 );
             }
             assert_eq!(echo_once(&engine, b"no reactor").await, b"no reactor");
+        }
+    });
+    drop(rt);
+    let panics = count_io_disabled_panics() - before;
+    assert!(panics <= 1, "tokio's panic came {panics} times");
+}
+
+/// On a runtime of two workers whose reactor is off, trait reads that
+/// wait (which on a runtime of two workers with I/O would wait in its
+/// reactor) go through the ring and get their bytes; tokio is asked (and
+/// panics, caught) at most once for that runtime, not once per stream.
+#[test]
+fn trait_reads_on_two_workers_without_io_ask_tokio_once() {
+    use tokio::io::AsyncReadExt;
+    let _alone = IO_DISABLED_COUNT.lock().unwrap_or_else(|e| e.into_inner());
+    let before = count_io_disabled_panics();
+    // Built outside the runtime: an engine with a driver thread.
+    let engine = AsyncEngine::new().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for round in 0..3u8 {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap())
+                .unwrap()
+                .bounded();
+            let ours = listener.accept().unwrap().0;
+            let mut stream = TcpStream::from_std_with(&engine, ours).unwrap();
+            let mut got = [0u8; 1];
+            let mut read = std::pin::pin!(stream.read_exact(&mut got));
+            assert!(futures::poll!(&mut read).is_pending(), "nothing sent yet");
+            peer.write_all(&[round]).unwrap();
+            tokio::time::timeout(GUARD, read)
+                .await
+                .expect("the read never finished")
+                .unwrap();
+            assert_eq!(got, [round]);
         }
     });
     drop(rt);

@@ -1954,3 +1954,105 @@ fn a_blocking_unix_listener_handed_over_serves_connections() {
         server.await.unwrap();
     });
 }
+
+/// The descriptors that some epoll set of this process watches (from
+/// `/proc/self/fdinfo`: an epoll set's lines `tfd: N ...`).
+#[cfg(feature = "tokio")]
+fn watched_by_some_epoll_set() -> Vec<i32> {
+    let mut watched = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fdinfo").unwrap() {
+        let Ok(info) = std::fs::read_to_string(entry.unwrap().path()) else {
+            continue;
+        };
+        for line in info.lines() {
+            if let Some(rest) = line.strip_prefix("tfd:") {
+                watched.push(rest.split_whitespace().next().unwrap().parse().unwrap());
+            }
+        }
+    }
+    watched
+}
+
+/// On a multi-thread runtime of two workers, trait reads in a
+/// `tokio::select!` against a 10 µs ticker (most of them dropped pending)
+/// echo 4 MiB from each of 4 peers, every byte once and in order, then
+/// the end of stream. On io_uring the server's streams wait in tokio's
+/// own reactor there (their sockets are in an epoll set of the process,
+/// as tokio's sockets are), not in a receive kept in the ring, whose
+/// completions io_uring posts on whichever worker armed it.
+#[cfg(feature = "tokio")]
+#[test]
+fn trait_reads_on_two_workers_wait_in_tokios_reactor_and_lose_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const PEERS: usize = 4;
+    const TOTAL: usize = 4 << 20;
+    let e = engine();
+    let on_uring = e.backend() == blockio::Backend::IoUring;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = rt.spawn(async move {
+        let mut conns = Vec::new();
+        for _ in 0..PEERS {
+            let (mut s, _) = listener.accept().await.unwrap();
+            conns.push(tokio::spawn(async move {
+                let mut ticker = tokio::time::interval(Duration::from_micros(10));
+                let mut buf = vec![0u8; 64 << 10];
+                loop {
+                    tokio::select! {
+                        _ = ticker.tick() => {}
+                        got = AsyncReadExt::read(&mut s, &mut buf) => {
+                            let n = got.unwrap();
+                            if n == 0 {
+                                break;
+                            }
+                            AsyncWriteExt::write_all(&mut s, &buf[..n]).await.unwrap();
+                        }
+                    }
+                }
+                use std::os::fd::AsRawFd;
+                let in_epoll = watched_by_some_epoll_set().contains(&s.socket().as_raw_fd());
+                AsyncWriteExt::shutdown(&mut s).await.unwrap();
+                in_epoll
+            }));
+        }
+        let mut in_epoll = Vec::new();
+        for c in conns {
+            in_epoll.push(c.await.unwrap());
+        }
+        in_epoll
+    });
+    let peers: Vec<_> = (0..PEERS)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let s = StdStream::connect(addr).unwrap().bounded();
+                let data: Vec<u8> = (0..TOTAL).map(|i| (i * 7 + c + i / 251) as u8).collect();
+                let mut w = s.try_clone().unwrap();
+                let sent = data.clone();
+                let writer = std::thread::spawn(move || {
+                    w.write_all(&sent).unwrap();
+                    w.shutdown(Shutdown::Write).unwrap();
+                });
+                let mut back = Vec::new();
+                (&s).read_to_end(&mut back).unwrap();
+                writer.join().unwrap();
+                assert_eq!(back.len(), TOTAL, "peer {c}: bytes echoed");
+                assert!(
+                    back == data,
+                    "peer {c}: the echo differs from what was sent"
+                );
+            })
+        })
+        .collect();
+    for p in peers {
+        p.join().unwrap();
+    }
+    let in_epoll = rt.block_on(server).unwrap();
+    if on_uring {
+        assert_eq!(in_epoll, vec![true; PEERS], "sockets in tokio's reactor");
+    }
+}

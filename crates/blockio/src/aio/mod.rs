@@ -105,6 +105,8 @@ mod relay;
 pub(crate) mod request;
 #[cfg(feature = "tokio")]
 mod tokio_drive;
+#[cfg(feature = "tokio")]
+pub(crate) use tokio_drive::register as register_in_reactor;
 
 use std::fmt;
 use std::io;

@@ -37,6 +37,11 @@
 //! connection waiting in a read holds no buffer. A connection holding its
 //! share of the ring has the receive cancelled (`Multi`'s cap).
 //!
+//! On a multi-thread tokio runtime of more than one worker, a read that
+//! found nothing kept waits in tokio's reactor instead and receives on the
+//! task's thread, as tokio's read does (see `PollIo::poll_reactor` for
+//! why): no receive is kept in the ring there.
+//!
 //! A stream holds its receive buffer only while it needs it: once a read
 //! has handed out everything received and no receive is in flight, the
 //! buffer goes to a free list the process's streams share (at most
@@ -130,6 +135,31 @@ fn keep_armed(core: &StreamCore, cx: &mut Context<'_>) -> bool {
     true
 }
 
+/// A stream's socket as tokio's reactor holds it: the stream's own
+/// descriptor, no duplicate, held open by the `Sock` (an `Arc` of the
+/// socket) until the registration is dropped, which deregisters it first.
+#[cfg(feature = "tokio")]
+struct InReactor(super::socket::Sock);
+
+#[cfg(feature = "tokio")]
+impl std::os::fd::AsRawFd for InReactor {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.fd()
+    }
+}
+
+/// Whether a stream's trait reads wait in tokio's reactor: on io_uring,
+/// when the caller runs on a multi-thread tokio runtime of more than one
+/// worker (see [`PollIo::poll_reactor`]).
+#[cfg(feature = "tokio")]
+fn reads_in_reactor(core: &StreamCore) -> bool {
+    core.sock.engine().backend() == Backend::IoUring
+        && tokio::runtime::Handle::try_current().is_ok_and(|h| {
+            h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+                && h.metrics().num_workers() > 1
+        })
+}
+
 /// The poll-based state of one stream.
 #[derive(Default)]
 pub(crate) struct PollIo {
@@ -151,6 +181,13 @@ pub(crate) struct PollIo {
     /// without trying the socket first (see
     /// [`receive_inline`](Self::receive_inline)).
     emptied: bool,
+    /// Whether the stream's first trait read that had to wait decided
+    /// where its reads wait (see [`poll_reactor`](Self::poll_reactor)).
+    #[cfg(feature = "tokio")]
+    reactor_checked: bool,
+    /// The socket in tokio's reactor, where the stream's trait reads wait.
+    #[cfg(feature = "tokio")]
+    reactor: Option<tokio::io::unix::AsyncFd<InReactor>>,
 }
 
 impl PollIo {
@@ -174,7 +211,9 @@ impl PollIo {
                 .parked
                 .as_ref()
                 .is_some_and(|w| w.will_wake(cx.waker()));
-            if !(same_read && (self.receiving.is_some() || core.reads.has_kept())) {
+            if !(same_read
+                && (self.receiving.is_some() || core.reads.has_kept() || self.waits_in_reactor()))
+            {
                 self.parked = None;
                 return Poll::Ready(Err(e));
             }
@@ -223,6 +262,11 @@ impl PollIo {
                 return Poll::Ready(Err(super::os_error(err)));
             }
             Settled::Receive => {}
+        }
+        #[cfg(feature = "tokio")]
+        if let Some(read) = self.poll_reactor(core, cx, out) {
+            self.release(core);
+            return read;
         }
         if let Some(read) = self.receive_inline(core, out) {
             self.release(core);
@@ -311,6 +355,82 @@ impl PollIo {
                 Some(Err(super::os_error(e)))
             }
         }
+    }
+
+    /// On io_uring, on a multi-thread tokio runtime of more than one
+    /// worker, waits for the socket to be readable in tokio's reactor and
+    /// receives on the task's own thread (`MSG_DONTWAIT`), as tokio's read
+    /// does, instead of through a kept multishot receive; `None` where this
+    /// does not apply (the read goes on as before). Called only when the
+    /// stream keeps no bytes and no receive is in flight.
+    ///
+    /// Why: a receive armed in the ring has its completion posted by task
+    /// work on the worker that armed it, which the kernel wakes for it even
+    /// where it sleeps on tokio's condvar, and whose posting then wakes the
+    /// other worker out of `epoll_wait`: two workers woken per batch of
+    /// requests where tokio wakes one (`docs/benchmarks.md`, "mini-redis
+    /// on two workers"). On one worker, the reactor's thread is the one
+    /// that armed the receive, and the kept receive costs no system call
+    /// per read: it stays.
+    #[cfg(feature = "tokio")]
+    fn poll_reactor(
+        &mut self,
+        core: &StreamCore,
+        cx: &mut Context<'_>,
+        out: &mut dyn ReadOut,
+    ) -> Option<Poll<io::Result<usize>>> {
+        if !self.reactor_checked {
+            self.reactor_checked = true;
+            if reads_in_reactor(core) {
+                // A runtime with I/O disabled refuses: the reads go
+                // through the ring.
+                self.reactor = crate::aio::register_in_reactor(InReactor(core.sock.clone())).ok();
+            }
+        }
+        let afd = self.reactor.as_ref()?;
+        loop {
+            let mut guard = match afd.poll_read_ready(cx) {
+                Poll::Ready(Ok(g)) => g,
+                Poll::Ready(Err(_)) => {
+                    // The reactor's runtime is shutting down: the reads go
+                    // through the ring from here.
+                    self.reactor = None;
+                    return None;
+                }
+                Poll::Pending => return Some(Poll::Pending),
+            };
+            let room = out.room();
+            // SAFETY: only the kernel writes into the slice, and only bytes
+            // it received.
+            let unfilled = unsafe { out.unfilled() };
+            match core.sock.recv_into_inline(unfilled) {
+                Ok(n) => {
+                    // SAFETY: the kernel wrote the first `n` bytes.
+                    unsafe { out.advance(n) };
+                    // As tokio's read: a receive that took less than it had
+                    // room for left the socket empty.
+                    if n > 0 && n < room {
+                        guard.clear_ready();
+                    }
+                    return Some(Poll::Ready(Ok(n)));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+                Err(e) => {
+                    core.read_failed(crate::errno(&e).unwrap_or(0));
+                    return Some(Poll::Ready(Err(super::os_error(e))));
+                }
+            }
+        }
+    }
+
+    /// Whether the stream's trait reads wait in tokio's reactor (see
+    /// [`poll_reactor`](Self::poll_reactor)): a read waiting there needs
+    /// no driven engine.
+    fn waits_in_reactor(&self) -> bool {
+        #[cfg(feature = "tokio")]
+        return self.reactor.is_some();
+        #[cfg(not(feature = "tokio"))]
+        false
     }
 
     /// Takes back the buffer of the receive that has settled (its bytes are
