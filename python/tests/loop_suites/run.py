@@ -44,6 +44,7 @@ import concurrent.futures
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -308,6 +309,11 @@ def run_again(py, suite, results, trees):
 
 
 def main():
+    # Signal tests interrupt children with SIGINT: a run started in the
+    # background by a shell without job control inherits SIGINT ignored,
+    # and its children get the default disposition back (see
+    # uvloop_suite/run.py).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", action="append", choices=sorted(SOURCES), help="only this suite (repeatable)")
     args = ap.parse_args()

@@ -33,6 +33,7 @@ import concurrent.futures
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -184,6 +185,11 @@ def check(results, min_pass):
 
 
 def main():
+    # uvloop's signal tests interrupt a child with SIGINT. A run started in
+    # the background by a shell without job control (`scripts/test &`)
+    # inherits SIGINT ignored, and so would every child, which then never
+    # stops: the tests' children get the default disposition back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--min-pass", type=int, default=0, help="fail when fewer tests pass on a blockio backend")
     ap.add_argument("-j", type=int, default=5, help="modules run at once")
