@@ -47,10 +47,12 @@ class Collect(asyncio.Protocol):
         self.data = bytearray()
         self.calls: list[str] = []
         self.lost = asyncio.get_running_loop().create_future()
+        self.made = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport):
         self.transport = transport
         self.calls.append("made")
+        self.made.set_result(None)
 
     def data_received(self, data):
         self.calls.append("data")
@@ -1391,7 +1393,7 @@ def test_writes_past_the_high_mark_pause_the_protocol_until_they_are_out(loop):
 
     async def main():
         tr, pr = await loop.connect_accepted_socket(Flow, a)
-        await asyncio.sleep(0)  # connection_made
+        await pr.made
         tr.set_write_buffer_limits(high=1024)
         tr.write(first)
         assert pr.calls == ["made", "pause"]
@@ -1432,7 +1434,7 @@ def test_writes_after_an_abort_are_dropped_and_logged_as_asyncio_logs_them(loop,
 
     async def main():
         tr, pr = await loop.connect_accepted_socket(Collect, a)
-        await asyncio.sleep(0)
+        await pr.made
         tr.abort()
         with caplog.at_level("WARNING", logger="asyncio"):
             for _ in range(10):
@@ -1459,7 +1461,7 @@ def test_writelines_empty_writes_and_bad_writes_as_on_asyncio(loop):
 
     async def main():
         tr, pr = await loop.connect_accepted_socket(Collect, a)
-        await asyncio.sleep(0)
+        await pr.made
         tr.write(b"")
         tr.write(bytearray())
         tr.write(memoryview(b""))
@@ -1494,7 +1496,7 @@ def test_a_write_to_a_closed_peer_ends_the_connection_through_connection_lost(lo
 
     async def main():
         tr, pr = await loop.connect_accepted_socket(Collect, a)
-        await asyncio.sleep(0)
+        await pr.made
         b.close()
         tr.write(b"to no one")  # in the same step: the end of stream is not seen yet
         return await asyncio.wait_for(pr.lost, DEADLINE), tr
@@ -1571,7 +1573,7 @@ def test_a_write_during_a_sendfile_is_refused_and_the_stream_stays_whole(loop):
 
     async def main():
         tr, pr = await loop.connect_accepted_socket(Collect, a)
-        await asyncio.sleep(0)  # connection_made
+        await pr.made
         with tempfile.TemporaryFile() as f:
             f.write(body)
             f.flush()
