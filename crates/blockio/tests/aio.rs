@@ -493,10 +493,7 @@ fn futures_are_send() {
     let f = AsyncFile::open(&e, &path).unwrap();
     is_send(&f.read_at(vec![0u8; 4], 0));
     is_send(&f.read_exact_at(vec![0u8; 4], 0));
-    is_send(&f.submit(vec![BatchOp::Read {
-        offset: 0,
-        buf: vec![0u8; 4],
-    }]));
+    is_send(&f.submit(vec![read_of(4)]));
     is_send(&f);
 }
 
@@ -1040,10 +1037,7 @@ fn a_dropped_vectored_pipe_read_keeps_what_it_took_for_the_next_read() {
 fn a_dropped_batch_pipe_read_keeps_what_it_took_for_the_next_read() {
     on_every_stack(|engine, what| {
         dropped_pipe_read_keeps_its_bytes_with(engine, what, |pipe| {
-            let mut batch = Box::pin(pipe.submit(vec![BatchOp::Read {
-                offset: 0,
-                buf: vec![0u8; 16],
-            }]));
+            let mut batch = Box::pin(pipe.submit(vec![read_of(16)]));
             // The first poll submits the batch.
             let waker = futures::task::noop_waker();
             assert!(batch
@@ -1069,16 +1063,7 @@ fn a_batch_read_of_a_pipe_takes_what_a_kept_read_took_first() {
         std::io::Write::write_all(&mut &w, b"kept-bytes").unwrap();
         common::wait_until("the dropped read drains the pipe", || pipe_holds(&w) == 0);
         drop(read);
-        let batch = pipe.submit(vec![
-            BatchOp::Read {
-                offset: 0,
-                buf: vec![0u8; 4],
-            },
-            BatchOp::Read {
-                offset: 0,
-                buf: vec![0u8; 16],
-            },
-        ]);
+        let batch = pipe.submit(vec![read_of(4), read_of(16)]);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || tx.send(futures::executor::block_on(batch)));
         // A write after it, so that a read that skipped the kept one
@@ -1113,10 +1098,7 @@ fn a_batch_read_after_a_dropped_read_of_an_empty_pipe_gets_what_is_written_after
             });
         }
         drop(read);
-        let batch = pipe.submit(vec![BatchOp::Read {
-            offset: 0,
-            buf: vec![0u8; 16],
-        }]);
+        let batch = pipe.submit(vec![read_of(16)]);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || tx.send(futures::executor::block_on(batch)));
         std::io::Write::write_all(&mut &w, b"after").unwrap();
@@ -1164,6 +1146,14 @@ fn counting_waker() -> (Arc<std::sync::atomic::AtomicUsize>, std::task::Waker) {
     )
 }
 
+/// A batch's read of `len` bytes at offset 0.
+fn read_of(len: usize) -> BatchOp<Vec<u8>> {
+    BatchOp::Read {
+        offset: 0,
+        buf: vec![0u8; len],
+    }
+}
+
 /// Reads `pipe` until what it got ends with `last` (the last bytes
 /// written) or holds `most` bytes (all that was written: bytes in the
 /// wrong order then fail the caller's assertion, no read waits on an
@@ -1190,16 +1180,7 @@ fn a_dropped_batch_hands_its_finished_pipe_reads_bytes_to_the_next_read() {
     on_every_stack(|engine, what| {
         let (pipe, w) = async_pipe(engine);
         std::io::Write::write_all(&mut &w, b"kept").unwrap();
-        let mut batch = Box::pin(pipe.submit(vec![
-            BatchOp::Read {
-                offset: 0,
-                buf: vec![0u8; 4],
-            },
-            BatchOp::Read {
-                offset: 0,
-                buf: vec![0u8; 16],
-            },
-        ]));
+        let mut batch = Box::pin(pipe.submit(vec![read_of(4), read_of(16)]));
         let (woken, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         assert!(batch.as_mut().poll(&mut cx).is_pending(), "{what}");
@@ -1235,11 +1216,7 @@ fn a_dropped_batch_hands_what_its_reads_took_from_a_kept_read_to_the_next_read()
         // The next read takes 4 of its bytes; the file keeps the rest.
         let (n, buf) = futures::executor::block_on(pipe.read_at(vec![0u8; 4], 0));
         assert_eq!(&buf[..n.unwrap()], b"kept", "{what}");
-        let read = |len| BatchOp::Read {
-            offset: 0,
-            buf: vec![0u8; len],
-        };
-        let mut batch = Box::pin(pipe.submit(vec![read(2), read(16), read(16)]));
+        let mut batch = Box::pin(pipe.submit(vec![read_of(2), read_of(16), read_of(16)]));
         // Its first two reads take what the file kept; the third goes to
         // the kernel and waits for the pipe.
         let waker = futures::task::noop_waker();
@@ -1262,14 +1239,10 @@ fn a_dropped_batch_hands_what_its_reads_took_from_a_kept_read_to_the_next_read()
 /// and on a caller-driven ring.
 #[test]
 fn a_batchs_reads_of_a_pipe_take_its_bytes_in_order() {
-    let read = || BatchOp::Read {
-        offset: 0,
-        buf: vec![0u8; 3],
-    };
     on_every_stack(|engine, what| {
         for round in 0..20 {
             let (pipe, w) = async_pipe(engine);
-            let mut batch = Box::pin(pipe.submit(vec![read(), read()]));
+            let mut batch = Box::pin(pipe.submit(vec![read_of(3), read_of(3)]));
             let waker = futures::task::noop_waker();
             let mut cx = Context::from_waker(&waker);
             assert!(batch.as_mut().poll(&mut cx).is_pending());
@@ -1281,7 +1254,7 @@ fn a_batchs_reads_of_a_pipe_take_its_bytes_in_order() {
                 .collect();
             assert_eq!(got, [b"012", b"345"], "{what} round {round}");
 
-            let mut batch = Box::pin(pipe.submit(vec![read(), read()]));
+            let mut batch = Box::pin(pipe.submit(vec![read_of(3), read_of(3)]));
             assert!(batch.as_mut().poll(&mut cx).is_pending());
             drop(batch);
             std::io::Write::write_all(&mut &w, b"abc").unwrap();
