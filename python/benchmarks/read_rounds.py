@@ -15,7 +15,10 @@ prints, over the rounds that have both rows of a ratio:
 
 * warm ``async`` / ``uring`` IOPS at 64 and 256 tasks, and by CPU
   (``uring``'s CPU µs per read over ``async``'s), with the median CPU µs
-  per read of ``async``, ``uring`` and ``sync``;
+  per read of ``async``, ``uring`` and ``sync``; and the same CPU ratio
+  for the ``pread`` loop (``uring``'s over ``sync``'s), the bound of a
+  read that is one system call of its own, and ``sync``'s over
+  ``async``'s;
 * cold ``async`` / ``pool-blocking`` (``spawn_blocking``) IOPS at 64
   tasks;
 * cold ``auto`` / ``sync`` at one read in flight, by IOPS, by CPU (CPU
@@ -87,6 +90,9 @@ def figures(warm: Dict[int, Rows], cold: Dict[int, Rows]) -> Dict[str, Dict[int,
     for t in (64, 256):
         put(f"warm async/uring {t} IOPS", warm, ("async", t), ("uring", t), "iops")
         put(f"warm uring/async {t} CPU per read", warm, ("uring", t), ("async", t), "cpu_us_per_op")
+        # The bound of a read that is one system call of its own.
+        put(f"warm uring/sync {t} CPU per read (the pread loop's bound)", warm, ("uring", t), ("sync", 1), "cpu_us_per_op")
+        put(f"warm sync/async {t} CPU per read", warm, ("sync", 1), ("async", t), "cpu_us_per_op")
     put("cold async 64/spawn_blocking 64 IOPS", cold, ("async", 64), ("pool-blocking", 64), "iops")
     put("cold auto qd1/sync IOPS", cold, ("auto", 1), ("sync", 1), "iops")
     put("cold auto qd1/sync CPU per read", cold, ("auto", 1), ("sync", 1), "cpu_us_per_op")

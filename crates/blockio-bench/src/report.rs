@@ -164,6 +164,19 @@ pub struct AsyncComparison {
     pub vs_sync_batch: Option<f64>,
     /// The lowest and highest round of `vs_sync_batch`.
     pub vs_sync_batch_spread: Option<[f64; 2]>,
+    /// Against the batch API by CPU time: the batch's CPU per read over
+    /// the async API's (above 1 is better, as by IOPS; the warm target of
+    /// 0.9 is held to this), paired per round, median over rounds.
+    pub cpu_vs_sync_batch: Option<f64>,
+    /// The lowest and highest round of `cpu_vs_sync_batch`.
+    pub cpu_vs_sync_batch_spread: Option<[f64; 2]>,
+    /// The same ratio for the `pread` loop (`sync`, one read at a time):
+    /// the batch's CPU per read over the loop's, in the same rounds. A
+    /// read that is one system call of its own, as the async API's cached
+    /// read is, costs at least this, so it bounds `cpu_vs_sync_batch`.
+    pub pread_loop_cpu_vs_sync_batch: Option<f64>,
+    /// The lowest and highest round of `pread_loop_cpu_vs_sync_batch`.
+    pub pread_loop_cpu_vs_sync_batch_spread: Option<[f64; 2]>,
 }
 
 /// A ratio paired within each round: its median over rounds, and the
@@ -179,9 +192,25 @@ pub struct Paired {
 }
 
 impl Paired {
-    /// The median and spread of per-round ratios `a[i] / b[i]`.
+    /// The median and spread of per-round ratios `a[i] / b[i]` of IOPS.
     fn of(a: &[Row], b: &[Row]) -> Option<Paired> {
-        let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a.iops / b.iops).collect();
+        Self::of_ratios(a.iter().zip(b).map(|(a, b)| a.iops / b.iops).collect())
+    }
+
+    /// The median and spread of per-round ratios of CPU time per read,
+    /// `b[i]`'s over `a[i]`'s (so that above 1 means `a` costs less, as
+    /// by IOPS); rounds without a CPU figure are left out.
+    fn of_cpu(a: &[Row], b: &[Row]) -> Option<Paired> {
+        let ratios = a
+            .iter()
+            .zip(b)
+            .filter_map(|(a, b)| Some(b.cpu_us_per_op? / a.cpu_us_per_op?))
+            .filter(|x| x.is_finite())
+            .collect();
+        Self::of_ratios(ratios)
+    }
+
+    fn of_ratios(ratios: Vec<f64>) -> Option<Paired> {
         let median = crate::measure::median(&ratios);
         (!median.is_nan()).then(|| Paired {
             median,
@@ -212,6 +241,11 @@ pub struct AsyncPaired {
     pub vs_spawn_blocking: Option<Paired>,
     /// Against `uring` at a queue depth of the task count.
     pub vs_sync_batch: Option<Paired>,
+    /// Against `uring` at the same depth by CPU per read.
+    pub cpu_vs_sync_batch: Option<Paired>,
+    /// `sync` one read at a time against `uring` at the same depth by CPU
+    /// per read: the bound of a read that is one system call.
+    pub pread_loop_cpu_vs_sync_batch: Option<Paired>,
 }
 
 /// `auto` (its best configuration, as a user would pick it) over the best
@@ -250,10 +284,15 @@ pub fn paired_ratios(rounds: &[Vec<Row>]) -> PairedRatios {
         .filter_map(|a| {
             let tasks = a.first()?.qd;
             let vs = |st| at(st, tasks).and_then(|b| Paired::of(a, b));
+            let batch = at(Strategy::Uring, tasks);
             Some(AsyncPaired {
                 tasks,
                 vs_spawn_blocking: vs(Strategy::PoolBlocking),
                 vs_sync_batch: vs(Strategy::Uring),
+                cpu_vs_sync_batch: batch.and_then(|b| Paired::of_cpu(a, b)),
+                pread_loop_cpu_vs_sync_batch: at_qd1(Strategy::Sync)
+                    .zip(batch)
+                    .and_then(|(s, b)| Paired::of_cpu(s, b)),
             })
         })
         .collect();
@@ -349,6 +388,8 @@ fn async_comparisons(rows: &[Row], p: Profile, pair: &PairedRatios) -> Vec<Async
             let spread_of = |x: Option<Paired>| x.map(|x| [x.min, x.max]);
             let sb = paired.and_then(|x| x.vs_spawn_blocking);
             let batch = paired.and_then(|x| x.vs_sync_batch);
+            let cpu = paired.and_then(|x| x.cpu_vs_sync_batch);
+            let ceiling = paired.and_then(|x| x.pread_loop_cpu_vs_sync_batch);
             AsyncComparison {
                 tasks: r.qd,
                 iops: r.iops,
@@ -357,6 +398,10 @@ fn async_comparisons(rows: &[Row], p: Profile, pair: &PairedRatios) -> Vec<Async
                 vs_spawn_blocking_spread: spread_of(sb),
                 vs_sync_batch: median_of(batch, Strategy::Uring),
                 vs_sync_batch_spread: spread_of(batch),
+                cpu_vs_sync_batch: cpu.map(|x| x.median),
+                cpu_vs_sync_batch_spread: spread_of(cpu),
+                pread_loop_cpu_vs_sync_batch: ceiling.map(|x| x.median),
+                pread_loop_cpu_vs_sync_batch_spread: spread_of(ceiling),
             }
         })
         .collect()
@@ -446,7 +491,7 @@ fn summary_lines(s: &mut String, summary: &[Summary]) {
     if summary.iter().any(|x| !x.async_api.is_empty()) {
         let _ = writeln!(
             s,
-            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the batch API; warm, by CPU\nper read, missed in the bench's rounds (0.865-0.910): the async read costs what a tokio task's\nown preadv2(RWF_NOWAIT) costs, 1.05-1.07x a pread in the kernel: docs/benchmarks.md, \"The\nasync read served at its first poll, cut to what a tokio task's own preadv2 costs\";\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT;\nspawn_blocking and the batch API paired per round, median (lowest-highest round), truncated):"
+            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the batch API, warm by CPU per read:\nthe batch's CPU per read over the async API's; beside it, a pread loop's in the same rounds,\nthe bound of a read that is one system call of its own, as a cached async read is:\ndocs/benchmarks.md, \"The async API's warm reads against the pread loop's bound\";\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT;\nspawn_blocking and the batch API paired per round, median (lowest-highest round), truncated):"
         );
         for x in summary {
             for a in &x.async_api {
@@ -462,6 +507,23 @@ fn summary_lines(s: &mut String, summary: &[Summary]) {
                     opt(a.vs_sync_batch.map(truncate3), 3),
                     spread(a.vs_sync_batch_spread),
                 );
+                if let Some(cpu) = a.cpu_vs_sync_batch {
+                    let _ = write!(
+                        s,
+                        "    by CPU {:.3}{}",
+                        truncate3(cpu),
+                        spread(a.cpu_vs_sync_batch_spread)
+                    );
+                    if let Some(bound) = a.pread_loop_cpu_vs_sync_batch {
+                        let _ = write!(
+                            s,
+                            ", a pread loop {:.3}{}",
+                            truncate3(bound),
+                            spread(a.pread_loop_cpu_vs_sync_batch_spread)
+                        );
+                    }
+                    s.push('\n');
+                }
             }
         }
     }
@@ -582,6 +644,53 @@ mod tests {
         assert_eq!(a.vs_sync_batch, Some(1.0));
         assert_eq!(a.vs_sync_batch_spread, Some([0.9, 2.0]));
         assert_eq!(a.vs_spawn_blocking, Some(2.0));
+    }
+
+    #[test]
+    fn the_async_api_is_paired_by_cpu_with_the_batch_api_and_beside_it_the_pread_loop() {
+        let with_cpu = |st, qd, cpu: &[f64]| -> Vec<Row> {
+            cpu.iter()
+                .map(|&c| Row {
+                    cpu_us_per_op: Some(c),
+                    ..row(st, qd, 100.0)
+                })
+                .collect()
+        };
+        let mut rounds = vec![
+            with_cpu(Strategy::Async, 64, &[2.0, 1.0, 4.0]),
+            with_cpu(Strategy::Uring, 64, &[1.8, 1.0, 2.0]),
+            with_cpu(Strategy::Sync, 1, &[2.0, 1.25, 2.0]),
+        ];
+        let r = paired_ratios(&rounds).async_api[0];
+        // The batch's CPU over the async API's: 0.9, 1.0, 0.5.
+        let c = r.cpu_vs_sync_batch.unwrap();
+        assert_eq!((c.median, c.min, c.max), (0.9, 0.5, 1.0));
+        // The batch's over the pread loop's: 0.9, 0.8, 1.0.
+        let p = r.pread_loop_cpu_vs_sync_batch.unwrap();
+        assert_eq!((p.median, p.min, p.max), (0.9, 0.8, 1.0));
+
+        let mut rows: Vec<Row> = rounds.iter().map(|v| v[0].clone()).collect();
+        let paired = [(Profile::Cold, paired_ratios(&rounds))];
+        let s = summarise(&mut rows, &[Profile::Cold], &paired);
+        let a = &s[0].async_api[0];
+        assert_eq!(a.cpu_vs_sync_batch, Some(0.9));
+        assert_eq!(a.cpu_vs_sync_batch_spread, Some([0.5, 1.0]));
+        assert_eq!(a.pread_loop_cpu_vs_sync_batch, Some(0.9));
+        let printed = table(&rows, &s, &[Profile::Cold]);
+        assert!(
+            printed.contains("by CPU 0.900 (0.500-1.000), a pread loop 0.900 (0.800-1.000)"),
+            "{printed}"
+        );
+
+        // Rounds without a CPU figure give no CPU ratio.
+        for r in rounds.iter_mut().flatten() {
+            r.cpu_us_per_op = None;
+        }
+        let r = paired_ratios(&rounds).async_api[0];
+        assert_eq!(
+            (r.cpu_vs_sync_batch, r.pread_loop_cpu_vs_sync_batch),
+            (None, None)
+        );
     }
 
     #[test]
