@@ -157,3 +157,87 @@ fn buffered_regular(fd: RawFd) -> bool {
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     flags >= 0 && flags & libc::O_DIRECT == 0
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+    use crate::op::action::{Action, ReadArgs};
+
+    /// Failed tries in a row lengthen the back-off, doubling, to
+    /// [`MAX_SKIP`] reads and no further, so that cold random reads pay one
+    /// failed try per [`MAX_SKIP`] reads.
+    #[test]
+    fn failed_tries_in_a_row_back_off_to_the_longest_skip() {
+        let reads = InlineReads::new(true, false);
+        let mut skips = Vec::new();
+        for _ in 0..16 {
+            reads.missed();
+            skips.push(reads.skip.load(Ordering::Relaxed));
+        }
+        assert_eq!(&skips[..4], &[1, 3, 7, 15]);
+        for (k, &skip) in skips.iter().enumerate() {
+            let want = (1u32 << (k + 1)).min(MAX_SKIP) - 1;
+            assert_eq!(skip, want, "after {} misses in a row: {skips:?}", k + 1);
+        }
+        assert_eq!(skips[15], MAX_SKIP - 1, "{skips:?}");
+    }
+
+    /// A file whose tries kept missing (cold data, the longest back-off)
+    /// is tried again once its data is cached, within [`MAX_SKIP`] reads,
+    /// and every read after that first one served is served inline: the
+    /// back-off never turns into a verdict that the file is cold.
+    #[test]
+    fn a_file_backed_off_to_the_longest_skip_is_served_inline_again_once_cached() {
+        // On the checkout's filesystem, as the integration tests' files
+        // (`CARGO_TARGET_TMPDIR`): `/tmp` may be a tmpfs, which older
+        // kernels do not let `RWF_NOWAIT` read.
+        let mut file = tempfile::tempfile_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        file.write_all(&[7u8; 8192]).unwrap();
+        let reads = InlineReads::new(true, false);
+        for _ in 0..32 {
+            reads.missed();
+        }
+        let mut buf = vec![0u8; 4096];
+        let read = |buf: &mut Vec<u8>| {
+            let args = ReadArgs {
+                buf: buf.as_mut_ptr(),
+                len: buf.len(),
+                offset: 4096,
+            };
+            // SAFETY: the buffer outlives the operation, which is only
+            // tried here, on this thread; the file stays open meanwhile.
+            let op = unsafe { Op::from_action(file.as_raw_fd(), Action::Read(args), None) };
+            reads.try_inline(&op)
+        };
+        // The file was just written: its pages are in the page cache.
+        let mut untried = 0;
+        let served = loop {
+            match read(&mut buf) {
+                Some(n) => break n,
+                None => untried += 1,
+            }
+            assert!(
+                untried < MAX_SKIP,
+                "{untried} reads of a cached file in a row were not served inline"
+            );
+        };
+        assert_eq!(served, 4096);
+        assert_eq!(reads.state.load(Ordering::Relaxed), TRY);
+        assert_eq!(
+            untried,
+            MAX_SKIP - 1,
+            "the reads skipped by the longest back-off"
+        );
+        assert!(buf.iter().all(|&b| b == 7));
+        for i in 0..8 {
+            assert_eq!(
+                read(&mut buf),
+                Some(4096),
+                "read {i} after the first served"
+            );
+        }
+    }
+}
