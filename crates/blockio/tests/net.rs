@@ -1955,19 +1955,31 @@ fn a_blocking_unix_listener_handed_over_serves_connections() {
     });
 }
 
-/// The descriptors that some epoll set of this process watches (from
-/// `/proc/self/fdinfo`: an epoll set's lines `tfd: N ...`).
+/// Whether some epoll set of this process watches the open file that
+/// descriptor `fd` names (from `/proc/self/fdinfo`: an epoll set's lines
+/// `tfd: N events: ... ino:I ...`, matched by number and inode, so that a
+/// watched descriptor of the same number on another file does not count).
 #[cfg(feature = "tokio")]
-fn watched_by_some_epoll_set() -> Vec<i32> {
-    let mut watched = Vec::new();
+fn watched_by_some_epoll_set(fd: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+        .unwrap()
+        .ino();
+    let mut watched = false;
     for entry in std::fs::read_dir("/proc/self/fdinfo").unwrap() {
         let Ok(info) = std::fs::read_to_string(entry.unwrap().path()) else {
             continue;
         };
         for line in info.lines() {
-            if let Some(rest) = line.strip_prefix("tfd:") {
-                watched.push(rest.split_whitespace().next().unwrap().parse().unwrap());
-            }
+            let Some(rest) = line.strip_prefix("tfd:") else {
+                continue;
+            };
+            let mut fields = rest.split_whitespace();
+            let number: i32 = fields.next().unwrap().parse().unwrap();
+            let inode = fields
+                .find_map(|f| f.strip_prefix("ino:"))
+                .map(|h| u64::from_str_radix(h, 16).unwrap());
+            watched |= number == fd && inode == Some(ino);
         }
     }
     watched
@@ -2015,7 +2027,7 @@ fn trait_reads_on_two_workers_wait_in_tokios_reactor_and_lose_nothing() {
                     }
                 }
                 use std::os::fd::AsRawFd;
-                let in_epoll = watched_by_some_epoll_set().contains(&s.socket().as_raw_fd());
+                let in_epoll = watched_by_some_epoll_set(s.socket().as_raw_fd());
                 AsyncWriteExt::shutdown(&mut s).await.unwrap();
                 in_epoll
             }));
