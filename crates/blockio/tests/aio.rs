@@ -530,6 +530,46 @@ fn tokio_io_traits_stream_read_seek_and_write() {
     assert!(std::fs::read(&out).unwrap() == data);
 }
 
+/// A file read through tokio's `AsyncRead` copies only the bytes it
+/// reads into the caller's `ReadBuf`, after those already filled: the
+/// unfilled rest is neither zeroed nor counted as initialised (tokio's
+/// `read_to_end` hands a growing, never-initialised spare capacity to each
+/// read, and zeroing it cost a `memset` per read on top of the copy).
+#[cfg(feature = "tokio")]
+#[test]
+fn a_tokio_trait_read_of_a_file_writes_only_the_bytes_it_reads() {
+    let (path, data) = data_file(300_001, 37);
+    let rt = tokio_runtime();
+    rt.block_on(async {
+        let e = AsyncEngine::new().unwrap();
+        let mut f = AsyncFile::open(&e, &path).unwrap();
+        let mut mem = vec![std::mem::MaybeUninit::<u8>::uninit(); 4 << 20];
+        let mut buf = tokio::io::ReadBuf::uninit(&mut mem);
+        buf.put_slice(b">");
+        let mut want = b">".to_vec();
+        loop {
+            let before = buf.filled().len();
+            std::future::poll_fn(|cx| {
+                tokio::io::AsyncRead::poll_read(std::pin::Pin::new(&mut f), cx, &mut buf)
+            })
+            .await
+            .unwrap();
+            let got = buf.filled().len() - before;
+            if got == 0 {
+                break;
+            }
+            want.extend_from_slice(&data[want.len() - 1..want.len() - 1 + got]);
+            assert_eq!(buf.filled(), &want[..]);
+            assert_eq!(
+                buf.initialized().len(),
+                want.len(),
+                "the read wrote past the bytes it read"
+            );
+        }
+        assert_eq!(want.len(), data.len() + 1, "the whole file, once");
+    });
+}
+
 /// Counts the wake-ups it receives.
 struct CountingWaker(std::sync::atomic::AtomicUsize);
 

@@ -12,7 +12,8 @@ impl futures_io::AsyncRead for AsyncFile {
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_read_inner(cx, buf)
+        self.get_mut()
+            .poll_read_inner(cx, &mut crate::aio::op::SliceOut::new(buf))
     }
 }
 
@@ -54,10 +55,9 @@ mod tokio_io {
             cx: &mut Context<'_>,
             buf: &mut ReadBuf<'_>,
         ) -> Poll<io::Result<()>> {
-            let n = ready!(self
-                .get_mut()
-                .poll_read_inner(cx, buf.initialize_unfilled()))?;
-            buf.advance(n);
+            // The bytes are copied into the unfilled part, which is never
+            // zeroed first (`ReadOut for ReadBuf` advances the buffer).
+            ready!(self.get_mut().poll_read_inner(cx, buf))?;
             Poll::Ready(Ok(()))
         }
     }

@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use super::AsyncFile;
-use crate::aio::op::OpFuture;
+use crate::aio::op::{OpFuture, ReadOut};
 use crate::buf::AlignedBuf;
 
 /// The streaming state: cursor, read-ahead and write-behind.
@@ -94,11 +94,11 @@ impl Stream {
     /// Copies into `out` what is left of the block being consumed and
     /// moves the cursor past it: the bytes copied, or `None` once that
     /// block is spent (it goes back to the spare buffers) or there is none.
-    fn take_current(&mut self, out: &mut [u8]) -> Option<usize> {
+    fn take_current(&mut self, out: &mut dyn ReadOut) -> Option<usize> {
         let (b, start, end) = self.cur.as_mut()?;
         if *start < *end {
-            let n = out.len().min(*end - *start);
-            out[..n].copy_from_slice(&b[*start..*start + n]);
+            let n = out.room().min(*end - *start);
+            out.put(&b[*start..*start + n]);
             *start += n;
             self.pos += n as u64;
             return Some(n);
@@ -127,10 +127,12 @@ impl AsyncFile {
         *self.stream.seekable.get_or_insert_with(|| seekable(fd))
     }
 
+    /// Reads into `out` (a caller's slice, or a tokio `ReadBuf` whose
+    /// unfilled part is written without being zeroed first).
     pub(super) fn poll_read_inner(
         &mut self,
         cx: &mut Context<'_>,
-        out: &mut [u8],
+        out: &mut dyn ReadOut,
     ) -> Poll<io::Result<usize>> {
         // Without offsets the two directions are independent (a socket
         // read and written at once, its halves split): a read waits for no
@@ -146,7 +148,7 @@ impl AsyncFile {
             // at most: `poll_write` fills a block only once none is).
             self.issue_write(Some(cx.waker()));
         }
-        if out.is_empty() {
+        if out.room() == 0 {
             return Poll::Ready(Ok(0));
         }
         if !seekable {
@@ -210,7 +212,7 @@ impl AsyncFile {
     fn poll_read_unseekable(
         &mut self,
         cx: &mut Context<'_>,
-        out: &mut [u8],
+        out: &mut dyn ReadOut,
     ) -> Poll<io::Result<usize>> {
         loop {
             let s = &mut self.stream;
