@@ -120,6 +120,34 @@ fn pair(e: &AsyncEngine) -> (TcpStream, StdStream) {
     (s, peer)
 }
 
+/// Streams and listeners give their descriptors as tokio's do (`AsFd`,
+/// `AsRawFd`): `socket2::SockRef` sets options through them, and the
+/// number is the socket's.
+#[test]
+fn streams_and_listeners_give_their_descriptors_as_tokios_do() {
+    use std::os::fd::{AsFd, AsRawFd};
+    let e = engine();
+    let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let listening = socket2::SockRef::from(&l).local_addr().unwrap();
+    assert_eq!(listening.as_socket(), Some(l.local_addr().unwrap()));
+    let (s, _peer) = pair(&e);
+    assert_eq!(s.as_raw_fd(), s.socket().as_raw_fd());
+    assert_eq!(s.as_fd().as_raw_fd(), s.socket().as_raw_fd());
+    socket2::SockRef::from(&s).set_tcp_nodelay(true).unwrap();
+    assert!(s.socket().tcp_nodelay().unwrap(), "set through the SockRef");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let ul = blockio::net::UnixListener::bind_with(&e, &path).unwrap();
+    let unix_local = socket2::SockRef::from(&ul).local_addr().unwrap();
+    assert_eq!(unix_local.as_pathname(), Some(path.as_path()));
+    let connect = blockio::net::UnixStream::connect_with(&e, &path);
+    let (c, accepted) = futures::executor::block_on(futures::future::join(connect, ul.accept()));
+    let (c, (a, _)) = (c.unwrap(), accepted.unwrap());
+    assert_eq!(c.as_raw_fd(), c.socket().as_raw_fd());
+    assert_eq!(a.as_fd().as_raw_fd(), a.socket().as_raw_fd());
+    assert_ne!(ul.as_raw_fd(), a.as_raw_fd());
+}
+
 #[test]
 fn a_read_dropped_by_a_timeout_loses_no_bytes() {
     let e = engine();
