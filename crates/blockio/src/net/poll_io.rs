@@ -414,14 +414,14 @@ impl PollIo {
     /// (`docs/benchmarks.md`, "mini-redis on the thread-pool fallback:
     /// trait reads through tokio's reactor").
     ///
-    /// Why, on io_uring: a receive armed in the ring has its completion posted by task
-    /// work on the worker that armed it, which the kernel wakes for it even
-    /// where it sleeps on tokio's condvar, and whose posting then wakes the
-    /// other worker out of `epoll_wait`: two workers woken per batch of
-    /// requests where tokio wakes one (`docs/benchmarks.md`, "mini-redis
-    /// on two workers"). On one worker, the reactor's thread is the one
-    /// that armed the receive, and the kept receive costs no system call
-    /// per read: it stays.
+    /// Why, on io_uring: a receive armed in the ring has its completion
+    /// posted by task work on the worker that armed it, which the kernel
+    /// wakes for it even where it sleeps on tokio's condvar, and whose
+    /// posting then wakes the other worker out of `epoll_wait`: two
+    /// workers woken per batch of requests where tokio wakes one
+    /// (`docs/benchmarks.md`, "mini-redis on two workers"). On one worker,
+    /// the reactor's thread is the one that armed the receive, and the
+    /// kept receive costs no system call per read: it stays.
     #[cfg(feature = "tokio")]
     fn poll_reactor(
         &mut self,
