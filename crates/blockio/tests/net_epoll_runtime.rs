@@ -857,3 +857,164 @@ fn a_read_with_another_runtime_entered_is_served() {
     assert_eq!(got.unwrap(), b"ping");
     drop(rt_b);
 }
+
+/// `EXCHANGES` trait reads (`tokio::io::AsyncReadExt::read`) of `s`, each
+/// polled once while nothing was sent (it must wait: `None` goes to
+/// `parked` then), then awaited: the bytes each got.
+async fn parked_trait_reads(
+    s: &mut TcpStream,
+    parked: &mpsc::Sender<Report>,
+    exchanges: usize,
+) -> Vec<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    for _ in 0..exchanges {
+        let mut buf = [0u8; 8];
+        let mut read = std::pin::pin!(AsyncReadExt::read(&mut *s, &mut buf));
+        let n = match futures::poll!(read.as_mut()) {
+            Poll::Pending => {
+                parked.send(None).unwrap();
+                tokio::time::timeout(GUARD, read)
+                    .await
+                    .expect("a trait read never completed")
+            }
+            Poll::Ready(done) => done,
+        }
+        .unwrap();
+        got.push(buf[..n].to_vec());
+    }
+    got
+}
+
+/// A std peer writing one message per read reported waiting on the
+/// channel it returns: `i` as a byte for the `i`th.
+fn write_when_parked(
+    mut peer: std::net::TcpStream,
+    exchanges: usize,
+) -> (std::thread::JoinHandle<()>, mpsc::Sender<Report>) {
+    let (parked_tx, parked_rx) = mpsc::channel::<Report>();
+    let writer = std::thread::spawn(move || {
+        for i in 0..exchanges {
+            let parked = parked_rx.recv_timeout(GUARD);
+            assert_eq!(parked.expect("no read waited"), None);
+            peer.write_all(&[i as u8]).unwrap();
+        }
+    });
+    (writer, parked_tx)
+}
+
+/// The messages [`write_when_parked`] sends.
+fn messages(exchanges: usize) -> Vec<Vec<u8>> {
+    (0..exchanges).map(|i| vec![i as u8]).collect()
+}
+
+/// Trait reads on the thread pool from a task of a multi-thread runtime
+/// of one worker, each waiting before its peer writes, get every message,
+/// and none waits in a readiness set of the engine's: no set is made for
+/// the runtime and the readiness thread takes no event. They wait in
+/// tokio's own reactor, as tokio's reads do (`net::poll_io`).
+#[test]
+fn trait_reads_on_a_multi_thread_runtime_wait_in_its_reactor() {
+    const EXCHANGES: usize = 20;
+    let engine = pool_engine();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut s, peer) = rt.block_on(connected(&engine));
+    let before = counts(&engine);
+    let (writer, parked) = write_when_parked(peer, EXCHANGES);
+    let reads = rt.spawn(async move { parked_trait_reads(&mut s, &parked, EXCHANGES).await });
+    let got = rt.block_on(reads).unwrap();
+    writer.join().unwrap();
+    assert_eq!(got, messages(EXCHANGES));
+    let after = counts(&engine);
+    assert_eq!(
+        (after.runtime_sets, after.moves, after.thread_events),
+        (before.runtime_sets, before.moves, before.thread_events),
+        "trait reads waited in a readiness set: {before:?} then {after:?}"
+    );
+}
+
+/// Trait reads on the thread pool from a task of a current-thread
+/// runtime (whose set has run on its thread), each waiting before its
+/// peer writes, get every message, and none waits in a readiness set:
+/// the runtime's set's task is never woken, and the readiness thread
+/// takes no event. Then the same stream read from a task of a second
+/// current-thread runtime, the first one not run any more, moves to the
+/// second's reactor and gets every message there too.
+#[test]
+fn trait_reads_on_a_current_thread_runtime_wait_in_its_reactor() {
+    const EXCHANGES: usize = 20;
+    let engine = pool_engine();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    with_its_set(&rt, &engine);
+    let (mut s, peer) = rt.block_on(connected(&engine));
+    let before = counts(&engine);
+    let polls_before = engine.readiness_polls_on(rt.handle()).unwrap();
+    let (writer, parked) = write_when_parked(peer, 2 * EXCHANGES);
+    let reads = rt.spawn(async move {
+        let got = parked_trait_reads(&mut s, &parked, EXCHANGES).await;
+        (s, parked, got)
+    });
+    let (mut s, parked, got) = rt.block_on(reads).unwrap();
+    assert_eq!(got, messages(EXCHANGES));
+    let after = counts(&engine);
+    let polls_after = engine.readiness_polls_on(rt.handle()).unwrap();
+    assert_eq!(
+        (polls_after, after.moves, after.thread_events),
+        (polls_before, before.moves, before.thread_events),
+        "trait reads waited in a readiness set: {before:?} then {after:?}"
+    );
+    let rt_b = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    with_its_set(&rt_b, &engine);
+    let reads = rt_b.spawn(async move { parked_trait_reads(&mut s, &parked, EXCHANGES).await });
+    let got = rt_b.block_on(reads).unwrap();
+    writer.join().unwrap();
+    let expected = messages(2 * EXCHANGES);
+    assert_eq!(got, expected[EXCHANGES..]);
+    drop(rt);
+}
+
+/// A trait read from a task of multi-thread runtime A polled with
+/// current-thread runtime B entered (B never run): it does not wait in
+/// B's reactor, which nobody runs, and gets the bytes sent to it (as an
+/// owned read does: `a_read_with_another_runtime_entered_is_served`).
+#[test]
+fn a_trait_read_with_another_runtime_entered_is_served() {
+    let engine = pool_engine();
+    let rt_a = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rt_b = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut s, peer) = rt_a.block_on(connected(&engine));
+    let (writer, parked) = write_when_parked(peer, 1);
+    let b = rt_b.handle().clone();
+    let read = rt_a.spawn(async move {
+        let mut read = std::pin::pin!(parked_trait_reads(&mut s, &parked, 1));
+        std::future::poll_fn(|cx| {
+            let _entered = b.enter();
+            std::future::Future::poll(read.as_mut(), cx)
+        })
+        .await
+    });
+    // Bounded on A's clock: the read's own bound is on B's, which nobody
+    // runs either.
+    let got = rt_a.block_on(async { tokio::time::timeout(GUARD, read).await });
+    let got = got.expect("the trait read never completed while B was entered, not run");
+    writer.join().unwrap();
+    assert_eq!(got.unwrap(), messages(1));
+    drop(rt_b);
+}

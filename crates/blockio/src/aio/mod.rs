@@ -730,6 +730,17 @@ impl AsyncEngine {
         self.core.reads_to_driver.increment();
     }
 
+    /// Whether the caller runs on the current-thread tokio runtime it has
+    /// entered, on that runtime's thread, as this engine's readiness sets
+    /// tell it (see `Readiness::runs_current_runtime_here`): false where
+    /// the engine has no set read on runtimes.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn runs_current_runtime_here(&self) -> bool {
+        self.core
+            .started_readiness()
+            .is_some_and(Readiness::runs_current_runtime_here)
+    }
+
     /// Where the readiness sets' events were taken so far (the thread
     /// pool's sets, or the engine's own if one was started), for tests.
     #[doc(hidden)]

@@ -523,6 +523,19 @@ impl Readiness {
         Some(runtimes.get(&runtime)?.polls.load(Ordering::Relaxed))
     }
 
+    /// Whether the caller runs on the current-thread tokio runtime it has
+    /// entered, on the thread that runs it, as this set's waits tell it
+    /// (see [`place_on_runtime`]): a wait from a task of that runtime, on
+    /// an engine whose sets are read on runtimes, where that runtime's set
+    /// (made now if it has none, its task spawned) was last read on this
+    /// thread. False before that set's task first ran (tokio names the
+    /// runtime entered last, not the one running the task), and for a
+    /// future polled directly by `block_on`.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn runs_current_runtime_here(&self) -> bool {
+        self.watcher.on_runtimes && place_on_runtime(&self.watcher).is_some()
+    }
+
     /// Keeps `fd` in the set between waits, until the returned
     /// registration is dropped, which must happen before `fd` is closed.
     pub(crate) fn keep(&self, fd: RawFd) -> Registration {

@@ -42,6 +42,18 @@
 //! task's thread, as tokio's read does (see `PollIo::poll_reactor` for
 //! why): no receive is kept in the ring there.
 //!
+//! On the thread pool, a read that found nothing kept waits in tokio's
+//! reactor the same way wherever a tokio runtime's reactor is sure to
+//! run for the caller: any future on a multi-thread runtime (any number
+//! of workers), a task of a current-thread runtime on the thread that
+//! runs it. The socket joins that runtime's reactor at the stream's first
+//! such read, and a read from another runtime moves it there. Elsewhere
+//! (no runtime, a runtime with I/O disabled, a future polled directly by
+//! a current-thread runtime's `block_on`, which tokio does not tell from
+//! one polled where the runtime is only entered) the receive waits in the
+//! engine's readiness set as an owned read's does. Owned reads, receive
+//! streams and writes wait there always.
+//!
 //! A stream holds its receive buffer only while it needs it: once a read
 //! has handed out everything received and no receive is in flight, the
 //! buffer goes to a free list the process's streams share (at most
@@ -148,16 +160,36 @@ impl std::os::fd::AsRawFd for InReactor {
     }
 }
 
-/// Whether a stream's trait reads wait in tokio's reactor: on io_uring,
+/// Whether a stream's trait reads wait in tokio's reactor on io_uring:
 /// when the caller runs on a multi-thread tokio runtime of more than one
 /// worker (see [`PollIo::poll_reactor`]).
 #[cfg(feature = "tokio")]
-fn reads_in_reactor(core: &StreamCore) -> bool {
-    core.sock.engine().backend() == Backend::IoUring
-        && tokio::runtime::Handle::try_current().is_ok_and(|h| {
-            h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-                && h.metrics().num_workers() > 1
-        })
+fn ring_reads_in_reactor() -> bool {
+    tokio::runtime::Handle::try_current().is_ok_and(|h| {
+        h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+            && h.metrics().num_workers() > 1
+    })
+}
+
+/// The runtime in whose reactor a trait read on the thread pool waits:
+/// the tokio runtime the caller runs on, if its reactor is run whatever
+/// the caller does (a multi-thread runtime, whose workers run it), or if
+/// the caller is a task of a current-thread runtime on the thread that
+/// runs it (as the engine's readiness sets tell it: see
+/// `Readiness::runs_current_runtime_here`). `None` elsewhere (no runtime,
+/// a future polled directly by `block_on`, a runtime only entered): the
+/// read waits in the engine's readiness set, as before. Never where a
+/// panic aborts: tokio panics at a registration with a runtime whose I/O
+/// is disabled, and only a panic that unwinds tells it.
+#[cfg(feature = "tokio")]
+fn pool_reactor_runtime(core: &StreamCore) -> Option<tokio::runtime::Handle> {
+    if cfg!(panic = "abort") {
+        return None;
+    }
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let run = runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread
+        || core.sock.engine().runs_current_runtime_here();
+    run.then_some(runtime)
 }
 
 /// The poll-based state of one stream.
@@ -181,10 +213,16 @@ pub(crate) struct PollIo {
     /// without trying the socket first (see
     /// [`receive_inline`](Self::receive_inline)).
     emptied: bool,
-    /// Whether the stream's first trait read that had to wait decided
-    /// where its reads wait (see [`poll_reactor`](Self::poll_reactor)).
+    /// On io_uring, whether the stream's first trait read that had to
+    /// wait decided where its reads wait (see
+    /// [`poll_reactor`](Self::poll_reactor)).
     #[cfg(feature = "tokio")]
     reactor_checked: bool,
+    /// On the thread pool, the runtime whose reactor `reactor` is
+    /// registered with, or refused the registration (I/O disabled, shutting
+    /// down): a read from another runtime registers again there.
+    #[cfg(feature = "tokio")]
+    reactor_on: Option<tokio::runtime::Id>,
     /// The socket in tokio's reactor, where the stream's trait reads wait.
     #[cfg(feature = "tokio")]
     reactor: Option<tokio::io::unix::AsyncFd<InReactor>>,
@@ -357,21 +395,33 @@ impl PollIo {
         }
     }
 
-    /// On io_uring, on a multi-thread tokio runtime of more than one
-    /// worker, waits for the socket to be readable in tokio's reactor and
-    /// receives on the task's own thread (`MSG_DONTWAIT`), as tokio's read
-    /// does, instead of through a kept multishot receive; `None` where this
-    /// does not apply (the read goes on as before). Called only when the
-    /// stream keeps no bytes and no receive is in flight.
+    /// Waits for the socket to be readable in tokio's reactor and receives
+    /// on the task's own thread (`MSG_DONTWAIT`), as tokio's read does: on
+    /// io_uring, on a multi-thread tokio runtime of more than one worker,
+    /// instead of through a kept multishot receive; on the thread pool,
+    /// wherever a tokio runtime's reactor is sure to run for the caller
+    /// (see [`pool_reactor_runtime`]), instead of through a receive handed
+    /// to the engine's readiness set. `None` where this does not apply
+    /// (the read goes on as before). Called only when the stream keeps no
+    /// bytes and no receive is in flight, so what the socket holds comes
+    /// next, whatever owned reads, trait reads and dropped futures came
+    /// before.
     ///
-    /// Why: a receive armed in the ring has its completion posted by task
-    /// work on the worker that armed it, which the kernel wakes for it even
-    /// where it sleeps on tokio's condvar, and whose posting then wakes the
-    /// other worker out of `epoll_wait`: two workers woken per batch of
-    /// requests where tokio wakes one (`docs/benchmarks.md`, "mini-redis
-    /// on two workers"). On one worker, the reactor's thread is the one
-    /// that armed the receive, and the kept receive costs no system call
-    /// per read: it stays.
+    /// Why, on the thread pool: a receive that found the socket empty was
+    /// a request waiting in the readiness set (the request, its shared
+    /// state, two polls of its future, its bytes through the read side's
+    /// leftover), where tokio's read is a receive behind a readiness bit
+    /// (`docs/benchmarks.md`, "mini-redis on the thread-pool fallback:
+    /// trait reads through tokio's reactor").
+    ///
+    /// Why, on io_uring: a receive armed in the ring has its completion
+    /// posted by task work on the worker that armed it, which the kernel
+    /// wakes for it even where it sleeps on tokio's condvar, and whose
+    /// posting then wakes the other worker out of `epoll_wait`: two
+    /// workers woken per batch of requests where tokio wakes one
+    /// (`docs/benchmarks.md`, "mini-redis on two workers"). On one worker,
+    /// the reactor's thread is the one that armed the receive, and the
+    /// kept receive costs no system call per read: it stays.
     #[cfg(feature = "tokio")]
     fn poll_reactor(
         &mut self,
@@ -379,15 +429,7 @@ impl PollIo {
         cx: &mut Context<'_>,
         out: &mut dyn ReadOut,
     ) -> Option<Poll<io::Result<usize>>> {
-        if !self.reactor_checked {
-            self.reactor_checked = true;
-            if reads_in_reactor(core) {
-                // A runtime with I/O disabled refuses: the reads go
-                // through the ring.
-                self.reactor = crate::aio::register_in_reactor(InReactor(core.sock.clone())).ok();
-            }
-        }
-        let afd = self.reactor.as_ref()?;
+        let afd = self.reactor(core)?;
         loop {
             let mut guard = match afd.poll_read_ready(cx) {
                 Poll::Ready(Ok(g)) => g,
@@ -421,6 +463,44 @@ impl PollIo {
                 }
             }
         }
+    }
+
+    /// The registration in tokio's reactor this read waits in, made if it
+    /// is to wait there and is not yet (see
+    /// [`poll_reactor`](Self::poll_reactor)); `None` where the read goes
+    /// on as before. On io_uring the stream's first read that waits
+    /// decides for all; on the thread pool each read that waits asks
+    /// where its caller runs, so a stream read from a task of another
+    /// runtime than before moves to that runtime's reactor, and one read
+    /// where no reactor is sure to run waits in the engine's readiness set.
+    #[cfg(feature = "tokio")]
+    fn reactor(&mut self, core: &StreamCore) -> Option<&tokio::io::unix::AsyncFd<InReactor>> {
+        let register = || crate::aio::register_in_reactor(InReactor(core.sock.clone())).ok();
+        match core.sock.engine().backend() {
+            Backend::IoUring => {
+                if !self.reactor_checked {
+                    self.reactor_checked = true;
+                    if ring_reads_in_reactor() {
+                        // A runtime with I/O disabled refuses: the reads go
+                        // through the ring.
+                        self.reactor = register();
+                    }
+                }
+            }
+            Backend::ThreadPool => {
+                let runtime = pool_reactor_runtime(core)?;
+                if self.reactor_on != Some(runtime.id()) {
+                    self.reactor_on = Some(runtime.id());
+                    // Deregistered from the runtime before, if any, then
+                    // registered with this one; a refusal (I/O disabled,
+                    // shutting down) leaves the reads to the readiness set
+                    // on this runtime.
+                    self.reactor = None;
+                    self.reactor = register();
+                }
+            }
+        }
+        self.reactor.as_ref()
     }
 
     /// Whether the stream's trait reads wait in tokio's reactor (see
