@@ -162,9 +162,14 @@ impl std::os::fd::AsRawFd for InReactor {
 
 /// Whether a stream's trait reads wait in tokio's reactor on io_uring:
 /// when the caller runs on a multi-thread tokio runtime of more than one
-/// worker (see [`PollIo::poll_reactor`]).
+/// worker (see [`PollIo::poll_reactor`]). Never where a panic aborts, as
+/// on the thread pool (see [`pool_reactor_runtime`]): a runtime whose I/O
+/// is disabled tells it only by a panic, and the reads stay on the ring.
 #[cfg(feature = "tokio")]
 fn ring_reads_in_reactor() -> bool {
+    if cfg!(panic = "abort") {
+        return false;
+    }
     tokio::runtime::Handle::try_current().is_ok_and(|h| {
         h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
             && h.metrics().num_workers() > 1
