@@ -34,6 +34,23 @@ fn pool_engine() -> AsyncEngine {
         .unwrap()
 }
 
+/// A multi-thread runtime of one worker, with I/O and time.
+fn one_worker() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A current-thread runtime, with I/O and time.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Who took the engine's readiness set's events so far.
 fn counts(engine: &AsyncEngine) -> ReadinessCounts {
     engine
@@ -135,10 +152,7 @@ fn engine_polled(rt: &tokio::runtime::Runtime, engine: &AsyncEngine) -> bool {
 #[test]
 fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
     const EXCHANGES: u64 = 1000;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let engine = pool_engine();
     // In a task, as the test's other runtimes' reads are.
     let exchanges = rt.spawn(async move {
@@ -267,10 +281,7 @@ fn readiness_is_seen_while_every_worker_is_blocked() {
 /// bytes, from the readiness thread's set.
 #[test]
 fn readiness_is_seen_while_the_holding_runtime_is_not_run() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let engine = pool_engine();
     let ((a, _peer_a), (b, mut peer_b)) = rt.block_on(async {
         let a = connected(&engine).await;
@@ -316,10 +327,7 @@ fn readiness_is_seen_while_the_holding_runtime_is_not_run() {
 /// another thread, get every byte their peers send.
 #[test]
 fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let engine = pool_engine();
     let pairs: Vec<(TcpStream, std::net::TcpStream)> =
         rt.block_on(async { futures::future::join_all((0..8).map(|_| connected(&engine))).await });
@@ -396,10 +404,7 @@ fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
 #[test]
 fn a_runtime_only_entered_leaves_its_reads_to_the_thread() {
     const EXCHANGES: usize = 20;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let engine = pool_engine();
     let (s, peer) = rt.block_on(connected(&engine));
     let before = counts(&engine);
@@ -446,11 +451,7 @@ fn a_runtime_only_entered_leaves_its_reads_to_the_thread() {
 fn an_idle_runtime_is_not_woken_by_another_runtimes_readiness() {
     const EXCHANGES: u64 = 500;
     let engine = pool_engine();
-    let idle = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let idle = one_worker();
     let (a, mut peer_a) = idle.block_on(connected(&engine));
     let (parked_tx, parked_rx) = mpsc::channel();
     let waiting = idle.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
@@ -461,10 +462,7 @@ fn an_idle_runtime_is_not_woken_by_another_runtimes_readiness() {
     });
     let idle_before = engine.readiness_polls_on(idle.handle()).unwrap();
 
-    let busy = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let busy = current_thread();
     let b_engine = engine.clone();
     let exchanges = busy.spawn(async move {
         let listener = TcpListener::bind_with(&b_engine, "127.0.0.1:0")
@@ -526,16 +524,8 @@ fn an_idle_runtime_is_not_woken_by_another_runtimes_readiness() {
 #[test]
 fn a_socket_read_on_another_runtime_moves_to_its_set() {
     let engine = pool_engine();
-    let rt_a = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let rt_b = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt_a = one_worker();
+    let rt_b = one_worker();
     let (s, mut peer) = rt_a.block_on(connected(&engine));
     let s = std::sync::Arc::new(s);
     // A read that waits from a task of `rt`, then gets what is sent.
@@ -600,10 +590,7 @@ fn driving_thread_leaves_the_set_to_the_readiness_thread() {
 #[test]
 fn the_default_engines_pool_set_is_read_on_the_runtime() {
     let engine = AsyncEngine::current().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let pool = engine.backend() == blockio::Backend::ThreadPool;
     let (a, mut peer) = rt.block_on(connected(&engine));
     let (parked_tx, parked_rx) = mpsc::channel();
@@ -636,10 +623,7 @@ fn a_runtime_holding_the_set_and_its_thread(
     let (release_a, a_released) = mpsc::channel::<()>();
     let a_engine = engine.clone();
     let runtime_a = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         let busy = rt.spawn(async move {
             let (a, _peer_a) = connected(&a_engine).await;
             let mut read = std::pin::pin!(a.read(vec![0u8; 1]));
@@ -692,10 +676,7 @@ async fn read_what_is_sent(engine: &AsyncEngine) -> (usize, Vec<u8>) {
 fn a_read_on_runtime_b_does_not_wait_for_busy_runtime_a(in_task: bool) {
     let engine = pool_engine();
     let (runtime_a, release_a) = a_runtime_holding_the_set_and_its_thread(&engine);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let b_engine = engine.clone();
     let (n, buf) = if in_task {
         let read = rt.spawn(async move { read_what_is_sent(&b_engine).await });
@@ -731,11 +712,7 @@ fn a_read_in_block_on_does_not_wait_for_another_busy_runtime() {
 fn a_stream_waited_on_from_two_runtimes(hold: bool) {
     const BIG: usize = 16 << 20;
     let engine = pool_engine();
-    let rt_a = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt_a = one_worker();
     let (s, peer) = rt_a.block_on(connected(&engine));
     let s = std::sync::Arc::new(s);
     let (parked_tx, parked_rx) = mpsc::channel();
@@ -770,10 +747,7 @@ fn a_stream_waited_on_from_two_runtimes(hold: bool) {
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let b_engine = engine.clone();
     let runtime_b = std::thread::spawn(move || {
-        let rt_b = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt_b = current_thread();
         with_its_set(&rt_b, &b_engine);
         let write = rt_b.spawn(async move {
             let mut write = std::pin::pin!(s.write_all(vec![7u8; BIG]));
@@ -829,15 +803,8 @@ fn a_read_on_one_runtime_is_served_while_a_write_waits_on_a_held_one() {
 #[test]
 fn a_read_with_another_runtime_entered_is_served() {
     let engine = pool_engine();
-    let rt_a = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let rt_b = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt_a = one_worker();
+    let rt_b = current_thread();
     let (s, mut peer) = rt_a.block_on(connected(&engine));
     let b = rt_b.handle().clone();
     let (parked_tx, parked_rx) = mpsc::channel();
@@ -917,11 +884,7 @@ fn messages(exchanges: usize) -> Vec<Vec<u8>> {
 fn trait_reads_on_a_multi_thread_runtime_wait_in_its_reactor() {
     const EXCHANGES: usize = 20;
     let engine = pool_engine();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = one_worker();
     let (mut s, peer) = rt.block_on(connected(&engine));
     let before = counts(&engine);
     let (writer, parked) = write_when_parked(peer, EXCHANGES);
@@ -948,10 +911,7 @@ fn trait_reads_on_a_multi_thread_runtime_wait_in_its_reactor() {
 fn trait_reads_on_a_current_thread_runtime_wait_in_its_reactor() {
     const EXCHANGES: usize = 20;
     let engine = pool_engine();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     with_its_set(&rt, &engine);
     let (mut s, peer) = rt.block_on(connected(&engine));
     let before = counts(&engine);
@@ -970,10 +930,7 @@ fn trait_reads_on_a_current_thread_runtime_wait_in_its_reactor() {
         (polls_before, before.moves, before.thread_events),
         "trait reads waited in a readiness set: {before:?} then {after:?}"
     );
-    let rt_b = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt_b = current_thread();
     with_its_set(&rt_b, &engine);
     let reads = rt_b.spawn(async move { parked_trait_reads(&mut s, &parked, EXCHANGES).await });
     let got = rt_b.block_on(reads).unwrap();
@@ -990,15 +947,8 @@ fn trait_reads_on_a_current_thread_runtime_wait_in_its_reactor() {
 #[test]
 fn a_trait_read_with_another_runtime_entered_is_served() {
     let engine = pool_engine();
-    let rt_a = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let rt_b = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt_a = one_worker();
+    let rt_b = current_thread();
     let (mut s, peer) = rt_a.block_on(connected(&engine));
     let (writer, parked) = write_when_parked(peer, 1);
     let b = rt_b.handle().clone();

@@ -57,6 +57,45 @@
 //! buffer per connection", "How operations reach the kernel" and "Idle
 //! connections cost memory, never a slot".
 
+/// `AsFd` and `AsRawFd` for a stream type and a listener type, as
+/// tokio's give their descriptors: the stream's through its `socket()`,
+/// the listener's through its `sock`.
+macro_rules! descriptors {
+    ($stream:ident, $listener:ident) => {
+        /// The stream's descriptor, as tokio's streams give it (for
+        /// `setsockopt` through `socket2::SockRef`, `getsockopt`, ...).
+        /// Reads and writes made on it directly bypass the stream's own
+        /// (see `docs/sockets.md`); the descriptor stays open as long as
+        /// the stream and its operations in flight.
+        impl std::os::fd::AsFd for $stream {
+            fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                self.socket().as_fd()
+            }
+        }
+
+        /// The stream's descriptor number (see the `AsFd` implementation).
+        impl std::os::fd::AsRawFd for $stream {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                self.socket().as_raw_fd()
+            }
+        }
+
+        /// The listener's descriptor, as tokio's listeners give it.
+        impl std::os::fd::AsFd for $listener {
+            fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                self.sock.socket.as_fd()
+            }
+        }
+
+        /// The listener's descriptor number.
+        impl std::os::fd::AsRawFd for $listener {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                self.sock.socket.as_raw_fd()
+            }
+        }
+    };
+}
+
 mod accepts;
 mod adapters;
 mod addr;

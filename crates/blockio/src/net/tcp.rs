@@ -1103,37 +1103,7 @@ impl TcpStream {
     }
 }
 
-/// The stream's descriptor, as tokio's `TcpStream` gives it (for
-/// `setsockopt` through `socket2::SockRef`, `getsockopt`, ...). Reads and
-/// writes made on it directly bypass the stream's own (see
-/// `docs/sockets.md`); the descriptor stays open as long as the stream
-/// and its operations in flight.
-impl std::os::fd::AsFd for TcpStream {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.socket().as_fd()
-    }
-}
-
-/// The stream's descriptor number (see the `AsFd` implementation).
-impl std::os::fd::AsRawFd for TcpStream {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.socket().as_raw_fd()
-    }
-}
-
-/// The listener's descriptor, as tokio's `TcpListener` gives it.
-impl std::os::fd::AsFd for TcpListener {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.sock.socket.as_fd()
-    }
-}
-
-/// The listener's descriptor number.
-impl std::os::fd::AsRawFd for TcpListener {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.sock.socket.as_raw_fd()
-    }
-}
+descriptors!(TcpStream, TcpListener);
 
 impl fmt::Debug for TcpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

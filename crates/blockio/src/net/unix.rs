@@ -597,37 +597,7 @@ impl UnixStream {
     }
 }
 
-/// The stream's descriptor, as tokio's `UnixStream` gives it (for
-/// `setsockopt` through `socket2::SockRef`, `getsockopt`, ...). Reads and
-/// writes made on it directly bypass the stream's own (see
-/// `docs/sockets.md`); the descriptor stays open as long as the stream
-/// and its operations in flight.
-impl std::os::fd::AsFd for UnixStream {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.socket().as_fd()
-    }
-}
-
-/// The stream's descriptor number (see the `AsFd` implementation).
-impl std::os::fd::AsRawFd for UnixStream {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.socket().as_raw_fd()
-    }
-}
-
-/// The listener's descriptor, as tokio's `UnixListener` gives it.
-impl std::os::fd::AsFd for UnixListener {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.sock.socket.as_fd()
-    }
-}
-
-/// The listener's descriptor number.
-impl std::os::fd::AsRawFd for UnixListener {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.sock.socket.as_raw_fd()
-    }
-}
+descriptors!(UnixStream, UnixListener);
 
 impl fmt::Debug for UnixStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
