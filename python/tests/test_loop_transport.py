@@ -1232,6 +1232,47 @@ def test_a_peer_on_the_loop_writing_twice_in_a_step_reaches_a_grown_receive_at_o
         loop.close()
 
 
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_message_whose_rest_comes_after_its_first_piece_reaches_the_protocol_whole(kind):
+    """A 100 KiB message sent in two pieces (64 KiB, then 36 KiB) in one
+    step of the loop reaches ``data_received`` in one call, as on asyncio's
+    selector loop, whose ``recv`` runs after both. On blockio's io_uring
+    loop the connection's receive lends the kernel 128 KiB (grown after a
+    first 100 KiB message) and takes the first piece as its send returns
+    (before the second is sent): it took half its buffer, likely the
+    first piece of a message, so it takes what its socket holds by the
+    time it is dispatched, into the rest of the same ``bytes``. Every
+    byte arrives once and in order."""
+    rng = random.Random(19)
+    first = rng.randbytes(100 * 1024)
+    head, tail = rng.randbytes(64 * 1024), rng.randbytes(36 * 1024)
+    a, b = socket.socketpair()
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+
+    async def main():
+        tr, pr = await asyncio.get_running_loop().connect_accepted_socket(Chunks, a)
+        _send_at_once(b, first)
+        await pr.received(len(first))
+        if kind == "blockio-uring":
+            assert tr._rx.first == 128 * 1024, tr._rx.first
+        # (the receive armed next reaches the kernel in the loop's wait)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        _send_at_once(b, head)
+        _send_at_once(b, tail)
+        await pr.received(len(first) + len(head) + len(tail))
+        assert [len(c) for c in pr.chunks] == [len(first), len(head) + len(tail)]
+        assert b"".join(pr.chunks) == first + head + tail
+        assert pr.unchanged()
+        tr.close()
+        await pr.lost
+
+    try:
+        loop_kinds.run_on(kind, main())
+    finally:
+        b.close()
+
+
 def test_a_connection_the_budget_cut_to_2_kib_asks_for_less_after_small_messages(monkeypatch):
     """Grown receive buffers lend the kernel 16 MiB at most over a loop:
     with 64 connections holding 256 KiB each, a 65th whose last message
