@@ -1273,6 +1273,46 @@ def test_a_message_whose_rest_comes_after_its_first_piece_reaches_the_protocol_w
         b.close()
 
 
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_grown_receive_takes_what_arrived_by_its_dispatch(kind):
+    """Two sends of one step of the loop, 10 KiB then 20 KiB, reach
+    ``data_received`` in one call, as on asyncio's selector loop, whose
+    ``recv`` runs after both. On blockio's io_uring loop the connection's
+    receive is grown (128 KiB, after a first 100 KiB message): it waits for
+    readiness, lent no buffer, and receives as it is dispatched, into a
+    ``bytes`` object made then, so it takes both sends; a buffer lent to
+    the kernel while it waited took the first 10 KiB as that send
+    returned. Every byte arrives once and in order."""
+    rng = random.Random(23)
+    first = rng.randbytes(100 * 1024)
+    one, two = rng.randbytes(10 * 1024), rng.randbytes(20 * 1024)
+    a, b = socket.socketpair()
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+
+    async def main():
+        tr, pr = await asyncio.get_running_loop().connect_accepted_socket(Chunks, a)
+        _send_at_once(b, first)
+        await pr.received(len(first))
+        if kind == "blockio-uring":
+            assert tr._rx.first == 128 * 1024, tr._rx.first
+        # (the receive armed next reaches the kernel in the loop's wait)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        _send_at_once(b, one)
+        _send_at_once(b, two)
+        await pr.received(len(first) + len(one) + len(two))
+        assert [len(c) for c in pr.chunks] == [len(first), len(one) + len(two)]
+        assert b"".join(pr.chunks) == first + one + two
+        assert pr.unchanged()
+        tr.close()
+        await pr.lost
+
+    try:
+        loop_kinds.run_on(kind, main())
+    finally:
+        b.close()
+
+
 def test_a_connection_the_budget_cut_to_2_kib_asks_for_less_after_small_messages(monkeypatch):
     """Grown receive buffers lend the kernel 16 MiB at most over a loop:
     with 64 connections holding 256 KiB each, a 65th whose last message

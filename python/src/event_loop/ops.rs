@@ -60,10 +60,11 @@ pub(crate) enum Memory {
     /// The caller's buffer, held until the completion.
     Lent(PyBuffer<u8>),
     /// A new `bytes` object the kernel fills (a file read whose result is
-    /// new bytes, or a socket receive's grown first buffer: made by
-    /// `fresh::unfilled`, not set), and the address of its contents.
-    /// Held until the completion, even after a cancel, and then cut to
-    /// what the kernel wrote: the bytes are never copied.
+    /// new bytes, or a socket receive's grown first buffer, made as the
+    /// receive is dispatched: made by `fresh::unfilled`, not set), and the
+    /// address of its contents. Held until the completion, even after a
+    /// cancel, and then cut to what the kernel wrote: the bytes are never
+    /// copied.
     Bytes(Py<PyBytes>, usize),
     /// A socket address (an accept).
     Addr(Box<AddrSlot>),
@@ -155,6 +156,16 @@ pub(crate) struct InFlight {
     /// whose sender the loop wrote again since: what that write sent is
     /// taken with it (see `State::mark_peer_receives`).
     pub peer_sent: bool,
+    /// A transport's receive with a grown first buffer that waits for
+    /// readiness (a one-shot poll, `waiting_ready` set from its arming)
+    /// and receives when its completion is dispatched, into a `bytes`
+    /// object made then (`State::receive_ready`), not into one lent to
+    /// the kernel while it waits: see `ring::recv_op`.
+    pub deferred: bool,
+    /// A [`InFlight::deferred`] receive whose poll answered: kept in the
+    /// ring's slab under its token (so a cancel still finds it) until it is
+    /// dispatched.
+    pub ready: bool,
     /// The transport's receive this operation completes, if it is one:
     /// kept in the operation itself, not boxed, so that arming and
     /// dispatching a message's receive allocate and free nothing for it
@@ -184,6 +195,8 @@ impl InFlight {
             waiting_ready: false,
             cancelled: false,
             peer_sent: false,
+            deferred: false,
+            ready: false,
             owner: None,
         }
     }
