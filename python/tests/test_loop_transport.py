@@ -1313,6 +1313,59 @@ def test_a_grown_receive_takes_what_arrived_by_its_dispatch(kind):
         b.close()
 
 
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_ready_receive_whose_bytes_another_reader_took_waits_for_the_next(kind):
+    """Two connections, each after a 100 KiB message (a grown receive on
+    blockio's io_uring loop), get 10 KiB each in one step; the first one's
+    ``data_received`` takes the second's bytes from its socket before
+    they are dispatched. The second connection's receive then finds
+    nothing (on the io_uring loop its readiness answered, its ``recv``
+    gets ``EAGAIN`` and it waits again, under the same token) and its
+    protocol gets the next message, whole: nothing is lost or handed on
+    twice, on every loop."""
+    rng = random.Random(29)
+    first = rng.randbytes(100 * 1024)
+    for_x, for_y, later = (rng.randbytes(10 * 1024) for _ in range(3))
+    (ax, bx), (ay, by) = socket.socketpair(), socket.socketpair()
+    for b in (bx, by):
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    stolen = bytearray()
+
+    class Thief(Chunks):
+        def data_received(self, data):
+            super().data_received(data)
+            if data == for_x:
+                stolen.extend(ay.recv(1 << 20))
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        trx, prx = await loop.connect_accepted_socket(Thief, ax)
+        try_, pry = await loop.connect_accepted_socket(Chunks, ay)
+        for b, pr in ((bx, prx), (by, pry)):
+            _send_at_once(b, first)
+            await pr.received(len(first))
+        # (the receives armed next reach the kernel in the loop's wait)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        _send_at_once(bx, for_x)
+        _send_at_once(by, for_y)
+        await prx.received(len(first) + len(for_x))
+        assert bytes(stolen) == for_y
+        _send_at_once(by, later)
+        await pry.received(len(first) + len(later))
+        assert b"".join(pry.chunks) == first + later
+        assert b"".join(prx.chunks) == first + for_x
+        for tr, pr in ((trx, prx), (try_, pry)):
+            tr.close()
+            await pr.lost
+
+    try:
+        loop_kinds.run_on(kind, main())
+    finally:
+        bx.close()
+        by.close()
+
+
 def test_a_connection_the_budget_cut_to_2_kib_asks_for_less_after_small_messages(monkeypatch):
     """Grown receive buffers lend the kernel 16 MiB at most over a loop:
     with 64 connections holding 256 KiB each, a 65th whose last message
