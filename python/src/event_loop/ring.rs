@@ -1327,16 +1327,6 @@ impl State {
             if token == CANCEL_TOKEN {
                 continue;
             }
-            if let Some(op) = self.ops.get_mut(token) {
-                if op.deferred && op.waiting_ready && !op.cancelled && res >= 0 {
-                    // (any event, an error or hang-up too: the receive
-                    // at the dispatch reports it)
-                    op.waiting_ready = false;
-                    op.ready = true;
-                    self.pending.push_back(Reaped::Ready(token));
-                    continue;
-                }
-            }
             if let Some((op, res, rest)) = self.advance(token, res)? {
                 if op.owner.is_some() && op.kind == Kind::Recv {
                     self.pending.push_back(Reaped::Receive {
@@ -1372,13 +1362,23 @@ impl State {
 
     /// Moves operation `token` on after a completion with `res`: the next
     /// step is submitted (the rest of a short send, the retry after a
-    /// readiness poll, the poll after `EAGAIN`), or the finished operation
+    /// readiness poll, the poll after `EAGAIN`), a deferred receive whose
+    /// poll answered is queued for its dispatch, or the finished operation
     /// is returned with its result, and whether it is a socket receive
     /// that takes what more its socket holds ([`State::recv_rest`]).
     fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<(InFlight, i32, bool)>> {
         let Some(op) = self.ops.get_mut(token) else {
             return Ok(None);
         };
+        if op.deferred && op.waiting_ready && !op.cancelled && res >= 0 {
+            // A deferred receive's poll answered (any event, an error or
+            // hang-up too: its receive at the dispatch reports it): kept
+            // in the slab until then.
+            op.waiting_ready = false;
+            op.ready = true;
+            self.pending.push_back(Reaped::Ready(token));
+            return Ok(None);
+        }
         if op.waiting_ready && res >= 0 && op.kind != Kind::Poll && op.cancelled {
             // The readiness poll (after `EAGAIN`) answered, but nothing
             // was transferred: a readiness is no byte count.
