@@ -156,16 +156,6 @@ pub(crate) struct InFlight {
     /// whose sender the loop wrote again since: what that write sent is
     /// taken with it (see `State::mark_peer_receives`).
     pub peer_sent: bool,
-    /// A transport's receive with a grown first buffer that waits for
-    /// readiness (a one-shot poll, `waiting_ready` set from its arming)
-    /// and receives when its completion is dispatched, into a `bytes`
-    /// object made then (`State::receive_ready`), not into one lent to
-    /// the kernel while it waits: see `ring::recv_op`.
-    pub deferred: bool,
-    /// A [`InFlight::deferred`] receive whose poll answered: kept in the
-    /// ring's slab under its token (so a cancel still finds it) until it is
-    /// dispatched.
-    pub ready: bool,
     /// The transport's receive this operation completes, if it is one:
     /// kept in the operation itself, not boxed, so that arming and
     /// dispatching a message's receive allocate and free nothing for it
@@ -195,10 +185,27 @@ impl InFlight {
             waiting_ready: false,
             cancelled: false,
             peer_sent: false,
-            deferred: false,
-            ready: false,
             owner: None,
         }
+    }
+
+    /// A transport's receive with a grown first buffer that waits for
+    /// readiness (a one-shot poll, `waiting_ready` set from its arming)
+    /// and receives when its completion is dispatched, into a `bytes`
+    /// object made then (`State::receive_ready`), not into one lent to the
+    /// kernel while it waits: see `ring::recv_op`. Told by its grown size
+    /// with no memory yet, not by a flag of its own (a larger operation
+    /// was moved by calls to `memcpy`, some 60 instructions more per small
+    /// message, `docs/benchmarks.md`).
+    pub fn deferred(&self) -> bool {
+        self.grown > 0 && matches!(self.memory, Memory::Nothing)
+    }
+
+    /// A [`InFlight::deferred`] receive whose poll answered: kept in the
+    /// ring's slab under its token (so that a cancel still finds it) until
+    /// it is dispatched.
+    pub fn ready(&self) -> bool {
+        self.deferred() && !self.waiting_ready
     }
 
     /// The poll mask that says this operation can make progress.

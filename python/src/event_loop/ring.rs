@@ -1093,7 +1093,10 @@ impl State {
     /// A transport's receive `op` (`token`) whose kernel receive took
     /// `res` bytes, as it is dispatched: the rest its socket holds taken
     /// when `rest` ([`State::recv_rest`]), its bytes made, and its
-    /// connection's next first buffer set ([`next_first`]).
+    /// connection's next first buffer set ([`next_first`]). Inlined where
+    /// it is called, so that the operation is not moved once more per
+    /// message.
+    #[inline(always)]
     fn finish_receive(
         &mut self,
         py: Python<'_>,
@@ -1158,7 +1161,6 @@ impl State {
         let Some(op) = self.ops.get_mut(token) else {
             return Ok(None);
         };
-        op.ready = false;
         if op.cancelled {
             return Ok(self
                 .ops
@@ -1370,13 +1372,8 @@ impl State {
         let Some(op) = self.ops.get_mut(token) else {
             return Ok(None);
         };
-        if op.deferred && op.waiting_ready && !op.cancelled && res >= 0 {
-            // A deferred receive's poll answered (any event, an error or
-            // hang-up too: its receive at the dispatch reports it): kept
-            // in the slab until then.
-            op.waiting_ready = false;
-            op.ready = true;
-            self.pending.push_back(Reaped::Ready(token));
+        if op.waiting_ready && !op.cancelled && res >= 0 && op.deferred() {
+            self.queue_ready(token);
             return Ok(None);
         }
         if op.waiting_ready && res >= 0 && op.kind != Kind::Poll && op.cancelled {
@@ -1410,7 +1407,6 @@ impl State {
             op.asked = op.len;
             op.rearmed = true;
             op.waiting_ready = false;
-            op.deferred = false;
             op.peer_sent = false;
             true
         } else if op.waiting_ready {
@@ -1440,6 +1436,20 @@ impl State {
         let piece = op.grown > 0 && res > 0 && likely_piece(op.len, res as usize);
         let rest = (filled || piece || op.peer_sent && res > 0) && !op.cancelled;
         Ok(self.ops.remove(token).map(|op| (op, res, rest)))
+    }
+
+    /// Queues deferred receive `token`, whose poll answered (any event, an
+    /// error or hang-up too: its receive at the dispatch reports it), for
+    /// its dispatch; it stays in the slab until then. Apart from
+    /// [`State::advance`], so that a small message's completion, which
+    /// never comes here, runs no more code for it.
+    #[cold]
+    #[inline(never)]
+    fn queue_ready(&mut self, token: u64) {
+        if let Some(op) = self.ops.get_mut(token) {
+            op.waiting_ready = false;
+        }
+        self.pending.push_back(Reaped::Ready(token));
     }
 
     /// Drops the entries of [`Spares::armed`] whose receives finished,
@@ -1484,7 +1494,7 @@ impl State {
             let Some(op) = self.ops.get_mut(token) else {
                 continue;
             };
-            if op.grown == 0 || op.armed_at != at || op.cancelled || op.reclaimed || op.ready {
+            if op.grown == 0 || op.armed_at != at || op.cancelled || op.reclaimed || op.ready() {
                 continue;
             }
             op.reclaimed = true;
@@ -1847,7 +1857,6 @@ fn recv_op(ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
             op.grown = first;
             spare.lent += first;
             spare.live += 1;
-            op.deferred = true;
             op.waiting_ready = true;
         }
         return Ok(op);
