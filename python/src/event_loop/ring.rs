@@ -91,19 +91,19 @@ pub(crate) fn next_first(lent: usize, got: usize) -> usize {
     }
 }
 
-/// Whether a receive that lent a grown first buffer of `lent` bytes and
-/// took `got` likely took the first piece of a message whose rest was
-/// still on its way: the buffer was grown for messages of more than half
-/// of it (see [`next_first`]), and this one took more than a quarter
-/// (less is a connection back to small messages) but at most half. The
-/// kernel finishes a receive with what has arrived, and a 100 KiB
-/// message on loopback arrives in pieces of at most 64 KiB: a receive
-/// that ran between them took the first. Such a receive takes what its
-/// socket holds by the time it is dispatched ([`State::recv_rest`]: a
-/// `FIONREAD`, and a `recv` into the rest of its buffer when there is
-/// some), so that the protocol gets the message in one `data_received`
-/// (and an echo sends it back in one send), as a readiness loop's `read`
-/// after its wait does.
+/// Whether a receive with a grown first buffer of `lent` bytes that took
+/// `got` likely took the first piece of a message whose rest was still on
+/// its way: the buffer was grown for messages of more than half of it
+/// (see [`next_first`]), and this one took more than a quarter (less is a
+/// connection back to small messages) but at most half. The kernel's
+/// receive returns what has arrived, and a 100 KiB message on loopback
+/// arrives in pieces of at most 64 KiB: a receive that ran between them
+/// took the first. Such a receive (see [`State::receive_ready`]) takes
+/// what its socket holds at once ([`State::recv_rest`]: a `FIONREAD`,
+/// and a `recv` into the rest of its buffer when there is some), so that
+/// the protocol gets the message in one `data_received` more often (and
+/// an echo sends it back in one send), as a readiness loop's `read` that
+/// runs later does.
 fn likely_piece(lent: usize, got: usize) -> bool {
     got > lent / 4 && got <= lent / 2
 }
@@ -1433,8 +1433,9 @@ impl State {
             return Ok(None);
         }
         let filled = res > 0 && res as usize == op.len && op.rest > 0;
-        let piece = op.grown > 0 && res > 0 && likely_piece(op.len, res as usize);
-        let rest = (filled || piece || op.peer_sent && res > 0) && !op.cancelled;
+        // (a grown receive's piece is told as it is dispatched: see
+        // `receive_ready`)
+        let rest = (filled || op.peer_sent && res > 0) && !op.cancelled;
         Ok(self.ops.remove(token).map(|op| (op, res, rest)))
     }
 
