@@ -1232,6 +1232,140 @@ def test_a_peer_on_the_loop_writing_twice_in_a_step_reaches_a_grown_receive_at_o
         loop.close()
 
 
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_message_whose_rest_comes_after_its_first_piece_reaches_the_protocol_whole(kind):
+    """A 100 KiB message sent in two pieces (64 KiB, then 36 KiB) in one
+    step of the loop reaches ``data_received`` in one call, as on asyncio's
+    selector loop, whose ``recv`` runs after both. On blockio's io_uring
+    loop the connection's receive lends the kernel 128 KiB (grown after a
+    first 100 KiB message) and takes the first piece as its send returns
+    (before the second is sent): it took half its buffer, likely the
+    first piece of a message, so it takes what its socket holds by the
+    time it is dispatched, into the rest of the same ``bytes``. Every
+    byte arrives once and in order."""
+    rng = random.Random(19)
+    first = rng.randbytes(100 * 1024)
+    head, tail = rng.randbytes(64 * 1024), rng.randbytes(36 * 1024)
+    a, b = socket.socketpair()
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+
+    async def main():
+        tr, pr = await asyncio.get_running_loop().connect_accepted_socket(Chunks, a)
+        _send_at_once(b, first)
+        await pr.received(len(first))
+        if kind == "blockio-uring":
+            assert tr._rx.first == 128 * 1024, tr._rx.first
+        # (the receive armed next reaches the kernel in the loop's wait)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        _send_at_once(b, head)
+        _send_at_once(b, tail)
+        await pr.received(len(first) + len(head) + len(tail))
+        assert [len(c) for c in pr.chunks] == [len(first), len(head) + len(tail)]
+        assert b"".join(pr.chunks) == first + head + tail
+        assert pr.unchanged()
+        tr.close()
+        await pr.lost
+
+    try:
+        loop_kinds.run_on(kind, main())
+    finally:
+        b.close()
+
+
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_grown_receive_takes_what_arrived_by_its_dispatch(kind):
+    """Two sends of one step of the loop, 10 KiB then 20 KiB, reach
+    ``data_received`` in one call, as on asyncio's selector loop, whose
+    ``recv`` runs after both. On blockio's io_uring loop the connection's
+    receive is grown (128 KiB, after a first 100 KiB message): it waits for
+    readiness, lent no buffer, and receives as it is dispatched, into a
+    ``bytes`` object made then, so it takes both sends; a buffer lent to
+    the kernel while it waited took the first 10 KiB as that send
+    returned. Every byte arrives once and in order."""
+    rng = random.Random(23)
+    first = rng.randbytes(100 * 1024)
+    one, two = rng.randbytes(10 * 1024), rng.randbytes(20 * 1024)
+    a, b = socket.socketpair()
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+
+    async def main():
+        tr, pr = await asyncio.get_running_loop().connect_accepted_socket(Chunks, a)
+        _send_at_once(b, first)
+        await pr.received(len(first))
+        if kind == "blockio-uring":
+            assert tr._rx.first == 128 * 1024, tr._rx.first
+        # (the receive armed next reaches the kernel in the loop's wait)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        _send_at_once(b, one)
+        _send_at_once(b, two)
+        await pr.received(len(first) + len(one) + len(two))
+        assert [len(c) for c in pr.chunks] == [len(first), len(one) + len(two)]
+        assert b"".join(pr.chunks) == first + one + two
+        assert pr.unchanged()
+        tr.close()
+        await pr.lost
+
+    try:
+        loop_kinds.run_on(kind, main())
+    finally:
+        b.close()
+
+
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_ready_receive_whose_bytes_another_reader_took_waits_for_the_next(kind):
+    """Two connections, each after a 100 KiB message (a grown receive on
+    blockio's io_uring loop), get 10 KiB each in one step; the first one's
+    ``data_received`` takes the second's bytes from its socket before
+    they are dispatched. The second connection's receive then finds
+    nothing (on the io_uring loop its readiness answered, its ``recv``
+    gets ``EAGAIN`` and it waits again, under the same token) and its
+    protocol gets the next message, whole: nothing is lost or handed on
+    twice, on every loop."""
+    rng = random.Random(29)
+    first = rng.randbytes(100 * 1024)
+    for_x, for_y, later = (rng.randbytes(10 * 1024) for _ in range(3))
+    (ax, bx), (ay, by) = socket.socketpair(), socket.socketpair()
+    for b in (bx, by):
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    stolen = bytearray()
+
+    class Thief(Chunks):
+        def data_received(self, data):
+            super().data_received(data)
+            if data == for_x:
+                stolen.extend(ay.recv(1 << 20))
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        trx, prx = await loop.connect_accepted_socket(Thief, ax)
+        try_, pry = await loop.connect_accepted_socket(Chunks, ay)
+        for b, pr in ((bx, prx), (by, pry)):
+            _send_at_once(b, first)
+            await pr.received(len(first))
+        # (the receives armed next reach the kernel in the loop's wait)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        _send_at_once(bx, for_x)
+        _send_at_once(by, for_y)
+        await prx.received(len(first) + len(for_x))
+        assert bytes(stolen) == for_y
+        _send_at_once(by, later)
+        await pry.received(len(first) + len(later))
+        assert b"".join(pry.chunks) == first + later
+        assert b"".join(prx.chunks) == first + for_x
+        for tr, pr in ((trx, prx), (try_, pry)):
+            tr.close()
+            await pr.lost
+
+    try:
+        loop_kinds.run_on(kind, main())
+    finally:
+        bx.close()
+        by.close()
+
+
 def test_a_connection_the_budget_cut_to_2_kib_asks_for_less_after_small_messages(monkeypatch):
     """Grown receive buffers lend the kernel 16 MiB at most over a loop:
     with 64 connections holding 256 KiB each, a 65th whose last message

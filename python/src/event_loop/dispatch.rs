@@ -326,7 +326,7 @@ pub(crate) fn arm_ring_receive(
         stream: this.stream,
         first: this.first,
     };
-    let armed = ring.borrow().arm_stream(py, ask, owner);
+    let armed = ring.borrow().arm_stream(ask, owner);
     match armed {
         Ok(token) => {
             this.cancelled = false;

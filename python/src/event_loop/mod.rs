@@ -24,9 +24,11 @@
 //!   rest of what the socket holds at once through one scratch buffer of
 //!   the ring (so that 10,000 idle connections pin 2 KiB each, not the
 //!   64 KiB of asyncio's proactor transports); a transport's receive
-//!   after a message that filled it lends a `bytes` object sized from
-//!   that message instead, which the kernel fills and which is cut to
-//!   size, no copy (`ring::next_first`, 16 MiB of them at most per ring);
+//!   after a message that filled it waits for readiness instead (a
+//!   one-shot poll, no buffer lent), then receives as it is dispatched
+//!   into a `bytes` object sized from that message, made then and cut to
+//!   size, no copy (`ring::next_first`, `State::receive_ready`; 16 MiB of
+//!   such sizes at most per ring);
 //! * `send`/`write` of a caller's buffer: what the descriptor takes at
 //!   once is written at once (non-blocking), the rest on the ring,
 //!   resubmitted after each short write, so that one completion means the

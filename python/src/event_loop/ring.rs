@@ -64,11 +64,13 @@ pub(crate) const RECV_FIRST: usize = 2048;
 /// buffers in flight.
 const SPARE_MAX: usize = 64;
 
-/// The most that grown first buffers (see [`next_first`]) lend the
-/// kernel at once, over all of the ring's receives: past it a receive
-/// lends [`RECV_FIRST`] whatever its connection's last message was. So
-/// connections waiting for data pin 2 KiB each plus at most 16 MiB in
-/// all (128 connections whose last message was 100 KiB).
+/// The most that grown first buffers (see [`next_first`]) count at once,
+/// over all of the ring's receives: past it a receive lends
+/// [`RECV_FIRST`] whatever its connection's last message was (128
+/// connections whose last message was 100 KiB). A grown receive waits
+/// for readiness and makes its buffer only as it is dispatched (see
+/// [`recv_op`]), so connections waiting for data pin 2 KiB each, or
+/// nothing; the budget still bounds how many receives take that path.
 const GROWN_BUDGET: usize = 16 * 1024 * 1024;
 
 /// The first buffer a transport's next receive lends the kernel, after
@@ -89,6 +91,23 @@ pub(crate) fn next_first(lent: usize, got: usize) -> usize {
     }
 }
 
+/// Whether a receive with a grown first buffer of `lent` bytes that took
+/// `got` likely took the first piece of a message whose rest was still on
+/// its way: the buffer was grown for messages of more than half of it
+/// (see [`next_first`]), and this one took more than a quarter (less is a
+/// connection back to small messages) but at most half. The kernel's
+/// receive returns what has arrived, and a 100 KiB message on loopback
+/// arrives in pieces of at most 64 KiB: a receive that ran between them
+/// took the first. Such a receive (see [`State::receive_ready`]) takes
+/// what its socket holds at once ([`State::recv_rest`]: a `FIONREAD`,
+/// and a `recv` into the rest of its buffer when there is some), so that
+/// the protocol gets the message in one `data_received` more often (and
+/// an echo sends it back in one send), as a readiness loop's `read` that
+/// runs later does.
+fn likely_piece(lent: usize, got: usize) -> bool {
+    got > lent / 4 && got <= lent / 2
+}
+
 /// A grown first buffer is taken back from an idle connection (see
 /// [`State::reclaim_idle`]) when this many stream receives, plus two per
 /// operation in flight on the ring (each connection's receive among
@@ -98,9 +117,10 @@ pub(crate) fn next_first(lent: usize, got: usize) -> usize {
 const IDLE_AFTER: u64 = 64;
 
 /// The first buffers of finished socket receives, empty, kept for the
-/// next ones, and what grown first buffers lend the kernel now. A grown
-/// first buffer is a new `bytes` object the kernel fills, cut to what it
-/// took (no copy of the message; see [`recv_op`]), so none is kept.
+/// next ones, and what grown first buffers count now. A grown first
+/// buffer is a new `bytes` object made as its receive is dispatched and
+/// cut to what the receive took (no copy of the message; see
+/// [`recv_op`]), so none is kept.
 #[derive(Default)]
 struct Spares {
     /// Buffers of [`RECV_FIRST`] bytes (at most [`SPARE_MAX`]).
@@ -191,6 +211,10 @@ enum Reaped {
         res: i32,
         rest: bool,
     },
+    /// A deferred transport's receive (see [`recv_op`]) whose poll
+    /// answered: it stays in the slab under `token` and receives as it is
+    /// dispatched ([`State::receive_ready`]).
+    Ready(u64),
 }
 
 impl Reaped {
@@ -200,6 +224,7 @@ impl Reaped {
             Reaped::Done(Done::Stream { owner, .. }) => Some(owner),
             Reaped::Done(Done::Plain(..)) => None,
             Reaped::Receive { op, .. } => op.owner.as_ref(),
+            Reaped::Ready(_) => None,
         }
     }
 
@@ -209,6 +234,7 @@ impl Reaped {
             Reaped::Done(Done::Stream { owner, .. }) => Some(owner),
             Reaped::Done(Done::Plain(..)) => None,
             Reaped::Receive { mut op, .. } => op.owner.take(),
+            Reaped::Ready(_) => None,
         }
     }
 }
@@ -303,7 +329,6 @@ impl LoopRing {
     /// would take the next message, not the rest of this one.
     pub(crate) fn recv(
         &self,
-        py: Python<'_>,
         fd: RawFd,
         nbytes: usize,
         socket: bool,
@@ -319,7 +344,7 @@ impl LoopRing {
         let op = {
             let mut guard = self.lock()?;
             let st = guard.as_mut().ok_or_else(closed)?;
-            recv_op(py, ask, &mut st.spare)?
+            recv_op(ask, &mut st.spare)?
         };
         self.submit(op)
     }
@@ -475,9 +500,10 @@ impl LoopRing {
         Ok(token)
     }
 
-    /// The first buffer lent to the kernel by receive `token` in flight,
-    /// in bytes (2 KiB, or a grown one's size), None when it is not a
-    /// receive in flight: what the budget of grown buffers left it.
+    /// The first buffer of receive `token` in flight, in bytes (2 KiB,
+    /// lent to the kernel while it waits, or a grown one's size, made as
+    /// it is dispatched), None when it is not a receive in flight: what
+    /// the budget of grown buffers left it.
     fn first_lent(&self, token: u64) -> PyResult<Option<usize>> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
@@ -858,49 +884,21 @@ impl LoopRing {
         let Some(st) = guard.as_mut() else {
             return Ok(None);
         };
-        let done = match st.pending.pop_front() {
-            None => None,
-            Some(Reaped::Done(done)) => Some(done),
-            Some(Reaped::Receive {
-                token,
-                op,
-                res,
-                rest,
-            }) => {
-                let (mut op, res) = if rest {
-                    st.recv_rest(op, res)
-                } else {
-                    (op, res)
-                };
-                let (owner, fd, lent, asked, rearmed) =
-                    (op.owner.take(), op.fd, op.len, op.asked, op.rearmed);
-                let value = finish(py, op, res, &mut st.scratch, &mut st.spare)?;
-                let got = usize::try_from(res).unwrap_or(0);
-                // (the common small message, taken by a 2 KiB buffer that
-                // was asked for, sets nothing: the receive's size stays 2
-                // KiB; one armed again with 2 KiB after its grown buffer
-                // was taken back sets the connection's size from itself)
-                let keeps = asked <= RECV_FIRST && got < lent && !rearmed;
-                if let (Some(owner), false) = (&owner, keeps) {
-                    // A message that filled the buffer sizes the next one
-                    // from itself; a smaller one shrinks what was asked,
-                    // even when the budget cut it to 2 KiB, so that a
-                    // connection back to small messages asks for 2 KiB
-                    // again, not for a grown buffer once the budget frees.
-                    let base = if got < lent { asked } else { lent };
-                    // (borrowed elsewhere only by `arm_ring_receive`,
-                    // which never runs within this call)
-                    if let Ok(mut rx) = owner.rx.bind(py).try_borrow_mut() {
-                        rx.first = next_first(base, got);
+        let done = loop {
+            match st.pending.pop_front() {
+                None => break None,
+                Some(Reaped::Done(done)) => break Some(done),
+                Some(Reaped::Ready(token)) => {
+                    if let Some((op, res, rest)) = st.receive_ready(py, token)? {
+                        break st.finish_receive(py, token, op, res, rest)?;
                     }
                 }
-                owner.map(|owner| Done::Stream {
+                Some(Reaped::Receive {
                     token,
-                    res: i64::from(res),
-                    value,
-                    fd,
-                    owner,
-                })
+                    op,
+                    res,
+                    rest,
+                }) => break st.finish_receive(py, token, op, res, rest)?,
             }
         };
         if let Some(Done::Stream { token, fd, .. }) = &done {
@@ -923,7 +921,6 @@ impl LoopRing {
     /// so that the caller ends the hold it carries.
     pub(crate) fn arm_stream(
         &self,
-        py: Python<'_>,
         ask: RecvAsk,
         owner: Owner,
     ) -> Result<u64, (PyErr, Option<Owner>)> {
@@ -938,7 +935,7 @@ impl LoopRing {
         let Some(token) = st.ops.vacant() else {
             return Err((too_many(), Some(owner)));
         };
-        let mut op = match recv_op(py, ask, &mut st.spare) {
+        let mut op = match recv_op(ask, &mut st.spare) {
             Ok(op) => op,
             Err(e) => return Err((e, Some(owner))),
         };
@@ -1093,6 +1090,125 @@ impl LoopRing {
 }
 
 impl State {
+    /// A transport's receive `op` (`token`) whose kernel receive took
+    /// `res` bytes, as it is dispatched: the rest its socket holds taken
+    /// when `rest` ([`State::recv_rest`]), its bytes made, and its
+    /// connection's next first buffer set ([`next_first`]). Inlined where
+    /// it is called, so that the operation is not moved once more per
+    /// message.
+    #[inline(always)]
+    fn finish_receive(
+        &mut self,
+        py: Python<'_>,
+        token: u64,
+        op: InFlight,
+        res: i32,
+        rest: bool,
+    ) -> PyResult<Option<Done>> {
+        let (mut op, res) = if rest {
+            self.recv_rest(op, res)
+        } else {
+            (op, res)
+        };
+        let (owner, fd, lent, asked, rearmed) =
+            (op.owner.take(), op.fd, op.len, op.asked, op.rearmed);
+        let value = finish(py, op, res, &mut self.scratch, &mut self.spare)?;
+        let got = usize::try_from(res).unwrap_or(0);
+        // (the common small message, taken by a 2 KiB buffer that
+        // was asked for, sets nothing: the receive's size stays 2
+        // KiB; one armed again with 2 KiB after its grown buffer
+        // was taken back sets the connection's size from itself)
+        let keeps = asked <= RECV_FIRST && got < lent && !rearmed;
+        if let (Some(owner), false) = (&owner, keeps) {
+            // A message that filled the buffer sizes the next one
+            // from itself; a smaller one shrinks what was asked,
+            // even when the budget cut it to 2 KiB, so that a
+            // connection back to small messages asks for 2 KiB
+            // again, not for a grown buffer once the budget frees.
+            let base = if got < lent { asked } else { lent };
+            // (borrowed elsewhere only by `arm_ring_receive`,
+            // which never runs within this call)
+            if let Ok(mut rx) = owner.rx.bind(py).try_borrow_mut() {
+                rx.first = next_first(base, got);
+            }
+        }
+        Ok(owner.map(|owner| Done::Stream {
+            token,
+            res: i64::from(res),
+            value,
+            fd,
+            owner,
+        }))
+    }
+
+    /// Receives for deferred receive `token` (see [`recv_op`]), whose
+    /// poll answered, into a new `bytes` object of its first buffer's size
+    /// made now: the object `malloc` gives back is the one the message
+    /// dispatched before freed, still in the CPU's cache, where a buffer
+    /// lent to the kernel while the connection waited was written after
+    /// every other connection's messages had gone through the cache
+    /// (`docs/benchmarks.md`). Returns the operation, taken out of the
+    /// slab, with the receive's result and whether it takes the rest its
+    /// socket holds ([`State::recv_rest`]); `-ECANCELED` without receiving
+    /// when it was cancelled since its poll answered (the socket may be
+    /// closed now). None when nothing had arrived after all: its poll is
+    /// armed again under the same token.
+    fn receive_ready(
+        &mut self,
+        py: Python<'_>,
+        token: u64,
+    ) -> PyResult<Option<(InFlight, i32, bool)>> {
+        let Some(op) = self.ops.get_mut(token) else {
+            return Ok(None);
+        };
+        if op.cancelled {
+            return Ok(self
+                .ops
+                .remove(token)
+                .map(|op| (op, -libc::ECANCELED, false)));
+        }
+        let (fd, len) = (op.fd, op.len);
+        let memory = match grown_memory(py, len) {
+            Ok(m) => m,
+            Err(_) => return Ok(self.ops.remove(token).map(|op| (op, -libc::ENOMEM, false))),
+        };
+        let Memory::Bytes(_, at) = &memory else {
+            unreachable!("grown_memory makes a bytes object")
+        };
+        // SAFETY: `at` is the contents of the `len`-byte bytes object just
+        // made (`grown_memory`), which nothing else references yet; they
+        // are not set, so they are seen as `MaybeUninit`, and only what
+        // the receive writes is read after (`finish` cuts the object to
+        // it).
+        let room =
+            unsafe { std::slice::from_raw_parts_mut(*at as *mut std::mem::MaybeUninit<u8>, len) };
+        match recv_ready(fd, room) {
+            Err(rustix::io::Errno::AGAIN) => {
+                // (nothing to take after all: the poll again)
+                op.waiting_ready = true;
+                let entry = op.entry(token);
+                if let Err(e) = self.push(entry) {
+                    let res = -e.raw_os_error().unwrap_or(libc::EIO);
+                    return Ok(self.ops.remove(token).map(|op| (op, res, false)));
+                }
+                Ok(None)
+            }
+            got => {
+                let res = match got {
+                    Ok(n) => i32::try_from(n).unwrap_or(i32::MAX),
+                    Err(e) => -e.raw_os_error(),
+                };
+                Ok(self.ops.remove(token).map(|mut op| {
+                    op.memory = memory;
+                    let n = usize::try_from(res).unwrap_or(0);
+                    let filled = n == op.len && op.rest > 0;
+                    let rest = n > 0 && (filled || likely_piece(op.len, n));
+                    (op, res, rest)
+                }))
+            }
+        }
+    }
+
     /// Notes the socket receives whose completions the kernel posted
     /// while this thread wrote `sent` to `fd` (those after the first
     /// `before` of the completion queue), when the bytes they took are the
@@ -1248,13 +1364,18 @@ impl State {
 
     /// Moves operation `token` on after a completion with `res`: the next
     /// step is submitted (the rest of a short send, the retry after a
-    /// readiness poll, the poll after `EAGAIN`), or the finished operation
+    /// readiness poll, the poll after `EAGAIN`), a deferred receive whose
+    /// poll answered is queued for its dispatch, or the finished operation
     /// is returned with its result, and whether it is a socket receive
     /// that takes what more its socket holds ([`State::recv_rest`]).
     fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<(InFlight, i32, bool)>> {
         let Some(op) = self.ops.get_mut(token) else {
             return Ok(None);
         };
+        if op.waiting_ready && !op.cancelled && res >= 0 && op.deferred() {
+            self.queue_ready(token);
+            return Ok(None);
+        }
         if op.waiting_ready && res >= 0 && op.kind != Kind::Poll && op.cancelled {
             // The readiness poll (after `EAGAIN`) answered, but nothing
             // was transferred: a readiness is no byte count.
@@ -1312,8 +1433,24 @@ impl State {
             return Ok(None);
         }
         let filled = res > 0 && res as usize == op.len && op.rest > 0;
+        // (a grown receive's piece is told as it is dispatched: see
+        // `receive_ready`)
         let rest = (filled || op.peer_sent && res > 0) && !op.cancelled;
         Ok(self.ops.remove(token).map(|op| (op, res, rest)))
+    }
+
+    /// Queues deferred receive `token`, whose poll answered (any event, an
+    /// error or hang-up too: its receive at the dispatch reports it), for
+    /// its dispatch; it stays in the slab until then. Apart from
+    /// [`State::advance`], so that a small message's completion, which
+    /// never comes here, runs no more code for it.
+    #[cold]
+    #[inline(never)]
+    fn queue_ready(&mut self, token: u64) {
+        if let Some(op) = self.ops.get_mut(token) {
+            op.waiting_ready = false;
+        }
+        self.pending.push_back(Reaped::Ready(token));
     }
 
     /// Drops the entries of [`Spares::armed`] whose receives finished,
@@ -1358,7 +1495,7 @@ impl State {
             let Some(op) = self.ops.get_mut(token) else {
                 continue;
             };
-            if op.grown == 0 || op.armed_at != at || op.cancelled || op.reclaimed {
+            if op.grown == 0 || op.armed_at != at || op.cancelled || op.reclaimed || op.ready() {
                 continue;
             }
             op.reclaimed = true;
@@ -1379,9 +1516,10 @@ impl State {
 
     /// Finishes socket receive `op`, whose kernel receive took `res`
     /// bytes and which takes what more its socket holds now without
-    /// waiting: its first buffer filled and `rest` room is left, or it took
-    /// a send of this loop's own and the loop wrote to that socket again in
-    /// the same step (`peer_sent`). The first buffer's room is filled, then
+    /// waiting: its first buffer filled and `rest` room is left, it took
+    /// what is likely the first piece of a message ([`likely_piece`]), or
+    /// it took a send of this loop's own and the loop wrote to that socket
+    /// again in the same step (`peer_sent`). The first buffer's room is filled, then
     /// (when full) at most `rest` bytes go to [`State::scratch`] after
     /// the first buffer's length (see [`finish`]), their
     /// count kept in `done`; both are added to the result.
@@ -1449,10 +1587,17 @@ impl State {
     /// kernel) and closes the ring. Returns the owners of the transports'
     /// receives in flight or not yet dispatched.
     fn shut_down(mut self, py: Python<'_>) -> Vec<Owner> {
-        let mut owners: Vec<Owner> = std::mem::take(&mut self.pending)
-            .into_iter()
-            .filter_map(Reaped::into_owner)
-            .collect();
+        let mut owners = Vec::new();
+        for reaped in std::mem::take(&mut self.pending) {
+            if let Reaped::Ready(token) = reaped {
+                // (in the slab, but not in the kernel: nothing to cancel)
+                if let Some(mut op) = self.ops.remove(token) {
+                    owners.extend(op.owner.take());
+                }
+            } else {
+                owners.extend(reaped.into_owner());
+            }
+        }
         let tokens = self.ops.tokens();
         for t in tokens {
             // A file write is waited for, not cancelled (see `pwrite`).
@@ -1539,6 +1684,23 @@ fn recv_now_uninit(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> usize {
             Err(e) if e == rustix::io::Errno::INTR => continue,
             Err(_) => 0,
         };
+    }
+}
+
+/// Receives into `buf` what socket `fd` holds now, without waiting: the
+/// count (0 at the end of the stream) or the error, `EAGAIN` when nothing
+/// is there.
+fn recv_ready(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> rustix::io::Result<usize> {
+    // SAFETY: a deferred receive's descriptor, borrowed for this one call,
+    // held open by the proactor until the receive's completion is
+    // dispatched (it is not cancelled: a cancel ends the hold).
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    loop {
+        match rustix::net::recv(borrowed, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
+            Ok(((written, _), _)) => return Ok(written.len()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -1649,12 +1811,19 @@ fn timespec(seconds: f64) -> types::Timespec {
 /// A receive into new bytes of at most `nbytes` from `fd` (see
 /// [`LoopRing::recv`]), not yet submitted; a stream socket's first buffer
 /// is of `first` bytes (at least [`RECV_FIRST`]; [`RECV_FIRST`] when
-/// grown buffers lend [`GROWN_BUDGET`] already): one kept in `spare` when
-/// there is one, and when grown a new `bytes` object that the kernel
-/// fills and that is cut to what it took, so that a large message is
-/// never copied in user space. `MemoryError` when it cannot be made.
+/// grown buffers count [`GROWN_BUDGET`] already): one kept in `spare`
+/// when there is one. A grown one is lent nothing while it waits: the
+/// operation is a readiness poll ([`InFlight::deferred`]) and, once that
+/// answers, receives as it is dispatched into a new `bytes` object of
+/// `first` bytes made then ([`State::receive_ready`]), cut to what it
+/// took, so that a large message is never copied in user space and the
+/// kernel writes memory that the message before it just freed (in the
+/// CPU's cache) rather than a buffer lent while the connection waited
+/// (written after every other connection's messages went through the
+/// cache: on 100 KiB echo at 50 connections the kernel's two copies of a
+/// message cost twice as much, `docs/benchmarks.md`).
 #[inline(always)]
-fn recv_op(py: Python<'_>, ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
+fn recv_op(ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
     let RecvAsk {
         fd,
         nbytes,
@@ -1672,7 +1841,7 @@ fn recv_op(py: Python<'_>, ask: RecvAsk, spare: &mut Spares) -> PyResult<InFligh
         }
         let first = want.min(size);
         let memory = if first > RECV_FIRST {
-            grown_memory(py, first)?
+            Memory::Nothing
         } else {
             match spare.small.pop() {
                 Some(v) if first == RECV_FIRST => Memory::Owned(v),
@@ -1689,6 +1858,7 @@ fn recv_op(py: Python<'_>, ask: RecvAsk, spare: &mut Spares) -> PyResult<InFligh
             op.grown = first;
             spare.lent += first;
             spare.live += 1;
+            op.waiting_ready = true;
         }
         return Ok(op);
     }
@@ -1702,8 +1872,7 @@ fn recv_op(py: Python<'_>, ask: RecvAsk, spare: &mut Spares) -> PyResult<InFligh
 }
 
 /// A grown first buffer of `first` bytes (see [`recv_op`]): a new
-/// `bytes` object the kernel fills. Apart from [`recv_op`], so that the
-/// small receive's path stays inlined where it is armed.
+/// `bytes` object the receive fills, made as it is dispatched.
 #[inline(never)]
 fn grown_memory(py: Python<'_>, first: usize) -> PyResult<Memory> {
     let obj = crate::fresh::unfilled(py, first)?;
