@@ -190,6 +190,17 @@ class ServerAccept:
             self._proactor.cancel_op(self.token)
         return True
 
+    def stop(self) -> None:
+        """The server no longer serves: cancels the accept in flight, and
+        a connection whose accept completes now (or whose completion is
+        queued) is reset, as the backlog's are. The callback, a closure
+        of the server's that holds this object and the protocol factory,
+        is let go of: it would keep them in a reference cycle that only the
+        collector frees."""
+        self.stopped = True
+        self.cancel()
+        self.callback = _reset_unserved
+
     def done(self) -> bool:
         """Whether no accept of it is in flight (finished, or cancelled)."""
         return self.token is None or self.cancelled
@@ -208,6 +219,12 @@ class ServerAccept:
     def __repr__(self) -> str:
         state = "cancelled" if self.cancelled else "pending" if self.token is not None else "idle"
         return f"<ServerAccept {state} on {self.listener!r}>"
+
+
+def _reset_unserved(conn: Any, exc: BaseException | None) -> None:
+    """A stopped server's accept callback (see :meth:`ServerAccept.stop`)."""
+    if conn is not None:
+        reset(conn[0])
 
 
 def reset(conn: socket.socket) -> None:
