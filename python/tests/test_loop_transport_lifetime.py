@@ -72,8 +72,9 @@ async def all_gone(refs: dict, baseline: int) -> None:
         # (this task's step, running, is no longer in the ready queue)
         settled = len(loop._ready) == 0 and _in_flight(loop) <= baseline
         if settled or loop.time() > deadline:
-            held = {name: [type(r).__name__ for r in gc.get_referrers(refs[name]())] for name in alive}
-            raise AssertionError(f"alive without a collection: {alive}; referred to by {held}")
+            held = {name: [type(r).__name__ for r in gc.get_referrers(refs[name]())] for name in alive[:4]}
+            raise AssertionError(f"{len(alive)} of {len(refs)} alive without a collection: {alive[:20]}; "
+                                 f"the first referred to by {held}")
         await asyncio.sleep(0)
 
 
