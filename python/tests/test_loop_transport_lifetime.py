@@ -25,6 +25,7 @@ import gc
 import os
 import ssl
 import tempfile
+import threading
 import warnings
 import weakref
 
@@ -295,6 +296,59 @@ def test_closed_pipe_transports_and_their_protocols_go_with_their_last_reference
     protocols and transports are gone with no collection. (The io_uring
     loop's transports kept their protocols.)"""
     _run(kind, lambda loop, refs: _pipes(loop, how, refs))
+
+
+class Child(asyncio.SubprocessProtocol):
+    """Keeps its subprocess transport; ``lost`` is its ``connection_lost``."""
+
+    def __init__(self):
+        loop = asyncio.get_running_loop()
+        self.lost = loop.create_future()
+        self.out = bytearray()
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def pipe_data_received(self, fd, data):
+        self.out += data
+
+    def connection_lost(self, exc):
+        self.lost.set_result(type(exc))
+
+
+async def _child(loop, refs):
+    """A child that echoes its stdin to its stdout, the subprocess protocol
+    keeping its transport; stdin written and closed, the child's end
+    awaited (the transport's ``connection_lost``: the child has exited and
+    every pipe is closed)."""
+    tr, pr = await loop.subprocess_exec(Child, "cat", stdin=-1, stdout=-1)
+    refs["protocol"] = weakref.ref(pr)
+    refs["transport"] = weakref.ref(tr)
+    for fd in (0, 1):
+        pipe = tr.get_pipe_transport(fd)
+        refs[f"pipe {fd} transport"] = weakref.ref(pipe)
+        refs[f"pipe {fd} protocol"] = weakref.ref(pipe.get_protocol())
+    tr.get_pipe_transport(0).write(MESSAGE)
+    tr.get_pipe_transport(0).close()
+    assert await asyncio.wait_for(pr.lost, DEADLINE) is type(None)
+    assert bytes(pr.out) == MESSAGE
+    assert tr.get_returncode() == 0
+    tr.close()
+    # On epoll, asyncio's child watcher's thread holds the transport (its
+    # callback's arguments) until it ends, just after reporting the exit.
+    for thread in threading.enumerate():
+        if "waitpid-" in thread.name:  # (asyncio-waitpid-N)
+            thread.join(DEADLINE)
+
+
+@pytest.mark.parametrize("kind", OURS)
+def test_a_finished_subprocess_s_transports_and_protocols_go_with_their_last_reference(kind):
+    """``subprocess_exec`` with pipes (asyncio's subprocess transport over
+    the loop's pipe transports): once the child has exited and its pipes
+    are closed, the subprocess protocol and transport and each pipe's
+    transport and protocol are gone with no collection. (The io_uring
+    loop's pipe transports kept their protocols, which keep them.)"""
+    _run(kind, _child)
 
 
 @pytest.mark.parametrize("kind", OURS)
