@@ -88,8 +88,8 @@ async def start(loop) -> int:
 
 class Keeps(asyncio.Protocol):
     """Keeps its transport and a buffer, as most protocols do; echoes
-    what it receives when ``echo`` is set; ``got`` is the first bytes,
-    ``lost`` the type of the exception that ended the connection (the
+    what it receives when ``echo`` is set; ``got`` is done once a whole
+    message has come, ``lost`` the type of the exception that ended the connection (the
     exception itself, kept, would keep its traceback's frames)."""
 
     echo = False
