@@ -175,13 +175,16 @@ class _Closing:
     only the collector freed.
     """
 
-    # What ended the connection (None: a close or abort of ours).
-    _lost_exc: BaseException | None = None
+    # Whether a reset by the peer ended the connection (what
+    # _sendfile_native asks; the exception itself is not kept: its
+    # traceback holds the frames, and so the transport and protocol, it
+    # was raised through).
+    _lost_reset: bool = False
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         if self._called_connection_lost:
             return
-        self._lost_exc = exc
+        self._lost_reset = isinstance(exc, ConnectionResetError)
         try:
             self._protocol.connection_lost(exc)
         finally:
@@ -619,6 +622,10 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             if not self._closing:
                 raise
         finally:
+            # A raised receive error's traceback holds this frame, which
+            # must not hold the error back: a reference cycle through the
+            # transport (the `except ... as` clauses unbind it themselves).
+            exc = None
             if data is not None:
                 if data and not self._closing and not self._paused and self._protocol is self._plain:
                     # _deliver's body, inline: the message's only Python call.
@@ -898,6 +905,9 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
         else:
             self._read_fut.add_done_callback(self._loop_reading)
         finally:
+            # A failed receive's future holds its error, whose traceback
+            # holds this frame: a reference cycle through the transport.
+            fut = None
             if received:
                 self._protocol.datagram_received(data, addr)
 
@@ -1456,7 +1466,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         except ConnectionAbortedError as exc:
             # The transport's own receive took the peer's reset and closed
             # the socket: the reset is what ended the sendfile.
-            if isinstance(transp._lost_exc, ConnectionResetError):
+            if transp._lost_reset:
                 raise _proactor.os_error(errno.ECONNRESET) from exc
             raise
 

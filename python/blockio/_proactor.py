@@ -140,6 +140,10 @@ class StreamReceive(_blockio.StreamRx):
             raise
         except BaseException as error:
             self.report(callback, error)
+        finally:
+            # (see _finish_stream: the callback raises the error it is
+            # handed, and this frame is its traceback's frame's caller)
+            exc = None
 
     def report(self, callback: Callable[[Any, Any], None], error: BaseException) -> None:
         """Hands the loop's exception handler what ``callback`` let out."""
@@ -946,10 +950,16 @@ class RingProactor:
             data, exc = None, os_error(errno.ECONNRESET)
         else:
             data, exc = value, None
-        if self._direct:
-            rx.deliver(callback, data, exc)
-        else:
-            self._loop.call_soon(rx.deliver, callback, data, exc)
+        try:
+            if self._direct:
+                rx.deliver(callback, data, exc)
+            else:
+                self._loop.call_soon(rx.deliver, callback, data, exc)
+        finally:
+            # The transport raises an error it is handed: the traceback
+            # holds its frame, whose caller is this one, which must not
+            # hold the error back (a reference cycle through the transport).
+            exc = None
 
     def _finish_serve(self, token: int, acc: ServerAccept, arg: Any, res: int, value: Any) -> None:
         """Hands a server's accept its outcome, as :meth:`_finish` and
