@@ -376,9 +376,9 @@ def test_a_thousand_echoed_and_closed_connections_leave_no_protocol_or_transport
             protocols.add(pr)
             transports.add(tr)
             tr.write(MESSAGE)
-            await pr.got
+            await asyncio.wait_for(pr.got, DEADLINE)
             tr.close()
-            await pr.lost
+            await asyncio.wait_for(pr.lost, DEADLINE)
             del tr, pr
         server.close()
         await server.wait_closed()
@@ -467,7 +467,7 @@ def test_a_closed_server_s_protocol_factory_goes_with_its_last_reference(kind):
         port = server.sockets[0].getsockname()[1]
         tr, pr = await loop.create_connection(Keeps, "127.0.0.1", port)
         tr.close()
-        await pr.lost
+        await asyncio.wait_for(pr.lost, DEADLINE)
         server.close()
         await server.wait_closed()
         refs = {"factory": weakref.ref(factory), "server": weakref.ref(server)}
@@ -528,14 +528,14 @@ async def _closed_answers(loop):
         tr, pr = await loop.create_connection(Keeps, "127.0.0.1", port)
         before = _extras(tr, stream_keys)
         tr.close()
-        await pr.lost
+        await asyncio.wait_for(pr.lost, DEADLINE)
         out["tcp client, close()"] = _answers(tr, before)
         await served[0].lost
         out["tcp server side, closed by the peer"] = _answers(served[0].transport, _extras(served[0].transport, ()))
         tr, pr = await loop.create_connection(Keeps, "127.0.0.1", port)
         before = _extras(tr, stream_keys)
         tr.abort()
-        await pr.lost
+        await asyncio.wait_for(pr.lost, DEADLINE)
         out["tcp client, abort()"] = _answers(tr, before)
         server.close()
         await server.wait_closed()
@@ -545,7 +545,7 @@ async def _closed_answers(loop):
         tr, pr = await loop.create_unix_connection(Keeps, path)
         before = _extras(tr, stream_keys)
         tr.close()
-        await pr.lost
+        await asyncio.wait_for(pr.lost, DEADLINE)
         out["unix client"] = _answers(tr, before)
         server.close()
         await server.wait_closed()
@@ -553,7 +553,7 @@ async def _closed_answers(loop):
         d_tr, d_pr = await loop.create_datagram_endpoint(Keeps, local_addr=("127.0.0.1", 0))
         before = _extras(d_tr, ("sockname", "peername", "socket"))
         d_tr.close()
-        await d_pr.lost
+        await asyncio.wait_for(d_pr.lost, DEADLINE)
         out["datagram"] = _answers(d_tr, before)
 
         r, w = os.pipe()
@@ -561,8 +561,8 @@ async def _closed_answers(loop):
         w_tr, w_pr = await loop.connect_write_pipe(Keeps, os.fdopen(w, "wb", 0))
         r_before, w_before = _extras(r_tr, ("pipe",)), _extras(w_tr, ("pipe",))
         w_tr.close()
-        await w_pr.lost
-        await r_pr.lost
+        await asyncio.wait_for(w_pr.lost, DEADLINE)
+        await asyncio.wait_for(r_pr.lost, DEADLINE)
         out["read pipe"] = _answers(r_tr, r_before)
         out["write pipe"] = _answers(w_tr, w_before)
         out["read pipe's file closed"] = r_before["pipe"].closed
@@ -573,7 +573,7 @@ async def _closed_answers(loop):
         tr, pr = await loop.create_connection(Keeps, "127.0.0.1", port, ssl=cctx, server_hostname="localhost")
         before = _extras(tr, ("peername", "sockname", "sslcontext", "cipher", "socket"))
         tr.close()
-        await pr.lost
+        await asyncio.wait_for(pr.lost, DEADLINE)
         out["ssl client"] = _answers(tr, before)
         server.close()
         await server.wait_closed()
