@@ -12,7 +12,10 @@ more in flight on the ring than before the test) with one still alive.
 Stream transports (TCP and Unix, client and server side, plain and
 buffered protocols), datagram transports, pipe transports and SSL
 (asyncio's ``SSLProtocol`` over the loop's transports), ended by
-``close()``, ``abort()`` and the peer; the loop's close with connections
+``close()``, ``abort()`` and the peer; TCP connections reset by their
+peer (RST), also with writes in flight, and ended by a protocol callback
+that raised (the exception's traceback must not keep them); a datagram
+transport that received an error; the loop's close with connections
 open; a closed server's protocol factory; and what a closed transport
 answers (``get_protocol()``, ``is_closing()``, ``get_extra_info()``),
 beside asyncio's selector loop. Both backends of blockio's loop."""
@@ -23,7 +26,9 @@ import asyncio
 import contextlib
 import gc
 import os
+import socket
 import ssl
+import struct
 import tempfile
 import threading
 import warnings
@@ -215,7 +220,10 @@ def test_a_closed_stream_s_transports_and_protocols_go_with_their_last_reference
     transports are gone with no collection, whichever side ended it and
     how. (On io_uring the transport kept its protocol, a cycle with a
     protocol that keeps its transport; on epoll asyncio's transport keeps
-    its read callback, a bound method of its own.)"""
+    its read callback, a bound method of its own.) A "peer abort" here
+    comes after the peer has read everything, so the kernel ends the
+    connection with an end of stream, not a reset: resets are
+    :func:`test_a_connection_reset_by_its_peer_leaves_nothing`'s."""
     _run(kind, lambda loop, refs: _stream(loop, family, protocol == "buffered", how, refs))
 
 
@@ -267,6 +275,40 @@ def test_a_closed_datagram_transport_and_its_protocol_go_with_their_last_referen
     _run(kind, lambda loop, refs: _datagrams(loop, how, refs))
 
 
+class KeepsErrors(Keeps):
+    """:class:`Keeps` whose ``got`` is the type of the first error received."""
+
+    def error_received(self, exc):
+        if not self.got.done():
+            self.got.set_result(type(exc))
+
+
+async def _datagram_error(loop, refs):
+    """A connected datagram endpoint sends to a port nobody listens on
+    (the kernel's ICMP answer is an error on its next receive), then is
+    closed."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as gone:
+        gone.bind(("127.0.0.1", 0))
+        addr = gone.getsockname()
+    tr, pr = await loop.create_datagram_endpoint(KeepsErrors, remote_addr=addr)
+    refs["protocol"] = weakref.ref(pr)
+    refs["transport"] = weakref.ref(tr)
+    tr.sendto(MESSAGE)
+    assert await asyncio.wait_for(pr.got, DEADLINE) is ConnectionRefusedError
+    tr.close()
+    assert await asyncio.wait_for(pr.lost, DEADLINE) is type(None)
+
+
+@pytest.mark.parametrize("kind", OURS)
+def test_a_datagram_transport_that_received_an_error_goes_with_its_last_reference(kind):
+    """A connected datagram endpoint whose receive failed (the peer's port
+    refused it: ``error_received``), then closed: its protocol and
+    transport are gone with no collection. (On io_uring the failed
+    receive's future held its exception, whose traceback held the
+    transport's read frame, which held the future.)"""
+    _run(kind, _datagram_error)
+
+
 async def _pipes(loop, how, refs):
     """A pipe with a read and a write transport on it, bytes through it,
     then ended by ``how``: the write transport's ``close()`` or
@@ -296,6 +338,150 @@ def test_closed_pipe_transports_and_their_protocols_go_with_their_last_reference
     protocols and transports are gone with no collection. (The io_uring
     loop's transports kept their protocols.)"""
     _run(kind, lambda loop, refs: _pipes(loop, how, refs))
+
+
+def _reset(sock):
+    """Closes ``sock`` with SO_LINGER 0: the kernel sends its peer a reset
+    (RST), not an end of stream, whatever is left unread or unsent."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+async def _raw_peer(loop, side, protocol, refs):
+    """A TCP connection between a transport of the loop (the server's
+    when ``side`` is "server", else the client's), whose protocol (made by
+    ``protocol``) keeps it, and a plain socket of the test's, the peer;
+    returns ``(transport, protocol, peer socket)``, the transport and
+    protocol also in ``refs``."""
+    if side == "server":
+        made = loop.create_future()
+
+        class Served(protocol):
+            def connection_made(self, transport):
+                super().connection_made(transport)
+                made.set_result(self)
+
+        server = await loop.create_server(Served, "127.0.0.1", 0)
+        peer = socket.socket()
+        peer.setblocking(False)
+        await loop.sock_connect(peer, server.sockets[0].getsockname())
+        pr = await asyncio.wait_for(made, DEADLINE)
+        del made
+        tr = pr.transport
+        server.close()  # (the connection made is not the server's to end)
+    else:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            listener.setblocking(False)
+            accepting = asyncio.ensure_future(loop.sock_accept(listener))
+            tr, pr = await loop.create_connection(protocol, *listener.getsockname())
+            peer, _ = await asyncio.wait_for(accepting, DEADLINE)
+        peer.setblocking(False)
+    refs["protocol"] = weakref.ref(pr)
+    refs["transport"] = weakref.ref(tr)
+    return tr, pr, peer
+
+
+async def _reset_on_receive(loop, side, buffered, refs):
+    """A message echoed by the loop's side, then the peer's reset."""
+    echo, _ = _protocols(buffered)
+    tr, pr, peer = await _raw_peer(loop, side, echo, refs)
+    with peer:
+        await loop.sock_sendall(peer, MESSAGE)
+        got = b""
+        while len(got) < len(MESSAGE):
+            data = await asyncio.wait_for(loop.sock_recv(peer, 65536), DEADLINE)
+            assert data
+            got += data
+        assert got == MESSAGE
+        _reset(peer)
+    assert await asyncio.wait_for(pr.lost, DEADLINE) is ConnectionResetError
+    assert tr.is_closing()
+
+
+@pytest.mark.parametrize("protocol", ["plain", "buffered"])
+@pytest.mark.parametrize("side", ["server", "client"])
+@pytest.mark.parametrize("kind", OURS)
+def test_a_connection_reset_by_its_peer_leaves_nothing(kind, side, protocol):
+    """A TCP connection whose peer resets it (RST) once a message is
+    echoed: ``connection_lost`` gets ``ConnectionResetError``, then the
+    protocol and its transport are gone with no collection. (On io_uring
+    the transport kept the exception, whose traceback held the frames, and
+    so the transport, it was raised through.)"""
+    _run(kind, lambda loop, refs: _reset_on_receive(loop, side, protocol == "buffered", refs))
+
+
+async def _reset_while_writing(loop, reading, refs):
+    """The loop's client side writes 64 MiB to a peer that reads none of
+    it (with its own reading on, or paused: then the send in flight is
+    what meets the reset), then the peer resets the connection."""
+    tr, pr, peer = await _raw_peer(loop, "client", Keeps, refs)
+    with peer:
+        if not reading:
+            tr.pause_reading()
+        for _ in range(64):
+            tr.write(bytes(1 << 20))
+        assert tr.get_write_buffer_size() > 0  # not all taken by the socket
+        _reset(peer)
+    assert await asyncio.wait_for(pr.lost, DEADLINE) in (ConnectionResetError, BrokenPipeError)
+    assert tr.is_closing()
+
+
+@pytest.mark.parametrize("reading", ["reading", "reading paused"])
+@pytest.mark.parametrize("kind", OURS)
+def test_a_connection_reset_with_writes_in_flight_leaves_nothing(kind, reading):
+    """A connection reset by its peer while megabytes of the loop's side's
+    writes are still buffered and in flight: ``connection_lost`` gets the
+    reset (``ConnectionResetError``, or ``BrokenPipeError`` from the send),
+    then the protocol and its transport are gone with no collection. (On
+    io_uring the failed send's future held its exception, whose traceback
+    held the transport's frame.)"""
+    _run(kind, lambda loop, refs: _reset_while_writing(loop, reading == "reading", refs))
+
+
+class Raises(Keeps):
+    """Keeps its transport; raises from ``data_received``."""
+
+    def data_received(self, data):
+        raise ValueError("refused by the protocol")
+
+
+class RaisesBuffered(asyncio.BufferedProtocol, Raises):
+    """:class:`Raises` as a ``BufferedProtocol``: raises from ``buffer_updated``."""
+
+    def get_buffer(self, sizehint):
+        return self.buffer
+
+    def buffer_updated(self, nbytes):
+        raise ValueError("refused by the protocol")
+
+
+async def _protocol_raises(loop, side, buffered, refs):
+    """The loop's side's protocol raises from the call that hands it the
+    peer's message: the loop reports it and ends the connection."""
+    reported = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context["message"]))
+    tr, pr, peer = await _raw_peer(loop, side, RaisesBuffered if buffered else Raises, refs)
+    with peer:
+        await loop.sock_sendall(peer, MESSAGE)
+        assert await asyncio.wait_for(pr.lost, DEADLINE) is ValueError
+        assert await asyncio.wait_for(loop.sock_recv(peer, 65536), DEADLINE) == b""  # ended by the loop's side
+    assert tr.is_closing()
+    call = "buffer_updated" if buffered else "data_received"
+    assert reported == [f"Fatal error: protocol.{call}() call failed."]
+
+
+@pytest.mark.parametrize("protocol", ["plain", "buffered"])
+@pytest.mark.parametrize("side", ["server", "client"])
+@pytest.mark.parametrize("kind", OURS)
+def test_a_connection_its_protocol_s_callback_ended_leaves_nothing(kind, side, protocol):
+    """A protocol whose ``data_received`` (``buffer_updated``) raises: the
+    loop reports it, ``connection_lost`` gets the exception, then the
+    protocol and its transport are gone with no collection. (On io_uring
+    the transport kept the exception, whose traceback held the protocol's
+    frame.)"""
+    _run(kind, lambda loop, refs: _protocol_raises(loop, side, protocol == "buffered", refs))
 
 
 class Child(asyncio.SubprocessProtocol):
