@@ -282,6 +282,10 @@ class _Writing:
             self._force_close(exc)
         except OSError as exc:
             self._fatal_error(exc, "Fatal write error on pipe transport")
+        finally:
+            # A failed send's future holds its error, whose traceback holds
+            # this frame: a reference cycle through the transport.
+            f = None
 
     def _drained(self) -> None:
         """Everything written has gone out.
