@@ -412,32 +412,36 @@ def test_a_connection_reset_by_its_peer_leaves_nothing(kind, side, protocol):
     _run(kind, lambda loop, refs: _reset_on_receive(loop, side, protocol == "buffered", refs))
 
 
-async def _reset_while_writing(loop, reading, refs):
+async def _reset_while_writing(loop, how, refs):
     """The loop's client side writes 64 MiB to a peer that reads none of
-    it (with its own reading on, or paused: then the send in flight is
-    what meets the reset), then the peer resets the connection."""
+    it (with its own reading on; paused; or ended by ``close()``, which
+    waits for the writes: then the send in flight is what meets the
+    reset), then the peer resets the connection."""
     tr, pr, peer = await _raw_peer(loop, "client", Keeps, refs)
     with peer:
-        if not reading:
+        if how == "reading paused":
             tr.pause_reading()
         for _ in range(64):
             tr.write(bytes(1 << 20))
         assert tr.get_write_buffer_size() > 0  # not all taken by the socket
+        if how == "closed":
+            tr.close()
         _reset(peer)
-    assert await asyncio.wait_for(pr.lost, DEADLINE) in (ConnectionResetError, BrokenPipeError)
+    assert await asyncio.wait_for(pr.lost, DEADLINE) is ConnectionResetError
     assert tr.is_closing()
 
 
-@pytest.mark.parametrize("reading", ["reading", "reading paused"])
+@pytest.mark.parametrize("how", ["reading", "reading paused", "closed"])
 @pytest.mark.parametrize("kind", OURS)
-def test_a_connection_reset_with_writes_in_flight_leaves_nothing(kind, reading):
+def test_a_connection_reset_with_writes_in_flight_leaves_nothing(kind, how):
     """A connection reset by its peer while megabytes of the loop's side's
-    writes are still buffered and in flight: ``connection_lost`` gets the
-    reset (``ConnectionResetError``, or ``BrokenPipeError`` from the send),
-    then the protocol and its transport are gone with no collection. (On
-    io_uring the failed send's future held its exception, whose traceback
-    held the transport's frame.)"""
-    _run(kind, lambda loop, refs: _reset_while_writing(loop, reading == "reading", refs))
+    writes are still buffered and in flight: ``connection_lost`` gets
+    ``ConnectionResetError``, also after ``close()``, then the protocol
+    and its transport are gone with no collection. (On io_uring the
+    receive's error, held by the frames that handed it on, held the
+    transport; after ``close()`` the send's error, held by its future,
+    which the frame in its traceback held.)"""
+    _run(kind, lambda loop, refs: _reset_while_writing(loop, how, refs))
 
 
 class Raises(Keeps):
