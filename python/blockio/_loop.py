@@ -629,6 +629,9 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             # A raised receive error's traceback holds this frame, which
             # must not hold the error back: a reference cycle through the
             # transport (the `except ... as` clauses unbind it themselves).
+            # Defensive: only an error that is neither an OSError nor
+            # caught here (re-raised past this frame) reaches it with `exc`
+            # bound; no test makes one.
             exc = None
             if data is not None:
                 if data and not self._closing and not self._paused and self._protocol is self._plain:
