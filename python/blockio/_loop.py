@@ -63,7 +63,9 @@ import sys
 import threading
 import warnings
 import weakref
-from asyncio import base_events, constants, events, exceptions, proactor_events, sslproto, trsock, unix_events
+from asyncio import (
+    base_events, constants, events, exceptions, proactor_events, selector_events, sslproto, trsock, unix_events,
+)
 from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
 from . import _blockio, _proactor
@@ -164,15 +166,25 @@ class _Closing:
     ``ENOTCONN`` on a datagram socket that was never connected and on a
     stream whose peer reset it, which must not keep the socket open or
     ``connection_lost`` from being reported.
+
+    Once ``connection_lost`` has been called the transport lets go of its
+    protocol, socket and loop, as asyncio's selector transports do
+    (``get_protocol()`` is None then, as there): asyncio's proactor
+    transports keep the protocol, and a protocol that keeps its transport
+    (``self.transport = transport``) made a reference cycle with it that
+    only the collector freed.
     """
 
-    # What ended the connection (None: a close or abort of ours).
-    _lost_exc: BaseException | None = None
+    # Whether a reset by the peer ended the connection (what
+    # _sendfile_native asks; the exception itself is not kept: its
+    # traceback holds the frames, and so the transport and protocol, it
+    # was raised through).
+    _lost_reset: bool = False
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         if self._called_connection_lost:
             return
-        self._lost_exc = exc
+        self._lost_reset = isinstance(exc, ConnectionResetError)
         try:
             self._protocol.connection_lost(exc)
         finally:
@@ -184,6 +196,8 @@ class _Closing:
                     pass
             sock.close()
             self._sock = None
+            self._protocol = None
+            self._loop = None
             server = self._server
             if server is not None:
                 if sys.version_info >= (3, 13):
@@ -192,6 +206,21 @@ class _Closing:
                     server._detach()
                 self._server = None
             self._called_connection_lost = True
+
+    def _loop_closed(self) -> None:
+        """The loop was closed with the connection open: nothing of the
+        transport's runs again. A receive that waits for readiness (an
+        unconnected datagram socket's ``recvfrom``) is a task, pending for
+        good now, whose done callback is the transport's own
+        ``_loop_reading``: that reference cycle is broken, so that a
+        transport that no protocol keeps goes with its last reference (its
+        finaliser then closes the socket, as asyncio's does, with asyncio's
+        "unclosed transport" warning), and the task with it, unreported
+        (it is the transport's own)."""
+        fut = self._read_fut
+        if isinstance(fut, asyncio.Task) and not fut.done():
+            fut.remove_done_callback(self._loop_reading)
+            fut._log_destroy_pending = False
 
     def __repr__(self) -> str:
         info = [type(self).__name__]
@@ -253,6 +282,10 @@ class _Writing:
             self._force_close(exc)
         except OSError as exc:
             self._fatal_error(exc, "Fatal write error on pipe transport")
+        finally:
+            # A failed send's future holds its error, whose traceback holds
+            # this frame: a reference cycle through the transport.
+            f = None
 
     def _drained(self) -> None:
         """Everything written has gone out.
@@ -333,20 +366,46 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         try:
             super()._call_connection_lost(exc)
         finally:
-            tx = self._tx
-            if tx is not None and self._called_connection_lost:
-                # The native write holds the transport (as asyncio's bound
-                # write does: a kept `transport.write` keeps it); the
-                # transport lets go of it once the connection is lost, so
-                # that this write leaves no cycle for the collector. (The
-                # proactor's transport keeps its protocol after the loss, so a
-                # protocol that holds its transport still makes one, which
-                # only a collection frees.) `ready` is already off (the
-                # transport is closing); a kept write, no longer the
-                # instance's, goes to the class's _write_slow, which drops
-                # it, as asyncio does.
-                self._tx = None
-                self.__dict__.pop("write", None)  # the class's (_write_slow)
+            if self._called_connection_lost:
+                self._let_go()
+
+    def _loop_closed(self) -> None:
+        """The loop was closed with the connection open: the native write
+        is let go of (see :meth:`_drop_native_write`; a write now is
+        ``_write_slow``'s, sent at once if the socket takes it, as on
+        asyncio's loop), so that a transport that no protocol keeps goes
+        with its last reference."""
+        super()._loop_closed()
+        self._drop_native_write()
+
+    def _drop_native_write(self) -> None:
+        """Lets go of the native write, which holds the transport (as
+        asyncio's bound write does: a kept ``transport.write`` keeps it)
+        while the transport holds it: a reference cycle. A kept write, no
+        longer the instance's, goes to the class's ``_write_slow``."""
+        if self._tx is not None:
+            self._tx = None
+            self.__dict__.pop("write", None)
+
+    def _let_go(self) -> None:
+        """Drops what the transport holds for its connection, once that
+        is lost: with the protocol and the socket (see :class:`_Closing`),
+        neither the transport nor its protocol is then part of a reference
+        cycle, and both go with their last reference.
+
+        The native write's ``ready`` is already off (the transport is
+        closing); a kept write goes to ``_write_slow``, which drops it, as
+        asyncio does. The receive holds the plain protocol (``direct``),
+        the socket and the context; it is the ring's until the kernel has
+        answered its cancel, not the transport's. ``_plain`` is the
+        protocol, ``_data`` bytes kept for a paused protocol."""
+        self._drop_native_write()
+        self._plain = _NOT_PLAIN
+        rx = self._rx
+        if rx is not None:
+            rx.direct = None
+            self._rx = None
+        self._data = b""
 
     def write_eof(self) -> None:
         super().write_eof()
@@ -443,7 +502,8 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         """asyncio's ``write``: every write that is not the native one's
         (see ``__init__``), and every write of a transport on a test's mock
         socket."""
-        if self._loop._proactor is None:
+        loop = self._loop  # (None once the connection is lost)
+        if loop is not None and loop._proactor is None:
             self._write_after_close(data)
             return
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -566,6 +626,13 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             if not self._closing:
                 raise
         finally:
+            # A raised receive error's traceback holds this frame, which
+            # must not hold the error back: a reference cycle through the
+            # transport (the `except ... as` clauses unbind it themselves).
+            # Defensive: only an error that is neither an OSError nor
+            # caught here (re-raised past this frame) reaches it with `exc`
+            # bound; no test makes one.
+            exc = None
             if data is not None:
                 if data and not self._closing and not self._paused and self._protocol is self._plain:
                     # _deliver's body, inline: the message's only Python call.
@@ -845,6 +912,9 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
         else:
             self._read_fut.add_done_callback(self._loop_reading)
         finally:
+            # A failed receive's future holds its error, whose traceback
+            # holds this frame: a reference cycle through the transport.
+            fut = None
             if received:
                 self._protocol.datagram_received(data, addr)
 
@@ -1085,6 +1155,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         # Only this loop's own is cleared.
         _drop_wakeup_fd(self._csock)
         self._stop_accept_futures()
+        for acc in self._server_accepts:
+            acc.stop()
         self._server_accepts.clear()
         self._close_self_pipe()
         self._proactor.close()
@@ -1094,6 +1166,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         # The ring is closed: the kernel no longer uses the duplicates.
         for w in watches:
             w.drop()
+        for ref in self._transports.values():
+            transport = ref()
+            if isinstance(transport, _Closing):
+                transport._loop_closed()
+        self._transports.clear()
 
     # -- files: blockio's engine reads on this ring --------------------------
 
@@ -1396,7 +1473,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         except ConnectionAbortedError as exc:
             # The transport's own receive took the peer's reset and closed
             # the socket: the reset is what ended the sendfile.
-            if isinstance(transp._lost_exc, ConnectionResetError):
+            if transp._lost_reset:
                 raise _proactor.os_error(errno.ECONNRESET) from exc
             raise
 
@@ -1547,8 +1624,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             # An accept of a server on this listener completed in the batch
             # being dispatched is not served (see _start_serving's `accepted`).
             self._server_accepts.discard(acc)
-            acc.stopped = True
-            acc.cancel()
+            acc.stop()
         path = sock.getsockname() if sock in self._unix_server_sockets else None
         super()._stop_serving(sock)
         if path is not None:
@@ -1750,6 +1826,27 @@ def _reset_all(conns: list[tuple[socket.socket, Any]]) -> None:
         _proactor.reset(conns.pop()[0])
 
 
+class _EpollSocketTransport(selector_events._SelectorSocketTransport):
+    """asyncio's selector socket transport, which lets go of its read
+    callback once its connection is lost (or its loop closed).
+
+    The callback (``_read_ready_cb``) is a bound method of the transport
+    itself, a reference cycle that asyncio leaves in place after
+    ``connection_lost``: a closed transport went only with the next
+    collection, not with its last reference (as on uvloop)."""
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            super()._call_connection_lost(exc)
+        finally:
+            self._read_ready_cb = None
+
+    def _loop_closed(self) -> None:
+        """The loop was closed with the connection open: the transport
+        reads no more (its loop's selector is gone)."""
+        self._read_ready_cb = None
+
+
 class EpollEventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop (epoll): the fallback where io_uring is unavailable."""
 
@@ -1790,7 +1887,12 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         if not self.is_running():
             for sock in list(self._kept_conns):
                 _reset_all(self._forget_kept(sock))
+        closing = not self.is_running() and not self.is_closed()
         super().close()
+        if closing:
+            for transport in list(self._transports.values()):
+                if isinstance(transport, _EpollSocketTransport):
+                    transport._loop_closed()
 
     def remove_signal_handler(self, sig: int) -> bool:
         """Removes the handler of ``sig`` (see :func:`_remove_signal_handler`)."""
@@ -1890,6 +1992,23 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
             for sock in [s for s in self._kept_conns if s.fileno() == -1]:
                 _reset_all(self._forget_kept(sock))
         super()._run_once()
+
+    def _make_socket_transport(  # type: ignore[no-untyped-def]
+        self, sock, protocol, waiter=None, *, extra=None, server=None
+    ):
+        return _EpollSocketTransport(self, sock, protocol, waiter, extra, server)
+
+    def _make_ssl_transport(  # type: ignore[no-untyped-def]
+        self, rawsock, protocol, sslcontext, waiter=None, *, server_side=False, server_hostname=None,
+        extra=None, server=None, **timeouts,
+    ):
+        # asyncio's, on _EpollSocketTransport (`timeouts`: the handshake's,
+        # and from 3.11 on the shutdown's, as SSLProtocol takes them).
+        ssl_protocol = sslproto.SSLProtocol(
+            self, protocol, sslcontext, waiter, server_side, server_hostname, **timeouts
+        )
+        _EpollSocketTransport(self, rawsock, ssl_protocol, extra=extra, server=server)
+        return ssl_protocol._app_transport
 
     def _make_datagram_transport(  # type: ignore[no-untyped-def]
         self, sock, protocol, address=None, waiter=None, extra=None

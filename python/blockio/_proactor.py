@@ -140,6 +140,10 @@ class StreamReceive(_blockio.StreamRx):
             raise
         except BaseException as error:
             self.report(callback, error)
+        finally:
+            # (see _finish_stream: the callback raises the error it is
+            # handed, and this frame is its traceback's frame's caller)
+            exc = None
 
     def report(self, callback: Callable[[Any, Any], None], error: BaseException) -> None:
         """Hands the loop's exception handler what ``callback`` let out."""
@@ -190,6 +194,17 @@ class ServerAccept:
             self._proactor.cancel_op(self.token)
         return True
 
+    def stop(self) -> None:
+        """The server no longer serves: cancels the accept in flight, and
+        a connection whose accept completes now (or whose completion is
+        queued) is reset, as the backlog's are. The callback, a closure
+        of the server's that holds this object and the protocol factory,
+        is let go of: it would keep them in a reference cycle that only the
+        collector frees."""
+        self.stopped = True
+        self.cancel()
+        self.callback = _reset_unserved
+
     def done(self) -> bool:
         """Whether no accept of it is in flight (finished, or cancelled)."""
         return self.token is None or self.cancelled
@@ -208,6 +223,12 @@ class ServerAccept:
     def __repr__(self) -> str:
         state = "cancelled" if self.cancelled else "pending" if self.token is not None else "idle"
         return f"<ServerAccept {state} on {self.listener!r}>"
+
+
+def _reset_unserved(conn: Any, exc: BaseException | None) -> None:
+    """A stopped server's accept callback (see :meth:`ServerAccept.stop`)."""
+    if conn is not None:
+        reset(conn[0])
 
 
 def reset(conn: socket.socket) -> None:
@@ -929,10 +950,16 @@ class RingProactor:
             data, exc = None, os_error(errno.ECONNRESET)
         else:
             data, exc = value, None
-        if self._direct:
-            rx.deliver(callback, data, exc)
-        else:
-            self._loop.call_soon(rx.deliver, callback, data, exc)
+        try:
+            if self._direct:
+                rx.deliver(callback, data, exc)
+            else:
+                self._loop.call_soon(rx.deliver, callback, data, exc)
+        finally:
+            # The transport raises an error it is handed: the traceback
+            # holds its frame, whose caller is this one, which must not
+            # hold the error back (a reference cycle through the transport).
+            exc = None
 
     def _finish_serve(self, token: int, acc: ServerAccept, arg: Any, res: int, value: Any) -> None:
         """Hands a server's accept its outcome, as :meth:`_finish` and
