@@ -2056,3 +2056,84 @@ fn trait_reads_on_two_workers_wait_in_tokios_reactor_and_lose_nothing() {
         assert_eq!(in_epoll, vec![true; PEERS], "sockets in tokio's reactor");
     }
 }
+
+/// Writes 16 MiB through `AsyncWriteExt::write` in a `tokio::select!`
+/// against a 10 µs ticker, each turn's slice ending elsewhere (its end
+/// drawn per turn), from a task of `rt`, to a peer that reads slowly;
+/// checks that the peer got every byte once, in order, and the end.
+#[cfg(feature = "tokio")]
+fn trait_writes_beside_a_ticker_on(rt: tokio::runtime::Runtime, what: &str) {
+    use tokio::io::AsyncWriteExt;
+    const TOTAL: usize = 16 << 20;
+    let data: Vec<u8> = (0..TOTAL).map(|i| (i * 7 + i / 251) as u8).collect();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut s = s.bounded();
+        let (mut got, mut buf) = (Vec::with_capacity(TOTAL), vec![0u8; 7000]);
+        for reads in 1.. {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            // The reader's pace, so that the writer's socket fills.
+            if reads % 64 == 0 {
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        }
+        got
+    });
+    let e = engine();
+    let sent = data.clone();
+    let wrote = rt.block_on(async move {
+        tokio::spawn(async move {
+            let mut s = TcpStream::connect_with(&e, addr).await.unwrap();
+            let mut ticker = tokio::time::interval(Duration::from_micros(10));
+            let (mut at, mut draw) = (0, 1usize);
+            while at < TOTAL {
+                draw = (draw * 1_103_515_245 + 12_345) % (1 << 31);
+                let end = (at + 1 + (draw >> 4) % 200_000).min(TOTAL);
+                tokio::select! {
+                    biased;
+                    _ = ticker.tick() => {}
+                    w = AsyncWriteExt::write(&mut s, &sent[at..end]) => match w {
+                        Ok(n) => at += n,
+                        Err(e) => return Err(format!("write at byte {at}: {e}")),
+                    },
+                }
+            }
+            AsyncWriteExt::shutdown(&mut s).await.unwrap();
+            Ok(at)
+        })
+        .await
+        .unwrap()
+    });
+    let got = reader.join().unwrap();
+    assert_eq!(wrote, Ok(TOTAL), "{what}: the writer");
+    assert_eq!(got.len(), TOTAL, "{what}: bytes the peer got");
+    assert!(got == data, "{what}: the bytes differ from those written");
+}
+
+/// `AsyncWriteExt::write` dropped pending in a `select!` and made again
+/// with a slice that ends elsewhere sends every byte once, in order, on
+/// a multi-thread runtime, as tokio's write does: a write that returned
+/// pending took none of its bytes.
+#[cfg(feature = "tokio")]
+#[test]
+fn trait_writes_dropped_in_a_select_send_every_byte_once_on_a_multi_thread_runtime() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    trait_writes_beside_a_ticker_on(rt, "multi-thread");
+}
+
+/// As on a multi-thread runtime, from a task of a current-thread runtime.
+#[cfg(feature = "tokio")]
+#[test]
+fn trait_writes_dropped_in_a_select_send_every_byte_once_on_a_current_thread_runtime() {
+    trait_writes_beside_a_ticker_on(current_thread(), "current-thread");
+}
