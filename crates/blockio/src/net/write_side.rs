@@ -322,6 +322,11 @@ struct SendBook {
     /// Owned writes still to try their send inline, on the calling
     /// thread (see [`WriteSide::send_inline`]).
     inline: u32,
+    /// The last trait write's send found the socket full or took only
+    /// part of its bytes: the next one waits for room in tokio's reactor
+    /// before it sends, where one serves it (see
+    /// [`WriteSide::poll_write`]).
+    full: bool,
     /// The trait write that returned pending with its bytes queued: it
     /// is done once the queue is in the kernel.
     accepting: Option<Accepting>,
@@ -656,6 +661,7 @@ impl WriteSide {
                     lingering: None,
                     cancelled: 0,
                     inline: 0,
+                    full: false,
                     accepting: None,
                 }),
                 notified: AtomicBool::new(false),
@@ -743,14 +749,32 @@ impl WriteSide {
                 st.wait(cx);
                 return Poll::Pending;
             }
-            if let Some(sent) = st.send_inline(data) {
-                return Poll::Ready(sent);
+            // The last send left the socket full (or took only part): the
+            // write asks the reactor first, as tokio's does, rather than
+            // pay a send that says `EAGAIN` on every poll while it is.
+            let tried = !st.full;
+            if tried {
+                if let Some(sent) = st.send_inline(data) {
+                    st.full = !matches!(sent, Ok(n) if n == data.len());
+                    return Poll::Ready(sent);
+                }
+                st.full = true;
             }
             // The socket is full. Where a tokio reactor serves the caller,
             // the write waits for room there having taken nothing, as
             // tokio's does.
-            if let Some(wait) = in_reactor(cx, &mut || st.send_inline(data)) {
+            let mut send = || {
+                let sent = st.send_inline(data);
+                st.full = !matches!(sent, Some(Ok(n)) if n == data.len());
+                sent
+            };
+            if let Some(wait) = in_reactor(cx, &mut send) {
                 return wait;
+            }
+            if !tried {
+                if let Some(sent) = send() {
+                    return Poll::Ready(sent);
+                }
             }
             let n = data.len().min(QUEUE_LIMIT);
             if n > SPARE_LIMIT && n > st.queued.capacity() {
