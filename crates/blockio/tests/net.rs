@@ -2137,3 +2137,90 @@ fn trait_writes_dropped_in_a_select_send_every_byte_once_on_a_multi_thread_runti
 fn trait_writes_dropped_in_a_select_send_every_byte_once_on_a_current_thread_runtime() {
     trait_writes_beside_a_ticker_on(current_thread(), "current-thread");
 }
+
+/// A stream split in two, on a multi-thread runtime: one task reads
+/// 8 MiB through the reading half while another writes 8 MiB through the
+/// writing half, each in a `tokio::select!` against a 10 µs ticker, to a
+/// peer that reads slowly, so both wait in tokio's reactor at once (the
+/// socket's one registration, which the halves share: a second would be
+/// refused with `EEXIST`). Every byte arrives once, in order, both ways.
+#[cfg(feature = "tokio")]
+#[test]
+fn split_halves_reading_and_writing_at_once_through_the_reactor_lose_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const TOTAL: usize = 8 << 20;
+    let up: Vec<u8> = (0..TOTAL).map(|i| (i * 13 + i / 257) as u8).collect();
+    let down: Vec<u8> = (0..TOTAL).map(|i| (i * 5 + i / 263) as u8).collect();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sent_up = up.clone();
+    let peer = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let s = s.bounded();
+        let mut w = s.try_clone().unwrap();
+        let writer = std::thread::spawn(move || w.write_all(&sent_up).unwrap());
+        let (mut got, mut buf) = (Vec::with_capacity(TOTAL), vec![0u8; 7000]);
+        for reads in 1.. {
+            let n = (&s).read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            // The reader's pace, so that the writer's socket fills.
+            if reads % 64 == 0 {
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        }
+        writer.join().unwrap();
+        got
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = engine();
+    let sent_down = down.clone();
+    let read_up = rt.block_on(async move {
+        let s = TcpStream::connect_with(&e, addr).await.unwrap();
+        let (mut r, mut w) = s.into_split();
+        let writer = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(Duration::from_micros(10));
+            let mut at = 0;
+            while at < TOTAL {
+                let end = (at + 100_000).min(TOTAL);
+                tokio::select! {
+                    biased;
+                    _ = ticker.tick() => {}
+                    n = AsyncWriteExt::write(&mut w, &sent_down[at..end]) => at += n.unwrap(),
+                }
+            }
+            AsyncWriteExt::shutdown(&mut w).await.unwrap();
+        });
+        let reader = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(Duration::from_micros(10));
+            let (mut got, mut buf) = (Vec::with_capacity(TOTAL), vec![0u8; 64 << 10]);
+            while got.len() < TOTAL {
+                tokio::select! {
+                    biased;
+                    _ = ticker.tick() => {}
+                    n = AsyncReadExt::read(&mut r, &mut buf) => match n.unwrap() {
+                        0 => break,
+                        n => got.extend_from_slice(&buf[..n]),
+                    },
+                }
+            }
+            got
+        });
+        writer.await.unwrap();
+        reader.await.unwrap()
+    });
+    let got_down = peer.join().unwrap();
+    assert_eq!(read_up.len(), TOTAL, "bytes read through the reading half");
+    assert!(read_up == up, "the bytes read differ from those sent");
+    assert_eq!(got_down.len(), TOTAL, "bytes the peer got");
+    assert!(
+        got_down == down,
+        "the bytes written differ from those the peer got"
+    );
+}
