@@ -2096,3 +2096,171 @@ fn trait_reads_on_two_workers_wait_in_tokios_reactor_and_lose_nothing() {
         assert_eq!(in_epoll, vec![true; PEERS], "sockets in tokio's reactor");
     }
 }
+
+/// Writes 16 MiB through `AsyncWriteExt::write` in a `tokio::select!`
+/// against a 10 µs ticker, each turn's slice ending elsewhere (its end
+/// drawn per turn), from a task of `rt`, to a peer that reads slowly;
+/// checks that the peer got every byte once, in order, and the end.
+#[cfg(feature = "tokio")]
+fn trait_writes_beside_a_ticker_on(rt: tokio::runtime::Runtime, what: &str) {
+    use tokio::io::AsyncWriteExt;
+    const TOTAL: usize = 16 << 20;
+    let data: Vec<u8> = (0..TOTAL).map(|i| (i * 7 + i / 251) as u8).collect();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut s = s.bounded();
+        let (mut got, mut buf) = (Vec::with_capacity(TOTAL), vec![0u8; 7000]);
+        for reads in 1.. {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            // The reader's pace, so that the writer's socket fills.
+            if reads % 64 == 0 {
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        }
+        got
+    });
+    let e = engine();
+    let sent = data.clone();
+    let wrote = rt.block_on(async move {
+        tokio::spawn(async move {
+            let mut s = TcpStream::connect_with(&e, addr).await.unwrap();
+            let mut ticker = tokio::time::interval(Duration::from_micros(10));
+            let (mut at, mut draw) = (0, 1usize);
+            while at < TOTAL {
+                draw = (draw * 1_103_515_245 + 12_345) % (1 << 31);
+                let end = (at + 1 + (draw >> 4) % 200_000).min(TOTAL);
+                tokio::select! {
+                    biased;
+                    _ = ticker.tick() => {}
+                    w = AsyncWriteExt::write(&mut s, &sent[at..end]) => match w {
+                        Ok(n) => at += n,
+                        Err(e) => return Err(format!("write at byte {at}: {e}")),
+                    },
+                }
+            }
+            AsyncWriteExt::shutdown(&mut s).await.unwrap();
+            Ok(at)
+        })
+        .await
+        .unwrap()
+    });
+    let got = reader.join().unwrap();
+    assert_eq!(wrote, Ok(TOTAL), "{what}: the writer");
+    assert_eq!(got.len(), TOTAL, "{what}: bytes the peer got");
+    assert!(got == data, "{what}: the bytes differ from those written");
+}
+
+/// `AsyncWriteExt::write` dropped pending in a `select!` and made again
+/// with a slice that ends elsewhere sends every byte once, in order, on
+/// a multi-thread runtime, as tokio's write does: a write that returned
+/// pending took none of its bytes.
+#[cfg(feature = "tokio")]
+#[test]
+fn trait_writes_dropped_in_a_select_send_every_byte_once_on_a_multi_thread_runtime() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    trait_writes_beside_a_ticker_on(rt, "multi-thread");
+}
+
+/// As on a multi-thread runtime, from a task of a current-thread runtime.
+#[cfg(feature = "tokio")]
+#[test]
+fn trait_writes_dropped_in_a_select_send_every_byte_once_on_a_current_thread_runtime() {
+    trait_writes_beside_a_ticker_on(current_thread(), "current-thread");
+}
+
+/// A stream split in two, on a multi-thread runtime: one task reads
+/// 8 MiB through the reading half while another writes 8 MiB through the
+/// writing half, each in a `tokio::select!` against a 10 µs ticker, to a
+/// peer that reads slowly, so both wait in tokio's reactor at once (the
+/// socket's one registration, which the halves share: a second would be
+/// refused with `EEXIST`). Every byte arrives once, in order, both ways.
+#[cfg(feature = "tokio")]
+#[test]
+fn split_halves_reading_and_writing_at_once_through_the_reactor_lose_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const TOTAL: usize = 8 << 20;
+    let up: Vec<u8> = (0..TOTAL).map(|i| (i * 13 + i / 257) as u8).collect();
+    let down: Vec<u8> = (0..TOTAL).map(|i| (i * 5 + i / 263) as u8).collect();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sent_up = up.clone();
+    let peer = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let s = s.bounded();
+        let mut w = s.try_clone().unwrap();
+        let writer = std::thread::spawn(move || w.write_all(&sent_up).unwrap());
+        let (mut got, mut buf) = (Vec::with_capacity(TOTAL), vec![0u8; 7000]);
+        for reads in 1.. {
+            let n = (&s).read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            // The reader's pace, so that the writer's socket fills.
+            if reads % 64 == 0 {
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        }
+        writer.join().unwrap();
+        got
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = engine();
+    let sent_down = down.clone();
+    let read_up = rt.block_on(async move {
+        let s = TcpStream::connect_with(&e, addr).await.unwrap();
+        let (mut r, mut w) = s.into_split();
+        let writer = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(Duration::from_micros(10));
+            let mut at = 0;
+            while at < TOTAL {
+                let end = (at + 100_000).min(TOTAL);
+                tokio::select! {
+                    biased;
+                    _ = ticker.tick() => {}
+                    n = AsyncWriteExt::write(&mut w, &sent_down[at..end]) => at += n.unwrap(),
+                }
+            }
+            AsyncWriteExt::shutdown(&mut w).await.unwrap();
+        });
+        let reader = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(Duration::from_micros(10));
+            let (mut got, mut buf) = (Vec::with_capacity(TOTAL), vec![0u8; 64 << 10]);
+            while got.len() < TOTAL {
+                tokio::select! {
+                    biased;
+                    _ = ticker.tick() => {}
+                    n = AsyncReadExt::read(&mut r, &mut buf) => match n.unwrap() {
+                        0 => break,
+                        n => got.extend_from_slice(&buf[..n]),
+                    },
+                }
+            }
+            got
+        });
+        writer.await.unwrap();
+        reader.await.unwrap()
+    });
+    let got_down = peer.join().unwrap();
+    assert_eq!(read_up.len(), TOTAL, "bytes read through the reading half");
+    assert!(read_up == up, "the bytes read differ from those sent");
+    assert_eq!(got_down.len(), TOTAL, "bytes the peer got");
+    assert!(
+        got_down == down,
+        "the bytes written differ from those the peer got"
+    );
+}

@@ -1852,3 +1852,84 @@ fn a_select_loop_against_a_ticker_relays_every_byte() {
         relay_peer,
     );
 }
+
+/// Bytes the trait writer beside a ticker sends.
+const SELECT_WRITE_TOTAL: usize = 16 << 20;
+
+/// Writes [`SELECT_WRITE_TOTAL`] bytes through `AsyncWriteExt::write` in
+/// a `tokio::select!` against a ticker of 10 µs, as a program that checks
+/// a timer, a channel or a shutdown signal beside its writes does: most
+/// writes that find the socket full are dropped pending, and the next
+/// turn writes a slice that ends elsewhere (its end drawn per turn), so a
+/// pending write must have taken none of its bytes.
+fn trait_writes_beside_a_ticker() -> Handler {
+    Arc::new(|conn: Conn| {
+        Box::pin(async move {
+            let start = std::time::Instant::now();
+            let mut io = conn.io();
+            let data = pattern(0, SELECT_WRITE_TOTAL);
+            let mut ticker = tokio::time::interval(Duration::from_micros(10));
+            let (mut at, mut draw) = (0, 1usize);
+            while at < data.len() {
+                draw = (draw * 1_103_515_245 + 12_345) % (1 << 31);
+                let end = (at + 1 + (draw >> 4) % 200_000).min(data.len());
+                tokio::select! {
+                    biased;
+                    _ = ticker.tick() => {}
+                    sent = io.write(&data[at..end]) => match sent {
+                        Ok(n) => at += n,
+                        // The peer then sees the stream end short.
+                        Err(e) => panic!("trait write at byte {at}: {e}"),
+                    },
+                }
+            }
+            live_time("select write", start);
+            io.shutdown().await.unwrap();
+        })
+    })
+}
+
+/// The trait writer's peer: reads slowly (a pause every 64 reads of at
+/// most 7,000 bytes, so that the server's socket fills), and checks
+/// every byte.
+fn slow_trait_reader(addr: Addr, _: usize) -> Seen {
+    let mut p = addr.connect();
+    let mut got = Vec::with_capacity(SELECT_WRITE_TOTAL);
+    let mut buf = vec![0u8; 7000];
+    for reads in 1.. {
+        match p.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => return Seen::Failed(e.kind()),
+        }
+        if reads % 64 == 0 {
+            std::thread::sleep(Duration::from_micros(300));
+        }
+    }
+    let seen = Seen::Bytes {
+        len: got.len(),
+        sum: digest(&got),
+    };
+    exactly(
+        seen,
+        &pattern(0, SELECT_WRITE_TOTAL),
+        "trait writes beside a ticker",
+    )
+}
+
+/// `AsyncWriteExt::write` in a `tokio::select!` against a 10 µs ticker,
+/// each turn's slice ending elsewhere, sends 16 MiB to a slow reader,
+/// every byte once and in order, on every stack, as on tokio: a write
+/// dropped pending had taken none of its bytes (a task of a
+/// current-thread runtime, on its thread).
+#[test]
+fn trait_writes_dropped_in_a_select_and_retried_with_other_bytes_send_every_byte_once() {
+    let family = Family::Tcp { send_buffer: None };
+    compare(
+        "trait writes beside a ticker",
+        family,
+        trait_writes_beside_a_ticker(),
+        1,
+        slow_trait_reader,
+    );
+}

@@ -106,7 +106,7 @@ pub(crate) mod request;
 #[cfg(feature = "tokio")]
 mod tokio_drive;
 #[cfg(feature = "tokio")]
-pub(crate) use tokio_drive::register as register_in_reactor;
+pub(crate) use tokio_drive::register_rw as register_in_reactor;
 
 use std::fmt;
 use std::io;

@@ -105,6 +105,18 @@ fn watch(engine: &AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
 /// `fd` must hold its descriptor open and return it from `as_raw_fd`
 /// until the `AsyncFd` is dropped.
 pub(crate) fn register<T: AsRawFd>(fd: T) -> io::Result<AsyncFd<T>> {
+    register_for(fd, Interest::READABLE)
+}
+
+/// [`register`] for reading and writing: a stream's socket, whose trait
+/// reads and writes share one registration (a descriptor joins a
+/// runtime's reactor once).
+pub(crate) fn register_rw<T: AsRawFd>(fd: T) -> io::Result<AsyncFd<T>> {
+    register_for(fd, Interest::READABLE | Interest::WRITABLE)
+}
+
+/// [`register`] with `interest`.
+fn register_for<T: AsRawFd>(fd: T, interest: Interest) -> io::Result<AsyncFd<T>> {
     // A runtime already found with I/O disabled is not asked again: each
     // ask prints tokio's panic message (and aborts under a hook that does).
     if tokio::runtime::Handle::try_current().is_ok_and(|runtime| refuses(&runtime)) {
@@ -120,7 +132,7 @@ pub(crate) fn register<T: AsRawFd>(fd: T) -> io::Result<AsyncFd<T>> {
         // `IO_DISABLED_RUNTIMES` and the default engines need) is enough;
         // 1.54 deprecated this spelling of the same call, nothing more.
         #[allow(deprecated)]
-        AsyncFd::with_interest(fd, Interest::READABLE)
+        AsyncFd::with_interest(fd, interest)
     }));
     match registered {
         Ok(watched) => Ok(watched?),

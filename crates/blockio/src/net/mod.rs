@@ -42,7 +42,10 @@
 //! * Streams implement `futures::io`'s `AsyncRead` and `AsyncWrite`, and
 //!   tokio's with the `tokio` feature. Bytes a trait write accepted keep
 //!   moving on their own, and dropping a stream lingers like closing a
-//!   socket ([`TcpStream::set_drop_linger`]).
+//!   socket ([`TcpStream::set_drop_linger`]). Where a tokio runtime's
+//!   reactor serves the task, a trait write that finds the socket full
+//!   waits there having taken nothing, cancel-safe in a `select!` as
+//!   tokio's; elsewhere its bytes are queued.
 //! * [`TcpStream::recv_stream`] receives into buffers the engine's
 //!   connections share: an idle connection holds none.
 //! * Socket operations do not count against the engine's

@@ -52,7 +52,8 @@
 //! a current-thread runtime's `block_on`, which tokio does not tell from
 //! one polled where the runtime is only entered) the receive waits in the
 //! engine's readiness set as an owned read's does. Owned reads, receive
-//! streams and writes wait there always.
+//! streams and owned writes wait there always (trait writes: see
+//! "Writes").
 //!
 //! A stream holds its receive buffer only while it needs it: once a read
 //! has handed out everything received and no receive is in flight, the
@@ -66,10 +67,16 @@
 //! # Writes
 //!
 //! `poll_write` hands the bytes to the stream's write side, which sends
-//! what the socket takes at once (when nothing is queued),
-//! else copies them into its queue and sends them on its own, short sends
-//! and all, the write pending until they are in the kernel (see
-//! `write_side`). `poll_flush` waits until every byte is in the kernel
+//! what the socket takes at once (when nothing is queued). A full socket
+//! is waited for in tokio's reactor where one serves the caller
+//! (`write_reactor_runtime`), the write pending with no byte taken, as
+//! tokio's; elsewhere the write side copies the bytes into its queue and
+//! sends them on its own, short sends and all, the write pending until
+//! they are in the kernel (see `write_side`). Reads and writes share the
+//! socket's one registration in the reactor ([`Reactor`], the stream's,
+//! not the read state's: a writing half writes without the reading
+//! half's lock), which moves to the runtime of whichever read or write
+//! waits there from another. `poll_flush` waits until every byte is in the kernel
 //! (nothing queued, no send in flight) and reports a send's error;
 //! `poll_close` waits the same way, then shuts down.
 
@@ -160,6 +167,99 @@ impl std::os::fd::AsRawFd for InReactor {
     }
 }
 
+/// A stream's one registration in tokio's reactor, which its trait reads
+/// and writes share: a descriptor joins a runtime's epoll set once
+/// (another registration is `EEXIST`), and a stream's writing half writes
+/// without the reading half's lock, so the registration is the stream's,
+/// behind a lock of its own held only to look it up.
+#[cfg(feature = "tokio")]
+#[derive(Default)]
+pub(crate) struct Reactor(Mutex<Registered>);
+
+/// What [`Reactor`] guards.
+#[cfg(feature = "tokio")]
+#[derive(Default)]
+struct Registered {
+    /// The runtime `fd` is registered with, or that refused the
+    /// registration (I/O disabled, shutting down): an operation from
+    /// another runtime registers again there.
+    on: Option<tokio::runtime::Id>,
+    /// The registration, shared with the operations polling it.
+    fd: Option<std::sync::Arc<tokio::io::unix::AsyncFd<InReactor>>>,
+}
+
+/// A stream's registration, as an operation polls it.
+#[cfg(feature = "tokio")]
+type InTokio = std::sync::Arc<tokio::io::unix::AsyncFd<InReactor>>;
+
+#[cfg(feature = "tokio")]
+impl Reactor {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registered> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The registration with `runtime`'s reactor, made there (and the one
+    /// with another runtime dropped, which deregisters it) if it is
+    /// elsewhere: `None` where that runtime refused it.
+    fn on(&self, core: &StreamCore, runtime: &tokio::runtime::Handle) -> Option<InTokio> {
+        let mut reg = self.lock();
+        if reg.on != Some(runtime.id()) {
+            reg.on = Some(runtime.id());
+            reg.fd = None;
+            reg.fd = crate::aio::register_in_reactor(InReactor(core.sock.clone()))
+                .ok()
+                .map(std::sync::Arc::new);
+        }
+        reg.fd.clone()
+    }
+
+    /// The registration, with whichever runtime it is.
+    fn current(&self) -> Option<InTokio> {
+        self.lock().fd.clone()
+    }
+
+    /// `fd`'s runtime is shutting down: the operations go on as where no
+    /// reactor serves them, until one from another runtime registers there.
+    fn lost(&self, fd: &InTokio) {
+        let mut reg = self.lock();
+        if reg
+            .fd
+            .as_ref()
+            .is_some_and(|f| std::sync::Arc::ptr_eq(f, fd))
+        {
+            reg.fd = None;
+        }
+    }
+}
+
+/// The runtime in whose reactor a trait write that found the socket full
+/// waits (see [`PollIo::poll_write`]), on either backend: the runtime the
+/// caller runs on if it is a multi-thread runtime (its workers run the
+/// reactor whatever the caller does), or a current-thread runtime and the
+/// caller one of its tasks (polled by that runtime, on the thread that
+/// runs it, unless a task of another runtime entered it). `None`
+/// elsewhere (no runtime, a future polled directly by `block_on`): the
+/// write queues its bytes as before. Unlike the thread pool's reads (see
+/// [`pool_reactor_runtime`]), the engine's readiness sets are not asked:
+/// they learn which thread runs a current-thread runtime only once their
+/// task there has run, and a stream that only writes may never have made
+/// them do so, so its first full socket would queue a write, which a
+/// `select!` then drops (see `write_side`). As with tokio's own socket
+/// (registered with the runtime it was made on), a write from a task of
+/// a runtime that entered a current-thread runtime not running waits for
+/// that runtime to run. Never where a panic aborts (see
+/// [`pool_reactor_runtime`]).
+#[cfg(feature = "tokio")]
+fn write_reactor_runtime() -> Option<tokio::runtime::Handle> {
+    if cfg!(panic = "abort") {
+        return None;
+    }
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let run = runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread
+        || tokio::task::try_id().is_some();
+    run.then_some(runtime)
+}
+
 /// Whether a stream's trait reads wait in tokio's reactor on io_uring:
 /// when the caller runs on a multi-thread tokio runtime of more than one
 /// worker (see [`PollIo::poll_reactor`]). Never where a panic aborts, as
@@ -223,14 +323,13 @@ pub(crate) struct PollIo {
     /// [`poll_reactor`](Self::poll_reactor)).
     #[cfg(feature = "tokio")]
     reactor_checked: bool,
-    /// On the thread pool, the runtime whose reactor `reactor` is
-    /// registered with, or refused the registration (I/O disabled, shutting
-    /// down): a read from another runtime registers again there.
+    /// On io_uring, whether that read found the reads wait in tokio's
+    /// reactor.
     #[cfg(feature = "tokio")]
-    reactor_on: Option<tokio::runtime::Id>,
-    /// The socket in tokio's reactor, where the stream's trait reads wait.
-    #[cfg(feature = "tokio")]
-    reactor: Option<tokio::io::unix::AsyncFd<InReactor>>,
+    ring_reads_in_reactor: bool,
+    /// The last read that had to wait waits in tokio's reactor (the
+    /// stream's registration is `StreamCore::reactor`).
+    in_reactor: bool,
 }
 
 impl PollIo {
@@ -434,6 +533,7 @@ impl PollIo {
         cx: &mut Context<'_>,
         out: &mut dyn ReadOut,
     ) -> Option<Poll<io::Result<usize>>> {
+        self.in_reactor = false;
         let afd = self.reactor(core)?;
         loop {
             let mut guard = match afd.poll_read_ready(cx) {
@@ -441,10 +541,13 @@ impl PollIo {
                 Poll::Ready(Err(_)) => {
                     // The reactor's runtime is shutting down: the reads go
                     // through the ring from here.
-                    self.reactor = None;
+                    core.reactor.lost(&afd);
                     return None;
                 }
-                Poll::Pending => return Some(Poll::Pending),
+                Poll::Pending => {
+                    self.in_reactor = true;
+                    return Some(Poll::Pending);
+                }
             };
             let room = out.room();
             // SAFETY: only the kernel writes into the slice, and only bytes
@@ -479,43 +582,47 @@ impl PollIo {
     /// runtime than before moves to that runtime's reactor, and one read
     /// where no reactor is sure to run waits in the engine's readiness set.
     #[cfg(feature = "tokio")]
-    fn reactor(&mut self, core: &StreamCore) -> Option<&tokio::io::unix::AsyncFd<InReactor>> {
-        let register = || crate::aio::register_in_reactor(InReactor(core.sock.clone())).ok();
+    fn reactor(&mut self, core: &StreamCore) -> Option<InTokio> {
         match core.sock.engine().backend() {
             Backend::IoUring => {
                 if !self.reactor_checked {
                     self.reactor_checked = true;
-                    if ring_reads_in_reactor() {
-                        // A runtime with I/O disabled refuses: the reads go
-                        // through the ring.
-                        self.reactor = register();
+                    self.ring_reads_in_reactor = ring_reads_in_reactor();
+                }
+                if !self.ring_reads_in_reactor {
+                    return None;
+                }
+                // Registered with the runtime the stream's first waiting
+                // read ran on, or (the writes share the registration) with
+                // the multi-thread runtime it is read or written on now; a
+                // runtime with I/O disabled refuses, and the reads go
+                // through the ring.
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime)
+                        if runtime.runtime_flavor()
+                            == tokio::runtime::RuntimeFlavor::MultiThread =>
+                    {
+                        core.reactor.on(core, &runtime)
                     }
+                    _ => core.reactor.current(),
                 }
             }
             Backend::ThreadPool => {
                 let runtime = pool_reactor_runtime(core)?;
-                if self.reactor_on != Some(runtime.id()) {
-                    self.reactor_on = Some(runtime.id());
-                    // Deregistered from the runtime before, if any, then
-                    // registered with this one; a refusal (I/O disabled,
-                    // shutting down) leaves the reads to the readiness set
-                    // on this runtime.
-                    self.reactor = None;
-                    self.reactor = register();
-                }
+                // Deregistered from the runtime before, if any, then
+                // registered with this one; a refusal (I/O disabled,
+                // shutting down) leaves the reads to the readiness set on
+                // this runtime.
+                core.reactor.on(core, &runtime)
             }
         }
-        self.reactor.as_ref()
     }
 
     /// Whether the stream's trait reads wait in tokio's reactor (see
     /// [`poll_reactor`](Self::poll_reactor)): a read waiting there needs
     /// no driven engine.
     fn waits_in_reactor(&self) -> bool {
-        #[cfg(feature = "tokio")]
-        return self.reactor.is_some();
-        #[cfg(not(feature = "tokio"))]
-        false
+        self.in_reactor
     }
 
     /// Takes back the buffer of the receive that has settled (its bytes are
@@ -541,16 +648,59 @@ impl PollIo {
         }
     }
 
-    /// Accepts `data` for the stream's write side to send (see
-    /// `write_side`). The writes need none of the reads' state, so a
-    /// stream's writing half calls these without the reading half's lock.
+    /// Writes `data` through the stream's write side (see `write_side`).
+    /// The writes need none of the reads' state, so a stream's writing
+    /// half calls these without the reading half's lock.
+    ///
+    /// Where a tokio runtime's reactor serves the caller (see
+    /// [`write_reactor_runtime`]), a write that finds the socket full
+    /// waits for room in that reactor and is pending *having taken no
+    /// byte*, as tokio's write is: a `select!` that drops it and writes
+    /// other bytes loses nothing and repeats nothing. Elsewhere its bytes
+    /// are queued (see `write_side`).
     pub(crate) fn poll_write(
         core: &StreamCore,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         core.sock.admit()?;
-        core.writes.poll_write(cx, data)
+        #[cfg(feature = "tokio")]
+        let mut in_reactor = |cx: &mut Context<'_>, send: &mut dyn FnMut() -> Option<_>| {
+            Self::poll_write_in_reactor(core, cx, send)
+        };
+        #[cfg(not(feature = "tokio"))]
+        let mut in_reactor = |_: &mut Context<'_>, _: &mut dyn FnMut() -> Option<_>| None;
+        core.writes.poll_write(cx, data, &mut in_reactor)
+    }
+
+    /// Waits for room in the socket in tokio's reactor and calls `send`
+    /// (a send on this thread, `MSG_DONTWAIT`: `None` when the socket
+    /// took nothing) once there is, as tokio's write does: `None` where no
+    /// reactor serves the caller, or its runtime is shutting down (the
+    /// write queues its bytes then).
+    #[cfg(feature = "tokio")]
+    fn poll_write_in_reactor(
+        core: &StreamCore,
+        cx: &mut Context<'_>,
+        send: &mut dyn FnMut() -> Option<io::Result<usize>>,
+    ) -> Option<Poll<io::Result<usize>>> {
+        let runtime = write_reactor_runtime()?;
+        let afd = core.reactor.on(core, &runtime)?;
+        loop {
+            let mut guard = match afd.poll_write_ready(cx) {
+                Poll::Ready(Ok(g)) => g,
+                Poll::Ready(Err(_)) => {
+                    core.reactor.lost(&afd);
+                    return None;
+                }
+                Poll::Pending => return Some(Poll::Pending),
+            };
+            match send() {
+                Some(sent) => return Some(Poll::Ready(sent)),
+                // Full: the readiness this guard saw is spent.
+                None => guard.clear_ready(),
+            }
+        }
     }
 
     /// Waits until every byte reported written is in the kernel (see

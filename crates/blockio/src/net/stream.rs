@@ -34,6 +34,10 @@ pub(crate) struct StreamCore {
     pub(crate) sock: Sock,
     pub(crate) reads: ReadSide,
     pub(crate) writes: WriteSide,
+    /// The socket's registration in tokio's reactor, which the trait
+    /// reads and writes that wait there share.
+    #[cfg(feature = "tokio")]
+    pub(crate) reactor: super::poll_io::Reactor,
     /// The peer, as `Debug` shows it.
     pub(crate) peer: String,
 }
@@ -44,6 +48,8 @@ impl StreamCore {
             writes: WriteSide::new(sock.clone()),
             sock,
             reads: ReadSide::default(),
+            #[cfg(feature = "tokio")]
+            reactor: Default::default(),
             peer,
         }
     }

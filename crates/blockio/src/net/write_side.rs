@@ -11,7 +11,24 @@
 //! do bytes go to the queue below. The thread pool does the same: a
 //! write the socket takes then costs no copy and no request either.
 //!
-//! `poll_write` lends a slice for one poll only, so the bytes it queues
+//! Where a tokio runtime's reactor serves the caller (a future on a
+//! multi-thread runtime, a task of a current-thread runtime on its
+//! thread; either backend), a write that finds the socket full queues
+//! nothing: it waits for room in that reactor, the socket registered
+//! there once for the stream's trait reads and writes, and is pending
+//! *having taken no byte*, as tokio's write is (tokio documents its
+//! `write` as cancel-safe). A `select!` that drops it and writes other
+//! bytes (a slice that ends elsewhere) loses nothing and repeats
+//! nothing; polled again, it sends what the socket takes and returns
+//! that count. With bytes queued or a send in flight (an owned write's,
+//! a write's queued where no reactor served it), a trait write waits
+//! for them to reach the kernel first, taking nothing meanwhile.
+//!
+//! Elsewhere (a `futures` executor, a future polled directly by
+//! `block_on`, a runtime with I/O disabled, where a panic aborts) no
+//! reactor would wake such a write, and a full socket is met by the
+//! queue below. `poll_write` lends a slice for one poll only, so the
+//! bytes it queues
 //! are copied into the stream's queue, and their send started; the write
 //! is pending until they are in the kernel, and polled again then (with
 //! the same bytes, as `write_all` polls it) reports them written. So a
@@ -305,6 +322,11 @@ struct SendBook {
     /// Owned writes still to try their send inline, on the calling
     /// thread (see [`WriteSide::send_inline`]).
     inline: u32,
+    /// The last trait write's send found the socket full or took only
+    /// part of its bytes: the next one waits for room in tokio's reactor
+    /// before it sends, where one serves it (see
+    /// [`WriteSide::poll_write`]).
+    full: bool,
     /// The trait write that returned pending with its bytes queued: it
     /// is done once the queue is in the kernel.
     accepting: Option<Accepting>,
@@ -639,6 +661,7 @@ impl WriteSide {
                     lingering: None,
                     cancelled: 0,
                     inline: 0,
+                    full: false,
                     accepting: None,
                 }),
                 notified: AtomicBool::new(false),
@@ -674,11 +697,20 @@ impl WriteSide {
     /// the others, through tokio's scheduler on tokio), so
     /// that a task writing to a reader that keeps up still lets the
     /// others run.
-    pub(crate) fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+    ///
+    /// `in_reactor` waits for room where a tokio reactor serves the
+    /// caller (see [`InReactor`]); where it says `None`, bytes the socket
+    /// does not take are queued.
+    pub(crate) fn poll_write(
+        &self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+        in_reactor: InReactor<'_>,
+    ) -> Poll<io::Result<usize>> {
         if !crate::aio::op::inline_turn_left(cx) {
             return Poll::Pending;
         }
-        let done = self.poll_write_now(cx, data);
+        let done = self.poll_write_now(cx, data, in_reactor);
         if let Poll::Ready(Ok(n @ 1..)) = done {
             crate::aio::op::count_inline_turn(n);
         }
@@ -686,7 +718,12 @@ impl WriteSide {
     }
 
     /// [`WriteSide::poll_write`], the budget aside.
-    fn poll_write_now(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write_now(
+        &self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+        in_reactor: InReactor<'_>,
+    ) -> Poll<io::Result<usize>> {
         {
             let mut st = self.pump.lock();
             if let Some(err) = std::task::ready!(poll_dropped(&mut st, cx)) {
@@ -704,15 +741,40 @@ impl WriteSide {
             if data.is_empty() {
                 return Poll::Ready(Ok(0));
             }
-            if let Some(sent) = st.send_inline(data) {
-                return Poll::Ready(sent);
-            }
             if !st.idle() {
                 // Only a pending write's bytes are ever queued (handled
-                // above); should a send still be in flight, this write
-                // goes after it, never beside it.
+                // above); should a send still be in flight (an owned
+                // write's before), this write goes after it, never beside
+                // it, and takes nothing meanwhile.
                 st.wait(cx);
                 return Poll::Pending;
+            }
+            // The last send left the socket full (or took only part): the
+            // write asks the reactor first, as tokio's does, rather than
+            // pay a send that says `EAGAIN` on every poll while it is.
+            let tried = !st.full;
+            if tried {
+                if let Some(sent) = st.send_inline(data) {
+                    st.full = !matches!(sent, Ok(n) if n == data.len());
+                    return Poll::Ready(sent);
+                }
+                st.full = true;
+            }
+            // The socket is full. Where a tokio reactor serves the caller,
+            // the write waits for room there having taken nothing, as
+            // tokio's does.
+            let mut send = || {
+                let sent = st.send_inline(data);
+                st.full = !matches!(sent, Some(Ok(n)) if n == data.len());
+                sent
+            };
+            if let Some(wait) = in_reactor(cx, &mut send) {
+                return wait;
+            }
+            if !tried {
+                if let Some(sent) = send() {
+                    return Poll::Ready(sent);
+                }
             }
             let n = data.len().min(QUEUE_LIMIT);
             if n > SPARE_LIMIT && n > st.queued.capacity() {
@@ -824,6 +886,17 @@ impl WriteSide {
         }
     }
 }
+
+/// Where a trait write that found the socket full waits, if a tokio
+/// reactor serves the caller: called with a send (`MSG_DONTWAIT`, `None`
+/// when the socket took nothing), it waits for room in that reactor and
+/// sends, ready with the send's result or pending, the write having
+/// taken nothing; `None` where no reactor serves the caller (the write
+/// queues its bytes).
+pub(crate) type InReactor<'a> = &'a mut dyn FnMut(
+    &mut Context<'_>,
+    &mut dyn FnMut() -> Option<io::Result<usize>>,
+) -> Option<Poll<io::Result<usize>>>;
 
 /// Settles a dropped owned write: its report, if it sent anything.
 fn poll_dropped(st: &mut SendBook, cx: &mut Context<'_>) -> Poll<Option<io::Error>> {
