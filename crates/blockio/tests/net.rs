@@ -2178,6 +2178,78 @@ fn trait_writes_dropped_in_a_select_send_every_byte_once_on_a_current_thread_run
     trait_writes_beside_a_ticker_on(current_thread(), "current-thread");
 }
 
+/// The halves of a split stream polled from two runtimes at once: the
+/// reading half waits on runtime A (in A's reactor), then the writing half
+/// fills the socket from runtime B and waits there. The peer's byte then
+/// reaches the waiting read, and once the peer drains the socket every
+/// byte written arrives, as with tokio's stream. (The registration the
+/// halves share is not moved to B under the read waiting in A's: that
+/// dropped the read's waker, and the read never woke.)
+#[cfg(feature = "tokio")]
+#[test]
+fn split_halves_waiting_on_two_runtimes_at_once_are_both_woken() {
+    use futures::FutureExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const TOTAL: usize = 32 << 20;
+    let two_workers = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let e = engine();
+    let (a, b) = (two_workers(), two_workers());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let s = a.block_on(TcpStream::connect_with(&e, addr)).unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    let (mut r, mut w) = s.into_split();
+    let (parked_tx, parked_rx) = std::sync::mpsc::channel();
+    let read_parked = parked_tx.clone();
+    let reader = a.spawn(async move {
+        let mut buf = [0u8; 16];
+        let mut read = std::pin::pin!(AsyncReadExt::read(&mut r, &mut buf));
+        assert!(
+            read.as_mut().now_or_never().is_none(),
+            "nothing was sent yet"
+        );
+        read_parked.send("read").unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(60), read)
+            .await
+            .expect("the read waiting on runtime A was never woken")
+            .unwrap();
+        buf[..n].to_vec()
+    });
+    assert_eq!(parked_rx.recv().unwrap(), "read");
+    let data: Vec<u8> = (0..TOTAL).map(|i| (i * 11 + i / 253) as u8).collect();
+    let sent = data.clone();
+    let writer = b.spawn(async move {
+        let mut at = 0;
+        loop {
+            let mut write = std::pin::pin!(AsyncWriteExt::write(&mut w, &sent[at..]));
+            match write.as_mut().now_or_never() {
+                Some(n) => at += n.unwrap(),
+                None => {
+                    parked_tx.send("write").unwrap();
+                    at += write.await.unwrap();
+                    break;
+                }
+            }
+        }
+        AsyncWriteExt::write_all(&mut w, &sent[at..]).await.unwrap();
+        AsyncWriteExt::shutdown(&mut w).await.unwrap();
+    });
+    assert_eq!(parked_rx.recv().unwrap(), "write");
+    peer.write_all(b"x").unwrap();
+    assert_eq!(a.block_on(reader).unwrap(), b"x");
+    let mut got = Vec::new();
+    peer.read_to_end(&mut got).unwrap();
+    b.block_on(writer).unwrap();
+    assert_eq!(got.len(), TOTAL, "bytes the peer got");
+    assert!(got == data, "the bytes differ from those written");
+}
+
 /// A stream split in two, on a multi-thread runtime: one task reads
 /// 8 MiB through the reading half while another writes 8 MiB through the
 /// writing half, each in a `tokio::select!` against a 10 µs ticker, to a

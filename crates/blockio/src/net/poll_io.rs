@@ -186,6 +186,21 @@ struct Registered {
     on: Option<tokio::runtime::Id>,
     /// The registration, shared with the operations polling it.
     fd: Option<std::sync::Arc<tokio::io::unix::AsyncFd<InReactor>>>,
+    /// Whether the last read (write) that polled `fd` was left waiting
+    /// there: its waker is in `fd`, whose drop would forget it without a
+    /// wake, so an operation of the other direction from another runtime
+    /// does not move the registration then (see [`Reactor::on`]).
+    parked: [bool; 2],
+}
+
+/// The direction of an operation polling a stream's [`Reactor`].
+#[cfg(feature = "tokio")]
+#[derive(Clone, Copy)]
+enum Way {
+    /// A read, waiting for readability.
+    Read = 0,
+    /// A write, waiting for room.
+    Write = 1,
 }
 
 /// A stream's registration, as an operation polls it.
@@ -200,10 +215,25 @@ impl Reactor {
 
     /// The registration with `runtime`'s reactor, made there (and the one
     /// with another runtime dropped, which deregisters it) if it is
-    /// elsewhere: `None` where that runtime refused it.
-    fn on(&self, core: &StreamCore, runtime: &tokio::runtime::Handle) -> Option<InTokio> {
+    /// elsewhere, for an operation going `way`: `None` where that runtime
+    /// refused it, or where it is elsewhere with an operation of the other
+    /// direction waiting in it (a split stream's halves polled from two
+    /// runtimes at once). Moving it then would drop that operation's
+    /// waker unwoken, and moving it back at its wake would make the two
+    /// halves chase each other: the operation from the other runtime goes
+    /// on as where no reactor serves it (a read through the ring or the
+    /// readiness set, a write through the queue).
+    fn on(&self, core: &StreamCore, runtime: &tokio::runtime::Handle, way: Way) -> Option<InTokio> {
         let mut reg = self.lock();
         if reg.on != Some(runtime.id()) {
+            let other = match way {
+                Way::Read => Way::Write,
+                Way::Write => Way::Read,
+            };
+            if reg.fd.is_some() && reg.parked[other as usize] {
+                return None;
+            }
+            reg.parked = [false; 2];
             reg.on = Some(runtime.id());
             reg.fd = None;
             reg.fd = crate::aio::register_in_reactor(InReactor(core.sock.clone()))
@@ -216,6 +246,19 @@ impl Reactor {
     /// The registration, with whichever runtime it is.
     fn current(&self) -> Option<InTokio> {
         self.lock().fd.clone()
+    }
+
+    /// Notes whether the operation going `way` that polled `fd` was left
+    /// waiting there.
+    fn park(&self, fd: &InTokio, way: Way, waiting: bool) {
+        let mut reg = self.lock();
+        if reg
+            .fd
+            .as_ref()
+            .is_some_and(|f| std::sync::Arc::ptr_eq(f, fd))
+        {
+            reg.parked[way as usize] = waiting;
+        }
     }
 
     /// `fd`'s runtime is shutting down: the operations go on as where no
@@ -546,9 +589,11 @@ impl PollIo {
                 }
                 Poll::Pending => {
                     self.in_reactor = true;
+                    core.reactor.park(&afd, Way::Read, true);
                     return Some(Poll::Pending);
                 }
             };
+            core.reactor.park(&afd, Way::Read, false);
             let room = out.room();
             // SAFETY: only the kernel writes into the slice, and only bytes
             // it received.
@@ -602,7 +647,7 @@ impl PollIo {
                         if runtime.runtime_flavor()
                             == tokio::runtime::RuntimeFlavor::MultiThread =>
                     {
-                        core.reactor.on(core, &runtime)
+                        core.reactor.on(core, &runtime, Way::Read)
                     }
                     _ => core.reactor.current(),
                 }
@@ -613,7 +658,7 @@ impl PollIo {
                 // registered with this one; a refusal (I/O disabled,
                 // shutting down) leaves the reads to the readiness set on
                 // this runtime.
-                core.reactor.on(core, &runtime)
+                core.reactor.on(core, &runtime, Way::Read)
             }
         }
     }
@@ -685,7 +730,7 @@ impl PollIo {
         send: &mut dyn FnMut() -> Option<io::Result<usize>>,
     ) -> Option<Poll<io::Result<usize>>> {
         let runtime = write_reactor_runtime()?;
-        let afd = core.reactor.on(core, &runtime)?;
+        let afd = core.reactor.on(core, &runtime, Way::Write)?;
         loop {
             let mut guard = match afd.poll_write_ready(cx) {
                 Poll::Ready(Ok(g)) => g,
@@ -693,8 +738,12 @@ impl PollIo {
                     core.reactor.lost(&afd);
                     return None;
                 }
-                Poll::Pending => return Some(Poll::Pending),
+                Poll::Pending => {
+                    core.reactor.park(&afd, Way::Write, true);
+                    return Some(Poll::Pending);
+                }
             };
+            core.reactor.park(&afd, Way::Write, false);
             match send() {
                 Some(sent) => return Some(Poll::Ready(sent)),
                 // Full: the readiness this guard saw is spent.
