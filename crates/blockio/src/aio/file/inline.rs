@@ -106,6 +106,64 @@ impl InlineReads {
     }
 }
 
+impl InlineReads {
+    /// A stream's read of cached data on the polling thread (see
+    /// `stream.rs`): `preadv2(RWF_NOWAIT)` of up to `buf.len()` bytes at
+    /// `offset` of `fd`, under the same eligibility and back-off as
+    /// [`Inline::try_inline`]. Unlike a positional read, a short count is
+    /// served (a stream's read may return fewer bytes than asked; the bytes
+    /// are the file's), and so is 0 bytes, the end of the file as it is
+    /// now (a `NOWAIT` read of data not cached fails with `EAGAIN`
+    /// instead); `None` (nothing written to `buf`) for a file never tried,
+    /// a read skipped by the back-off, and any error, which the driver's
+    /// read reports.
+    pub(super) fn try_stream(
+        &self,
+        fd: RawFd,
+        buf: &mut [std::mem::MaybeUninit<u8>],
+        offset: u64,
+    ) -> Option<usize> {
+        if buf.is_empty() || !self.eligible(fd) {
+            return None;
+        }
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip > 0 {
+            self.skip.store(skip - 1, Ordering::Relaxed);
+            return None;
+        }
+        // SAFETY: the stream's file keeps `fd` open for the call.
+        let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        // SAFETY: `buf` is memory this thread borrows mutably for the
+        // call; the kernel only writes bytes into it (never reads it), and
+        // the caller counts as filled only the `n` bytes reported written.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len()) };
+        let rc = rustix::io::preadv2(
+            bfd,
+            &mut [std::io::IoSliceMut::new(bytes)],
+            offset,
+            rustix::io::ReadWriteFlags::NOWAIT,
+        );
+        match rc {
+            Ok(n) => {
+                if self.misses.load(Ordering::Relaxed) != 0 {
+                    self.misses.store(0, Ordering::Relaxed);
+                }
+                Some(n)
+            }
+            Err(e) if e.raw_os_error() == libc::EOPNOTSUPP => {
+                self.state.store(NEVER, Ordering::Relaxed);
+                None
+            }
+            Err(e) if e.raw_os_error() == libc::EAGAIN => {
+                self.missed();
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
 impl Inline for InlineReads {
     fn try_inline(&self, op: &Op<'_>) -> Option<i32> {
         if !self.eligible(op.fd) {
