@@ -298,4 +298,37 @@ mod tests {
             );
         }
     }
+
+    /// A stream's try serves a short count (the file ends inside the
+    /// buffer) and 0 bytes at the end, each as the file is at that call:
+    /// bytes appended after a 0 are served by the next try.
+    #[test]
+    fn a_stream_try_serves_a_short_count_and_the_end_as_the_file_is_now() {
+        let mut file = tempfile::tempfile_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        file.write_all(&[7u8; 8192]).unwrap();
+        let reads = InlineReads::new(true, false);
+        let fd = file.as_raw_fd();
+        let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 16384];
+        assert_eq!(reads.try_stream(fd, &mut buf, 0), Some(8192));
+        assert_eq!(reads.try_stream(fd, &mut buf, 8192), Some(0));
+        file.write_all(&[9u8; 100]).unwrap();
+        assert_eq!(reads.try_stream(fd, &mut buf, 8192), Some(100));
+        // SAFETY: `try_stream` wrote these 100 bytes.
+        let got: Vec<u8> = buf[..100]
+            .iter()
+            .map(|b| unsafe { b.assume_init() })
+            .collect();
+        assert_eq!(got, vec![9u8; 100]);
+        assert_eq!(
+            reads.try_stream(fd, &mut buf[..0], 0),
+            None,
+            "an empty buffer"
+        );
+        let never = InlineReads::new(false, false);
+        assert_eq!(
+            never.try_stream(fd, &mut buf, 0),
+            None,
+            "an engine that never tries"
+        );
+    }
 }
