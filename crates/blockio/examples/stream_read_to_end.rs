@@ -17,13 +17,17 @@ use std::time::Instant;
 
 use tokio::io::AsyncReadExt;
 
+/// The size of the file the readers read.
 const SIZE: usize = 64 << 20;
 
+/// The process's CPU time so far (user and system), in seconds.
 fn cpu_seconds() -> f64 {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: getrusage writes one `rusage` through a live pointer.
+    // SAFETY: getrusage writes one `rusage` through a live pointer, and it
+    // is read only once the call said it did.
     let ru = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
+        let rc = libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
+        assert_eq!(rc, 0, "getrusage: {}", std::io::Error::last_os_error());
         ru.assume_init()
     };
     let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;

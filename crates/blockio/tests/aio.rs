@@ -2045,6 +2045,54 @@ fn a_loop_of_large_inline_reads_yields_every_mebibyte() {
     );
 }
 
+/// A stream read in a loop at the end of a cached file (a tail that polls
+/// for more), into a buffer smaller than a block, yields as reads that
+/// return bytes do: a peer task that only yields runs 8 times within 8
+/// budgets of reads, where it waited for the whole loop (each read a
+/// `preadv2` returning 0, never counted).
+#[cfg(feature = "tokio")]
+#[test]
+fn a_stream_read_in_a_loop_at_the_end_of_a_cached_file_yields() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let (path, _data) = data_file(1000, 71);
+    let engine = AsyncEngine::new().unwrap();
+    let mut file = AsyncFile::open(&engine, &path).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let reads = rt.block_on(async move {
+        let mut all = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut file, &mut all)
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 1000);
+        let turns = Arc::new(AtomicU64::new(0));
+        let peer_turns = turns.clone();
+        let peer = tokio::spawn(async move {
+            while peer_turns.load(Relaxed) < 8 {
+                tokio::task::yield_now().await;
+                peer_turns.fetch_add(1, Relaxed);
+            }
+        });
+        let reader = tokio::spawn(async move {
+            let mut reads = 0u64;
+            let mut buf = vec![0u8; 4096];
+            while turns.load(Relaxed) < 8 && reads < 100_000 {
+                let n = tokio::io::AsyncReadExt::read(&mut file, &mut buf).await;
+                assert_eq!(n.unwrap(), 0, "at the end");
+                reads += 1;
+            }
+            reads
+        });
+        peer.await.unwrap();
+        reader.await.unwrap()
+    });
+    assert!(
+        reads < 8 * 128 * 2,
+        "{reads} reads at the end before the peer yielded 8 times"
+    );
+}
+
 /// A read of cached data polled once and dropped if it is pending, over and
 /// over (a `select!` loop whose other branch is always ready), still reads:
 /// the yield that ends a run of inline reads leaves the next read served.

@@ -175,21 +175,8 @@ impl AsyncFile {
                     continue;
                 }
             }
+            self.read_ahead(cx);
             let s = &mut self.stream;
-            while s.ahead.len() < s.depth && s.eof_at.map_or(true, |e| s.next < e) {
-                let buf = s.buffer();
-                let mut f = self.handle.read_into(&self.engine, buf, 0, s.next);
-                f.set_waker(cx.waker());
-                f.start();
-                s.ahead.push_back((s.next, f));
-                // Past the largest offset (which the reads are refused at)
-                // nothing is read ahead.
-                let Some(next) = s.next.checked_add(s.block as u64) else {
-                    s.eof_at = Some(s.next);
-                    break;
-                };
-                s.next = next;
-            }
             let Some((off, f)) = s.ahead.front_mut() else {
                 return Poll::Ready(Ok(0));
             };
@@ -220,6 +207,26 @@ impl AsyncFile {
                 continue;
             }
             s.cur = Some((b, skip, n));
+        }
+    }
+
+    /// Starts reads through the engine ahead of the cursor, up to the
+    /// stream's depth and not past a known end.
+    fn read_ahead(&mut self, cx: &mut Context<'_>) {
+        let s = &mut self.stream;
+        while s.ahead.len() < s.depth && s.eof_at.map_or(true, |e| s.next < e) {
+            let buf = s.buffer();
+            let mut f = self.handle.read_into(&self.engine, buf, 0, s.next);
+            f.set_waker(cx.waker());
+            f.start();
+            s.ahead.push_back((s.next, f));
+            // Past the largest offset (which the reads are refused at)
+            // nothing is read ahead.
+            let Some(next) = s.next.checked_add(s.block as u64) else {
+                s.eof_at = Some(s.next);
+                break;
+            };
+            s.next = next;
         }
     }
 
@@ -275,6 +282,9 @@ impl AsyncFile {
         match self.handle.inline_reads.try_stream(fd, area, pos) {
             Some(0) => {
                 s.spare.push(b);
+                // Counted as every call is, so that a loop reading at the
+                // end (a tail) yields as the direct path's does.
+                crate::aio::op::count_inline_turn(0);
                 self.engine.count_inline();
                 return Poll::Ready(Some(0));
             }
