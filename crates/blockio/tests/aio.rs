@@ -2045,6 +2045,54 @@ fn a_loop_of_large_inline_reads_yields_every_mebibyte() {
     );
 }
 
+/// A stream read in a loop at the end of a cached file (a tail that polls
+/// for more), into a buffer smaller than a block, yields as reads that
+/// return bytes do: a peer task that only yields runs 8 times within 8
+/// budgets of reads, where it waited for the whole loop (each read a
+/// `preadv2` returning 0, never counted).
+#[cfg(feature = "tokio")]
+#[test]
+fn a_stream_read_in_a_loop_at_the_end_of_a_cached_file_yields() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let (path, _data) = data_file(1000, 71);
+    let engine = AsyncEngine::new().unwrap();
+    let mut file = AsyncFile::open(&engine, &path).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let reads = rt.block_on(async move {
+        let mut all = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut file, &mut all)
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 1000);
+        let turns = Arc::new(AtomicU64::new(0));
+        let peer_turns = turns.clone();
+        let peer = tokio::spawn(async move {
+            while peer_turns.load(Relaxed) < 8 {
+                tokio::task::yield_now().await;
+                peer_turns.fetch_add(1, Relaxed);
+            }
+        });
+        let reader = tokio::spawn(async move {
+            let mut reads = 0u64;
+            let mut buf = vec![0u8; 4096];
+            while turns.load(Relaxed) < 8 && reads < 100_000 {
+                let n = tokio::io::AsyncReadExt::read(&mut file, &mut buf).await;
+                assert_eq!(n.unwrap(), 0, "at the end");
+                reads += 1;
+            }
+            reads
+        });
+        peer.await.unwrap();
+        reader.await.unwrap()
+    });
+    assert!(
+        reads < 8 * 128 * 2,
+        "{reads} reads at the end before the peer yielded 8 times"
+    );
+}
+
 /// A read of cached data polled once and dropped if it is pending, over and
 /// over (a `select!` loop whose other branch is always ready), still reads:
 /// the yield that ends a run of inline reads leaves the next read served.
@@ -2250,4 +2298,71 @@ fn many_tasks_reading_cached_data_never_use_the_driver() {
         (engine.served_inline(), engine.reads_to_driver()),
         (TASKS * READS, 0)
     );
+}
+
+/// A stream over cached data is served on the polling thread, no read
+/// handed to the driver: straight into a caller's buffer with room for a
+/// block (up to 1 MiB a call), into the stream's block for a smaller one;
+/// the bytes are the file's either way.
+#[test]
+fn a_stream_of_cached_data_is_served_on_the_polling_thread() {
+    let (path, data) = data_file((3 << 20) + 12_345, 64);
+    // Cached whatever `data_file` left: read once.
+    assert_eq!(std::fs::read(&path).unwrap(), data);
+    let engine = AsyncEngine::new().unwrap();
+    futures::executor::block_on(async {
+        let mut f = AsyncFile::open(&engine, &path).unwrap();
+        let mut head = vec![0u8; 1000];
+        f.read_exact(&mut head).await.unwrap();
+        assert_eq!(head, &data[..1000]);
+        let mut big = vec![0u8; 4 << 20];
+        let mut got = head;
+        loop {
+            let n = f.read(&mut big).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            assert!(n <= 1 << 20, "one call served {n} bytes");
+            got.extend_from_slice(&big[..n]);
+        }
+        assert_eq!(got.len(), data.len());
+        assert!(got == data, "the bytes read differ from the file's");
+    });
+    assert_eq!(
+        engine.reads_to_driver(),
+        0,
+        "reads handed to the driver, the end included"
+    );
+    assert!(
+        engine.served_inline() >= 4,
+        "{} reads served inline",
+        engine.served_inline()
+    );
+}
+
+/// A stream reading cached data reads what was appended after its first
+/// read, as `std::fs::File` does: nothing was read ahead of the cursor to
+/// find an end that has moved since.
+#[test]
+fn a_stream_of_cached_data_reads_what_was_appended_between_reads() {
+    let (path, data) = data_file(300 << 10, 65);
+    assert_eq!(std::fs::read(&path).unwrap(), data);
+    let more: Vec<u8> = data.iter().map(|b| b.wrapping_add(1)).collect();
+    let engine = AsyncEngine::new().unwrap();
+    futures::executor::block_on(async {
+        let mut f = AsyncFile::open(&engine, &path).unwrap();
+        let mut head = vec![0u8; 100 << 10];
+        f.read_exact(&mut head).await.unwrap();
+        let mut w = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut w, &more).unwrap();
+        let mut rest = Vec::new();
+        f.read_to_end(&mut rest).await.unwrap();
+        head.extend_from_slice(&rest);
+        assert_eq!(head.len(), data.len() + more.len());
+        assert!(head[..data.len()] == data[..], "the first part differs");
+        assert!(head[data.len()..] == more[..], "the appended part differs");
+    });
 }

@@ -106,6 +106,64 @@ impl InlineReads {
     }
 }
 
+impl InlineReads {
+    /// A stream's read of cached data on the polling thread (see
+    /// `stream.rs`): `preadv2(RWF_NOWAIT)` of up to `buf.len()` bytes at
+    /// `offset` of `fd`, under the same eligibility and back-off as
+    /// [`Inline::try_inline`]. Unlike a positional read, a short count is
+    /// served (a stream's read may return fewer bytes than asked; the bytes
+    /// are the file's), and so is 0 bytes, the end of the file as it is
+    /// now (a `NOWAIT` read of data not cached fails with `EAGAIN`
+    /// instead); `None` (nothing written to `buf`) for a file never tried,
+    /// a read skipped by the back-off, and any error, which the driver's
+    /// read reports.
+    pub(super) fn try_stream(
+        &self,
+        fd: RawFd,
+        buf: &mut [std::mem::MaybeUninit<u8>],
+        offset: u64,
+    ) -> Option<usize> {
+        if buf.is_empty() || !self.eligible(fd) {
+            return None;
+        }
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip > 0 {
+            self.skip.store(skip - 1, Ordering::Relaxed);
+            return None;
+        }
+        // SAFETY: the stream's file keeps `fd` open for the call.
+        let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        // SAFETY: `buf` is memory this thread borrows mutably for the
+        // call; the kernel only writes bytes into it (never reads it), and
+        // the caller counts as filled only the `n` bytes reported written.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len()) };
+        let rc = rustix::io::preadv2(
+            bfd,
+            &mut [std::io::IoSliceMut::new(bytes)],
+            offset,
+            rustix::io::ReadWriteFlags::NOWAIT,
+        );
+        match rc {
+            Ok(n) => {
+                if self.misses.load(Ordering::Relaxed) != 0 {
+                    self.misses.store(0, Ordering::Relaxed);
+                }
+                Some(n)
+            }
+            Err(e) if e.raw_os_error() == libc::EOPNOTSUPP => {
+                self.state.store(NEVER, Ordering::Relaxed);
+                None
+            }
+            Err(e) if e.raw_os_error() == libc::EAGAIN => {
+                self.missed();
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
 impl Inline for InlineReads {
     fn try_inline(&self, op: &Op<'_>) -> Option<i32> {
         if !self.eligible(op.fd) {
@@ -239,5 +297,38 @@ mod tests {
                 "read {i} after the first served"
             );
         }
+    }
+
+    /// A stream's try serves a short count (the file ends inside the
+    /// buffer) and 0 bytes at the end, each as the file is at that call:
+    /// bytes appended after a 0 are served by the next try.
+    #[test]
+    fn a_stream_try_serves_a_short_count_and_the_end_as_the_file_is_now() {
+        let mut file = tempfile::tempfile_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        file.write_all(&[7u8; 8192]).unwrap();
+        let reads = InlineReads::new(true, false);
+        let fd = file.as_raw_fd();
+        let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 16384];
+        assert_eq!(reads.try_stream(fd, &mut buf, 0), Some(8192));
+        assert_eq!(reads.try_stream(fd, &mut buf, 8192), Some(0));
+        file.write_all(&[9u8; 100]).unwrap();
+        assert_eq!(reads.try_stream(fd, &mut buf, 8192), Some(100));
+        // SAFETY: `try_stream` wrote these 100 bytes.
+        let got: Vec<u8> = buf[..100]
+            .iter()
+            .map(|b| unsafe { b.assume_init() })
+            .collect();
+        assert_eq!(got, vec![9u8; 100]);
+        assert_eq!(
+            reads.try_stream(fd, &mut buf[..0], 0),
+            None,
+            "an empty buffer"
+        );
+        let never = InlineReads::new(false, false);
+        assert_eq!(
+            never.try_stream(fd, &mut buf, 0),
+            None,
+            "an engine that never tries"
+        );
     }
 }

@@ -21,6 +21,11 @@ use super::AsyncFile;
 use crate::aio::op::{OpFuture, ReadOut};
 use crate::buf::AlignedBuf;
 
+/// The most a stream's read of cached data copies straight into the
+/// caller's buffer in one system call (see `AsyncFile::read_cached`): as
+/// much as a thread serves inline in one run before it yields.
+const CACHED_MAX: usize = 1 << 20;
+
 /// The streaming state: cursor, read-ahead and write-behind.
 pub(super) struct Stream {
     /// A seek started by tokio's `AsyncSeek::start_seek`.
@@ -159,20 +164,19 @@ impl AsyncFile {
             if let Some(n) = s.take_current(out) {
                 return Poll::Ready(Ok(n));
             }
-            while s.ahead.len() < s.depth && s.eof_at.map_or(true, |e| s.next < e) {
-                let buf = s.buffer();
-                let mut f = self.handle.read_into(&self.engine, buf, 0, s.next);
-                f.set_waker(cx.waker());
-                f.start();
-                s.ahead.push_back((s.next, f));
-                // Past the largest offset (which the reads are refused at)
-                // nothing is read ahead.
-                let Some(next) = s.next.checked_add(s.block as u64) else {
-                    s.eof_at = Some(s.next);
-                    break;
-                };
-                s.next = next;
+            // Nothing read ahead: cached data is served on this thread.
+            if s.ahead.is_empty() && s.eof_at.map_or(true, |e| s.pos < e) {
+                match self.read_cached(cx, out) {
+                    Poll::Ready(Some(n)) => return Poll::Ready(Ok(n)),
+                    Poll::Ready(None) => {}
+                    Poll::Pending => return Poll::Pending,
+                }
+                if self.stream.cur.is_some() {
+                    continue;
+                }
             }
+            self.read_ahead(cx);
+            let s = &mut self.stream;
             let Some((off, f)) = s.ahead.front_mut() else {
                 return Poll::Ready(Ok(0));
             };
@@ -204,6 +208,95 @@ impl AsyncFile {
             }
             s.cur = Some((b, skip, n));
         }
+    }
+
+    /// Starts reads through the engine ahead of the cursor, up to the
+    /// stream's depth and not past a known end.
+    fn read_ahead(&mut self, cx: &mut Context<'_>) {
+        let s = &mut self.stream;
+        while s.ahead.len() < s.depth && s.eof_at.map_or(true, |e| s.next < e) {
+            let buf = s.buffer();
+            let mut f = self.handle.read_into(&self.engine, buf, 0, s.next);
+            f.set_waker(cx.waker());
+            f.start();
+            s.ahead.push_back((s.next, f));
+            // Past the largest offset (which the reads are refused at)
+            // nothing is read ahead.
+            let Some(next) = s.next.checked_add(s.block as u64) else {
+                s.eof_at = Some(s.next);
+                break;
+            };
+            s.next = next;
+        }
+    }
+
+    /// Serves the read at the cursor from the page cache on the polling
+    /// thread (`preadv2(RWF_NOWAIT)`, as a positional read's first poll
+    /// does: see `inline.rs`), when nothing is read ahead: straight into
+    /// `out` when it has room for a whole block (up to [`CACHED_MAX`]
+    /// bytes, one system call and one copy), else a block into the
+    /// stream's own buffer, which `out` takes from as from a block the
+    /// driver read. `Some(n)` once `n` bytes went into `out`; `None` with
+    /// nothing served into `out` (the block may now be the current one, or
+    /// nothing was cached, and the driver reads ahead as before). `Some(0)`
+    /// is the end of the file as it is now: not kept, as `std::fs::File`
+    /// keeps none (a later read finds what was appended since).
+    /// Pending (the task woken) when this thread's run of reads served
+    /// inline is spent, as any inline read yields then.
+    fn read_cached(&mut self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Poll<Option<usize>> {
+        if !crate::aio::op::inline_turn_left(cx) {
+            return Poll::Pending;
+        }
+        let fd = self.handle.file.as_raw_fd();
+        let s = &mut self.stream;
+        let pos = s.pos;
+        // SAFETY: only the bytes `preadv2` reports written are counted
+        // filled (`advance` below); nothing uninitialised is written.
+        let direct = unsafe { out.unfilled() };
+        if direct.len() >= s.block {
+            let len = direct.len().min(CACHED_MAX);
+            let Some(n) = self
+                .handle
+                .inline_reads
+                .try_stream(fd, &mut direct[..len], pos)
+            else {
+                return Poll::Ready(None);
+            };
+            // SAFETY: `preadv2` wrote these `n` bytes (at most `len`).
+            unsafe { out.advance(n) };
+            s.pos += n as u64;
+            s.next = s.pos;
+            crate::aio::op::count_inline_turn(n);
+            self.engine.count_inline();
+            return Poll::Ready(Some(n));
+        }
+        let mut b = s.buffer();
+        // SAFETY: initialised bytes seen as possibly uninitialised, which
+        // only `preadv2` writes to.
+        let area = unsafe {
+            std::slice::from_raw_parts_mut(
+                b.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(),
+                b.len(),
+            )
+        };
+        match self.handle.inline_reads.try_stream(fd, area, pos) {
+            Some(0) => {
+                s.spare.push(b);
+                // Counted as every call is, so that a loop reading at the
+                // end (a tail) yields as the direct path's does.
+                crate::aio::op::count_inline_turn(0);
+                self.engine.count_inline();
+                return Poll::Ready(Some(0));
+            }
+            Some(n) => {
+                crate::aio::op::count_inline_turn(n);
+                s.next = pos + n as u64;
+                s.cur = Some((b, 0, n));
+                self.engine.count_inline();
+            }
+            None => s.spare.push(b),
+        }
+        Poll::Ready(None)
     }
 
     /// A read of a file without offsets: one read in flight, at the
