@@ -1981,36 +1981,49 @@ fn a_loop_of_inline_reads_yields_to_other_tasks() {
 /// which tokio runs again before its timers and other tasks' wake-ups.)
 #[cfg(feature = "tokio")]
 fn reads_before_a_yielding_peer_ran_8_times(len: usize, seed: u64) -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     let (path, _data) = data_file(len, seed);
     let engine = AsyncEngine::new().unwrap();
     let file = AsyncFile::open(&engine, &path).unwrap();
+    let reads = beside_a_peer_that_yields_8_times(|turns| async move {
+        let mut reads = 0u64;
+        while turns.load(std::sync::atomic::Ordering::Relaxed) < 8 && reads < 100_000 {
+            let (r, _) = file.read_at(vec![0u8; len], 0).await;
+            assert_eq!(r.unwrap(), len);
+            reads += 1;
+        }
+        reads
+    });
+    assert!(engine.served_inline() > 0);
+    reads
+}
+
+/// Runs `reader` (given the count of the peer's turns; it returns how
+/// many reads it made) beside a peer task that only yields, 8 times, on a
+/// current-thread runtime: what `reader` returned.
+#[cfg(feature = "tokio")]
+fn beside_a_peer_that_yields_8_times<F, Fut>(reader: F) -> u64
+where
+    F: FnOnce(Arc<std::sync::atomic::AtomicU64>) -> Fut,
+    Fut: Future<Output = u64> + Send + 'static,
+{
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let reads = rt.block_on(async move {
-        let turns = Arc::new(AtomicU64::new(0));
-        let peer_turns = turns.clone();
+    let turns = Arc::new(AtomicU64::new(0));
+    let peer_turns = turns.clone();
+    let reader = reader(turns);
+    rt.block_on(async move {
         let peer = tokio::spawn(async move {
             while peer_turns.load(Relaxed) < 8 {
                 tokio::task::yield_now().await;
                 peer_turns.fetch_add(1, Relaxed);
             }
         });
-        let reader = tokio::spawn(async move {
-            let mut reads = 0u64;
-            while turns.load(Relaxed) < 8 && reads < 100_000 {
-                let (r, _) = file.read_at(vec![0u8; len], 0).await;
-                assert_eq!(r.unwrap(), len);
-                reads += 1;
-            }
-            reads
-        });
+        let reader = tokio::spawn(reader);
         peer.await.unwrap();
         reader.await.unwrap()
-    });
-    assert!(engine.served_inline() > 0);
-    reads
+    })
 }
 
 /// A task reading cached data in a loop, each read served at once, yields
@@ -2053,39 +2066,23 @@ fn a_loop_of_large_inline_reads_yields_every_mebibyte() {
 #[cfg(feature = "tokio")]
 #[test]
 fn a_stream_read_in_a_loop_at_the_end_of_a_cached_file_yields() {
-    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     let (path, _data) = data_file(1000, 71);
     let engine = AsyncEngine::new().unwrap();
     let mut file = AsyncFile::open(&engine, &path).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let reads = rt.block_on(async move {
+    let reads = beside_a_peer_that_yields_8_times(|turns| async move {
         let mut all = Vec::new();
         tokio::io::AsyncReadExt::read_to_end(&mut file, &mut all)
             .await
             .unwrap();
         assert_eq!(all.len(), 1000);
-        let turns = Arc::new(AtomicU64::new(0));
-        let peer_turns = turns.clone();
-        let peer = tokio::spawn(async move {
-            while peer_turns.load(Relaxed) < 8 {
-                tokio::task::yield_now().await;
-                peer_turns.fetch_add(1, Relaxed);
-            }
-        });
-        let reader = tokio::spawn(async move {
-            let mut reads = 0u64;
-            let mut buf = vec![0u8; 4096];
-            while turns.load(Relaxed) < 8 && reads < 100_000 {
-                let n = tokio::io::AsyncReadExt::read(&mut file, &mut buf).await;
-                assert_eq!(n.unwrap(), 0, "at the end");
-                reads += 1;
-            }
-            reads
-        });
-        peer.await.unwrap();
-        reader.await.unwrap()
+        let mut reads = 0u64;
+        let mut buf = vec![0u8; 4096];
+        while turns.load(std::sync::atomic::Ordering::Relaxed) < 8 && reads < 100_000 {
+            let n = tokio::io::AsyncReadExt::read(&mut file, &mut buf).await;
+            assert_eq!(n.unwrap(), 0, "at the end");
+            reads += 1;
+        }
+        reads
     });
     assert!(
         reads < 8 * 128 * 2,
