@@ -57,6 +57,17 @@ def collector_off():
             gc.enable()
 
 
+def run_collector_off(kind, main):
+    """Runs ``main(loop)`` on a new loop of ``kind`` with the collector off,
+    then closes the loop: what ``main`` returned."""
+    loop = loop_kinds.FACTORIES[kind]()
+    with collector_off():
+        try:
+            return loop.run_until_complete(main(loop))
+        finally:
+            loop.close()
+
+
 def _in_flight(loop) -> int:
     """Operations the kernel has not answered on ``loop``'s ring (0 on epoll)."""
     proactor = getattr(loop, "_proactor", None)
@@ -201,12 +212,7 @@ def _run(kind, body):
         assert refs
         await all_gone(refs, baseline)
 
-    loop = loop_kinds.FACTORIES[kind]()
-    with collector_off():
-        try:
-            loop.run_until_complete(main(loop))
-        finally:
-            loop.close()
+    run_collector_off(kind, main)
 
 
 @pytest.mark.parametrize("how", ["close", "abort", "peer close", "peer abort"])
@@ -576,12 +582,7 @@ def test_a_thousand_echoed_and_closed_connections_leave_no_protocol_or_transport
         await all_gone(refs, baseline)
         return len(protocols), len(transports)
 
-    loop = loop_kinds.FACTORIES[kind]()
-    with collector_off():
-        try:
-            assert loop.run_until_complete(main(loop)) == (0, 0)
-        finally:
-            loop.close()
+    assert run_collector_off(kind, main) == (0, 0)
 
 
 class KeepsWeakly(Keeps):
@@ -664,12 +665,7 @@ def test_a_closed_server_s_protocol_factory_goes_with_its_last_reference(kind):
         del factory, server, tr, pr
         await all_gone(refs, baseline)
 
-    loop = loop_kinds.FACTORIES[kind]()
-    with collector_off():
-        try:
-            loop.run_until_complete(main(loop))
-        finally:
-            loop.close()
+    run_collector_off(kind, main)
 
 
 # -- what a closed transport answers, beside asyncio's loop ------------------
