@@ -2180,11 +2180,13 @@ fn trait_writes_dropped_in_a_select_send_every_byte_once_on_a_current_thread_run
 
 /// The halves of a split stream polled from two runtimes at once: the
 /// reading half waits on runtime A (in A's reactor), then the writing half
-/// fills the socket from runtime B and waits there. The peer's byte then
-/// reaches the waiting read, and once the peer drains the socket every
-/// byte written arrives, as with tokio's stream. (The registration the
-/// halves share is not moved to B under the read waiting in A's: that
-/// dropped the read's waker, and the read never woke.)
+/// fills the socket from runtime B and waits for room (not in B's reactor:
+/// the registration the halves share stays with A's while the read waits
+/// there, and the write waits as where no reactor serves it). The peer's
+/// byte then reaches the waiting read, and once the peer drains the
+/// socket every byte written arrives, as with tokio's stream. (Moving the
+/// registration to B under the waiting read dropped the read's waker, and
+/// the read never woke.)
 #[cfg(feature = "tokio")]
 #[test]
 fn split_halves_waiting_on_two_runtimes_at_once_are_both_woken() {

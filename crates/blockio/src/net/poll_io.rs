@@ -249,16 +249,21 @@ impl Reactor {
     }
 
     /// Notes whether the operation going `way` that polled `fd` was left
-    /// waiting there.
-    fn park(&self, fd: &InTokio, way: Way, waiting: bool) {
+    /// waiting there; false if `fd` is no longer the registration (an
+    /// operation of the other direction, from another runtime, moved it
+    /// between this one's `on` and its poll): the waker it left there is
+    /// dropped unwoken with `fd`, so the caller wakes its task, whose next
+    /// poll registers again or goes on without the reactor.
+    fn park(&self, fd: &InTokio, way: Way, waiting: bool) -> bool {
         let mut reg = self.lock();
-        if reg
+        let current = reg
             .fd
             .as_ref()
-            .is_some_and(|f| std::sync::Arc::ptr_eq(f, fd))
-        {
+            .is_some_and(|f| std::sync::Arc::ptr_eq(f, fd));
+        if current {
             reg.parked[way as usize] = waiting;
         }
+        current
     }
 
     /// `fd`'s runtime is shutting down: the operations go on as where no
@@ -589,11 +594,13 @@ impl PollIo {
                 }
                 Poll::Pending => {
                     self.in_reactor = true;
-                    core.reactor.park(&afd, Way::Read, true);
+                    if !core.reactor.park(&afd, Way::Read, true) {
+                        cx.waker().wake_by_ref();
+                    }
                     return Some(Poll::Pending);
                 }
             };
-            core.reactor.park(&afd, Way::Read, false);
+            let _ = core.reactor.park(&afd, Way::Read, false);
             let room = out.room();
             // SAFETY: only the kernel writes into the slice, and only bytes
             // it received.
@@ -739,11 +746,13 @@ impl PollIo {
                     return None;
                 }
                 Poll::Pending => {
-                    core.reactor.park(&afd, Way::Write, true);
+                    if !core.reactor.park(&afd, Way::Write, true) {
+                        cx.waker().wake_by_ref();
+                    }
                     return Some(Poll::Pending);
                 }
             };
-            core.reactor.park(&afd, Way::Write, false);
+            let _ = core.reactor.park(&afd, Way::Write, false);
             match send() {
                 Some(sent) => return Some(Poll::Ready(sent)),
                 // Full: the readiness this guard saw is spent.
