@@ -27,7 +27,6 @@ import contextlib
 import gc
 import os
 import socket
-import ssl
 import struct
 import tempfile
 import threading
@@ -37,6 +36,7 @@ import weakref
 import pytest
 
 import loops as loop_kinds
+from test_event_loop import _tls_contexts
 from waits import DEADLINE
 
 #: blockio's loops, by their name in ``loops.FACTORIES``.
@@ -231,19 +231,6 @@ def test_a_closed_stream_s_transports_and_protocols_go_with_their_last_reference
     connection with an end of stream, not a reset: resets are
     :func:`test_a_connection_reset_by_its_peer_leaves_nothing`'s."""
     _run(kind, lambda loop, refs: _stream(loop, family, protocol == "buffered", how, refs))
-
-
-def _tls_contexts():
-    """A server context with CPython's test certificate and a client
-    context that does not verify it."""
-    from test.test_asyncio import utils as test_utils
-
-    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_ctx.load_cert_chain(test_utils.ONLYCERT, test_utils.ONLYKEY)
-    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client_ctx.check_hostname = False
-    client_ctx.verify_mode = ssl.CERT_NONE
-    return server_ctx, client_ctx
 
 
 @pytest.mark.parametrize("how", ["close", "abort", "peer close"])
