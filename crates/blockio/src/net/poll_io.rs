@@ -248,18 +248,48 @@ impl Reactor {
         self.lock().fd.clone()
     }
 
+    /// Polls `fd` (got from [`on`](Self::on)) for readiness to go `way`,
+    /// noting whether the operation was left waiting there: `None` once
+    /// `fd`'s runtime is shutting down (the operations then go on as where
+    /// no reactor serves them, until one from another runtime registers
+    /// again). Left waiting on an `fd` that is no longer the registration
+    /// (an operation of the other direction, from another runtime, moved
+    /// it between this one's `on` and its poll), the task is woken at once:
+    /// the waker it left there goes unwoken with `fd`, and its next poll
+    /// registers again or goes on without the reactor.
+    fn poll_ready<'a>(
+        &self,
+        fd: &'a InTokio,
+        way: Way,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<tokio::io::unix::AsyncFdReadyGuard<'a, InReactor>>> {
+        let ready = match way {
+            Way::Read => fd.poll_read_ready(cx),
+            Way::Write => fd.poll_write_ready(cx),
+        };
+        match ready {
+            Poll::Ready(Ok(guard)) => {
+                self.park(fd, way, false);
+                Some(Poll::Ready(guard))
+            }
+            Poll::Ready(Err(_)) => {
+                self.lost(fd);
+                None
+            }
+            Poll::Pending => {
+                if !self.park(fd, way, true) {
+                    cx.waker().wake_by_ref();
+                }
+                Some(Poll::Pending)
+            }
+        }
+    }
+
     /// Notes whether the operation going `way` that polled `fd` was left
-    /// waiting there; false if `fd` is no longer the registration (an
-    /// operation of the other direction, from another runtime, moved it
-    /// between this one's `on` and its poll): the waker it left there is
-    /// dropped unwoken with `fd`, so the caller wakes its task, whose next
-    /// poll registers again or goes on without the reactor.
+    /// waiting there; false if `fd` is no longer the registration.
     fn park(&self, fd: &InTokio, way: Way, waiting: bool) -> bool {
         let mut reg = self.lock();
-        let current = reg
-            .fd
-            .as_ref()
-            .is_some_and(|f| std::sync::Arc::ptr_eq(f, fd));
+        let current = reg.holds(fd);
         if current {
             reg.parked[way as usize] = waiting;
         }
@@ -270,13 +300,19 @@ impl Reactor {
     /// reactor serves them, until one from another runtime registers there.
     fn lost(&self, fd: &InTokio) {
         let mut reg = self.lock();
-        if reg
-            .fd
-            .as_ref()
-            .is_some_and(|f| std::sync::Arc::ptr_eq(f, fd))
-        {
+        if reg.holds(fd) {
             reg.fd = None;
         }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Registered {
+    /// Whether `fd` is the registration now (not one since replaced).
+    fn holds(&self, fd: &InTokio) -> bool {
+        self.fd
+            .as_ref()
+            .is_some_and(|f| std::sync::Arc::ptr_eq(f, fd))
     }
 }
 
@@ -584,23 +620,15 @@ impl PollIo {
         self.in_reactor = false;
         let afd = self.reactor(core)?;
         loop {
-            let mut guard = match afd.poll_read_ready(cx) {
-                Poll::Ready(Ok(g)) => g,
-                Poll::Ready(Err(_)) => {
-                    // The reactor's runtime is shutting down: the reads go
-                    // through the ring from here.
-                    core.reactor.lost(&afd);
-                    return None;
-                }
+            // `None`: the reactor's runtime is shutting down, and the reads
+            // go through the ring from here.
+            let mut guard = match core.reactor.poll_ready(&afd, Way::Read, cx)? {
+                Poll::Ready(g) => g,
                 Poll::Pending => {
                     self.in_reactor = true;
-                    if !core.reactor.park(&afd, Way::Read, true) {
-                        cx.waker().wake_by_ref();
-                    }
                     return Some(Poll::Pending);
                 }
             };
-            let _ = core.reactor.park(&afd, Way::Read, false);
             let room = out.room();
             // SAFETY: only the kernel writes into the slice, and only bytes
             // it received.
@@ -739,20 +767,9 @@ impl PollIo {
         let runtime = write_reactor_runtime()?;
         let afd = core.reactor.on(core, &runtime, Way::Write)?;
         loop {
-            let mut guard = match afd.poll_write_ready(cx) {
-                Poll::Ready(Ok(g)) => g,
-                Poll::Ready(Err(_)) => {
-                    core.reactor.lost(&afd);
-                    return None;
-                }
-                Poll::Pending => {
-                    if !core.reactor.park(&afd, Way::Write, true) {
-                        cx.waker().wake_by_ref();
-                    }
-                    return Some(Poll::Pending);
-                }
+            let Poll::Ready(mut guard) = core.reactor.poll_ready(&afd, Way::Write, cx)? else {
+                return Some(Poll::Pending);
             };
-            let _ = core.reactor.park(&afd, Way::Write, false);
             match send() {
                 Some(sent) => return Some(Poll::Ready(sent)),
                 // Full: the readiness this guard saw is spent.
