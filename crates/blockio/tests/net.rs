@@ -19,6 +19,16 @@ fn engine() -> AsyncEngine {
 fn assert_send<T: Send>(_: &T) {}
 fn assert_sync<T: Sync>(_: &T) {}
 
+/// A multi-thread runtime of two workers, with I/O and time.
+#[cfg(feature = "tokio")]
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -588,11 +598,7 @@ fn a_tokio_trait_read_writes_only_the_bytes_it_reads() {
 #[cfg(feature = "tokio")]
 #[test]
 fn drive_on_tokio_serves_connections_on_the_multi_thread_runtime() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     serve_driven(&rt, |e| {
         tokio::spawn(async move {
             blockio::aio::drive_on_tokio(e)
@@ -2028,11 +2034,7 @@ fn trait_reads_on_two_workers_wait_in_tokios_reactor_and_lose_nothing() {
     const TOTAL: usize = 4 << 20;
     let e = engine();
     let on_uring = e.backend() == blockio::Backend::IoUring;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     let listener = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap();
     let server = rt.spawn(async move {
@@ -2163,11 +2165,7 @@ fn trait_writes_beside_a_ticker_on(rt: tokio::runtime::Runtime, what: &str) {
 #[cfg(feature = "tokio")]
 #[test]
 fn trait_writes_dropped_in_a_select_send_every_byte_once_on_a_multi_thread_runtime() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     trait_writes_beside_a_ticker_on(rt, "multi-thread");
 }
 
@@ -2193,13 +2191,6 @@ fn split_halves_waiting_on_two_runtimes_at_once_are_both_woken() {
     use futures::FutureExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     const TOTAL: usize = 32 << 20;
-    let two_workers = || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    };
     let e = engine();
     let (a, b) = (two_workers(), two_workers());
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -2288,11 +2279,7 @@ fn split_halves_reading_and_writing_at_once_through_the_reactor_lose_nothing() {
         writer.join().unwrap();
         got
     });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     let e = engine();
     let sent_down = down.clone();
     let read_up = rt.block_on(async move {
