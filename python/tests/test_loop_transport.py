@@ -29,6 +29,7 @@ import pytest
 import blockio
 import loops as loop_kinds
 from blockio import _proactor
+from waits import await_until
 from waits import DEADLINE, await_until
 
 
@@ -1214,9 +1215,7 @@ def test_a_peer_on_the_loop_writing_twice_in_a_step_reaches_a_grown_receive_at_o
         peer.write(first)
         await pr.received(len(first))
         assert tr._rx.first == 128 * 1024, tr._rx.first
-        # (the receive armed next reaches the kernel in the loop's wait)
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        await _receives_armed_and_submitted(tr)
         peer.write(one)
         peer.write(two)
         await pr.received(len(first) + len(one) + len(two))
@@ -1230,6 +1229,23 @@ def test_a_peer_on_the_loop_writing_twice_in_a_step_reaches_a_grown_receive_at_o
         loop.run_until_complete(main())
     finally:
         loop.close()
+
+
+async def _receives_armed_and_submitted(*transports):
+    """Returns once each transport's next receive is armed (on blockio's
+    io_uring loop, the ring names one for its socket) and the loop has
+    waited once since, its wait handing the armed receives to the kernel;
+    on the other loops, after that one wait."""
+    loop = asyncio.get_running_loop()
+    ring = getattr(getattr(loop, "_proactor", None), "_ring", None)
+    if ring is not None:
+        fds = [tr.get_extra_info("socket").fileno() for tr in transports]
+        await await_until(
+            lambda: all(ring.receiving(fd) is not None for fd in fds),
+            "the transports' next receives armed",
+        )
+    # One pass of the loop: its wait submits what was armed.
+    await asyncio.sleep(0)
 
 
 def _two_sends_after_a_grown_receive(kind, seed, one_len, two_len):
@@ -1250,9 +1266,7 @@ def _two_sends_after_a_grown_receive(kind, seed, one_len, two_len):
         await pr.received(len(first))
         if kind == "blockio-uring":
             assert tr._rx.first == 128 * 1024, tr._rx.first
-        # (the receive armed next reaches the kernel in the loop's wait)
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        await _receives_armed_and_submitted(tr)
         _send_at_once(b, one)
         _send_at_once(b, two)
         await pr.received(len(first) + len(one) + len(two))
@@ -1326,9 +1340,7 @@ def test_a_ready_receive_whose_bytes_another_reader_took_waits_for_the_next(kind
         for b, pr in ((bx, prx), (by, pry)):
             _send_at_once(b, first)
             await pr.received(len(first))
-        # (the receives armed next reach the kernel in the loop's wait)
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        await _receives_armed_and_submitted(trx, try_)
         _send_at_once(bx, for_x)
         _send_at_once(by, for_y)
         await prx.received(len(first) + len(for_x))
