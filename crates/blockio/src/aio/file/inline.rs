@@ -123,50 +123,43 @@ impl InlineReads {
         buf: &mut [std::mem::MaybeUninit<u8>],
         offset: u64,
     ) -> Option<usize> {
-        if buf.is_empty() || !self.eligible(fd) {
+        if buf.is_empty() {
             return None;
         }
-        let skip = self.skip.load(Ordering::Relaxed);
-        if skip > 0 {
-            self.skip.store(skip - 1, Ordering::Relaxed);
-            return None;
-        }
-        // SAFETY: the stream's file keeps `fd` open for the call.
-        let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        // SAFETY: `buf` is memory this thread borrows mutably for the
-        // call; the kernel only writes bytes into it (never reads it), and
-        // the caller counts as filled only the `n` bytes reported written.
-        let bytes =
-            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len()) };
-        let rc = rustix::io::preadv2(
-            bfd,
-            &mut [std::io::IoSliceMut::new(bytes)],
-            offset,
-            rustix::io::ReadWriteFlags::NOWAIT,
-        );
-        match rc {
-            Ok(n) => {
-                if self.misses.load(Ordering::Relaxed) != 0 {
-                    self.misses.store(0, Ordering::Relaxed);
-                }
-                Some(n)
-            }
-            Err(e) if e.raw_os_error() == libc::EOPNOTSUPP => {
-                self.state.store(NEVER, Ordering::Relaxed);
-                None
-            }
-            Err(e) if e.raw_os_error() == libc::EAGAIN => {
-                self.missed();
-                None
-            }
-            Err(_) => None,
-        }
+        self.attempt(fd, false, || {
+            // SAFETY: the stream's file keeps `fd` open for the call.
+            let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            // SAFETY: `buf` is memory this thread borrows mutably for the
+            // call; the kernel only writes bytes into it (never reads it),
+            // and the caller counts as filled only the `n` bytes reported
+            // written.
+            let bytes =
+                unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len()) };
+            rustix::io::preadv2(
+                bfd,
+                &mut [std::io::IoSliceMut::new(bytes)],
+                offset,
+                rustix::io::ReadWriteFlags::NOWAIT,
+            )
+            .map_err(|e| e.raw_os_error())
+        })
     }
-}
 
-impl Inline for InlineReads {
-    fn try_inline(&self, op: &Op<'_>) -> Option<i32> {
-        if !self.eligible(op.fd) {
+    /// Makes `read` (a `preadv2(RWF_NOWAIT)` of `fd`, giving its count or
+    /// its errno) under the eligibility and back-off every inline read
+    /// shares: `None` for a file never tried and a read the back-off
+    /// skips; after the call, a served read ends a run of misses, and
+    /// `EOPNOTSUPP` stops the tries for good. A failed read counts as a
+    /// miss (lengthening the back-off) if it is `EAGAIN`, or if
+    /// `any_error_misses`. Inlined: a cached read's first poll runs it.
+    #[inline]
+    fn attempt(
+        &self,
+        fd: RawFd,
+        any_error_misses: bool,
+        read: impl FnOnce() -> Result<usize, i32>,
+    ) -> Option<usize> {
+        if !self.eligible(fd) {
             return None;
         }
         // Plain load and store: a read lost to a race tries once more or
@@ -176,24 +169,33 @@ impl Inline for InlineReads {
             self.skip.store(skip - 1, Ordering::Relaxed);
             return None;
         }
-        match try_inline(op) {
+        match read() {
             Ok(n) => {
                 if self.misses.load(Ordering::Relaxed) != 0 {
                     self.misses.store(0, Ordering::Relaxed);
                 }
-                // `try_inline` serves a read of at most `i32::MAX` bytes
-                // only whole, as the kernel caps one read there.
-                i32::try_from(n).ok()
+                Some(n)
             }
             Err(libc::EOPNOTSUPP) => {
                 self.state.store(NEVER, Ordering::Relaxed);
                 None
             }
-            Err(_) => {
-                self.missed();
+            Err(errno) => {
+                if any_error_misses || errno == libc::EAGAIN {
+                    self.missed();
+                }
                 None
             }
         }
+    }
+}
+
+impl Inline for InlineReads {
+    fn try_inline(&self, op: &Op<'_>) -> Option<i32> {
+        // `try_inline` serves a read of at most `i32::MAX` bytes only
+        // whole, as the kernel caps one read there.
+        let n = self.attempt(op.fd, true, || try_inline(op))?;
+        i32::try_from(n).ok()
     }
 }
 
