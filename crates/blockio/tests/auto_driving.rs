@@ -15,17 +15,10 @@ use blockio::net::{TcpListener, TcpStream};
 use blockio::Backend;
 
 mod common;
-use common::{count_io_disabled_panics, Bounded};
+use common::{count_io_disabled_panics, current_thread, Bounded};
 
 /// A hang guard, far beyond what any step takes.
 const GUARD: Duration = Duration::from_secs(30);
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn multi_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -10,7 +10,9 @@ use blockio::aio::{AsyncEngine, CallerDriving, Driving, IoBuf, Submit};
 use blockio::net::{TcpListener, TcpStream};
 
 mod common;
-use common::Bounded;
+#[cfg(feature = "tokio")]
+use common::two_workers;
+use common::{current_thread, Bounded};
 
 fn engine() -> AsyncEngine {
     AsyncEngine::new().unwrap()
@@ -18,23 +20,6 @@ fn engine() -> AsyncEngine {
 
 fn assert_send<T: Send>(_: &T) {}
 fn assert_sync<T: Sync>(_: &T) {}
-
-/// A multi-thread runtime of two workers, with I/O and time.
-#[cfg(feature = "tokio")]
-fn two_workers() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 #[test]
 fn futures_are_send() {

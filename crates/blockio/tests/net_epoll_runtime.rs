@@ -18,6 +18,9 @@ use blockio::aio::{AsyncEngine, Driving, ReadinessCounts};
 use blockio::net::{TcpListener, TcpStream};
 use blockio::BackendChoice;
 
+mod common;
+use common::{current_thread, one_worker};
+
 /// A hang guard, far beyond what any step takes.
 const GUARD: Duration = Duration::from_secs(30);
 
@@ -30,23 +33,6 @@ fn pool_engine() -> AsyncEngine {
     AsyncEngine::builder()
         .backend(BackendChoice::ThreadPool)
         .driving(Driving::Auto)
-        .build()
-        .unwrap()
-}
-
-/// A multi-thread runtime of one worker, with I/O and time.
-fn one_worker() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// A current-thread runtime, with I/O and time.
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
         .build()
         .unwrap()
 }

@@ -257,3 +257,29 @@ pub fn sleeps_in_a_call_or_ended(tid: i32) -> bool {
         Err(_) => true,
     }
 }
+
+/// A current-thread tokio runtime, with I/O and time.
+pub fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A multi-thread tokio runtime of one worker, with I/O and time.
+pub fn one_worker() -> tokio::runtime::Runtime {
+    workers(1)
+}
+
+/// A multi-thread tokio runtime of two workers, with I/O and time.
+pub fn two_workers() -> tokio::runtime::Runtime {
+    workers(2)
+}
+
+fn workers(n: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(n)
+        .enable_all()
+        .build()
+        .unwrap()
+}
