@@ -582,10 +582,7 @@ enum Sent {
     End(io::Result<()>),
 }
 
-#[pymethods]
 impl Core {
-    #[new]
-    #[pyo3(signature = (queue_depth = blockio::DEFAULT_QUEUE_DEPTH as i64, backend = None))]
     pub(crate) fn new(queue_depth: i64, backend: Option<&str>) -> PyResult<Core> {
         let choice = match backend {
             None | Some("auto") => BackendChoice::Auto,
@@ -644,7 +641,6 @@ impl Core {
     }
 
     /// "uring" or "threads", as `BLOCKIO_BACKEND` names them.
-    #[getter]
     pub(crate) fn backend(&self) -> PyResult<&'static str> {
         Ok(match self.check()? {
             Backend::IoUring => "uring",
@@ -653,7 +649,6 @@ impl Core {
     }
 
     /// Why the thread pool is in use, if it is.
-    #[getter]
     pub(crate) fn fallback_reason(&self) -> PyResult<Option<String>> {
         self.with_sync(|e| Ok(e.fallback_reason.clone()))
     }
@@ -755,7 +750,6 @@ impl Core {
     }
 
     /// fsync (or fdatasync) of `fd`.
-    #[pyo3(signature = (fd, data_only = false))]
     pub(crate) fn fsync(&self, py: Python<'_>, fd: RawFd, data_only: bool) -> PyResult<()> {
         let engine = &self.sync_engine()?;
         let target = RawTarget(fd);
@@ -856,7 +850,6 @@ impl Core {
     /// opener, which may add `O_DIRECT`), the ring of `O_DIRECT` files is
     /// made too: it is made before the path is opened, so that an open
     /// short of descriptors for it fails having created no file.
-    #[pyo3(signature = (fd, opener = false))]
     pub(crate) fn prepare(&self, fd: RawFd, opener: bool) -> PyResult<()> {
         let flags = fd_flags(fd);
         self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
@@ -1036,7 +1029,6 @@ impl Core {
     }
 
     /// Starts an fsync (or fdatasync) of `fd`.
-    #[pyo3(signature = (waiter, fd, data_only = false))]
     pub(crate) fn submit_sync(
         &self,
         waiter: PyObject,
@@ -1351,13 +1343,11 @@ impl Core {
     /// How many reads were started through the engine (its rings or
     /// threads) since it was made: a read served inline, or on the event
     /// loop's own ring, is not one. For tests that check where reads go.
-    #[getter]
     pub(crate) fn reads_started(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
     }
 
     /// Whether `close` has run.
-    #[getter]
     pub(crate) fn closed(&self) -> bool {
         self.engine
             .lock()

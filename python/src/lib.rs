@@ -73,6 +73,7 @@ mod inline_write;
 pub(crate) mod lent;
 mod owned;
 mod pending;
+mod pymethods;
 mod rings;
 mod stream;
 pub(crate) mod turns;
