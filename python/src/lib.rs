@@ -76,6 +76,7 @@ mod pending;
 mod pymethods;
 mod rings;
 mod stream;
+mod sync_engine;
 pub(crate) mod turns;
 mod wqueue;
 pub(crate) use args::*;
@@ -88,6 +89,7 @@ pub(crate) use inflight::InFlight;
 pub(crate) use inline_read::InlineReads;
 pub(crate) use pending::*;
 pub(crate) use rings::Rings;
+pub(crate) use sync_engine::SyncEngine;
 
 #[pymodule]
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
