@@ -76,6 +76,7 @@ mod pending;
 mod pymethods;
 mod rings;
 mod stream;
+mod submit;
 mod sync_calls;
 mod sync_engine;
 pub(crate) mod turns;
