@@ -64,6 +64,7 @@ mod errors;
 mod event_loop;
 mod fds;
 pub(crate) mod fresh;
+mod fscalls;
 pub(crate) mod fsjobs;
 pub(crate) mod gil;
 mod inflight;
