@@ -69,6 +69,7 @@ pub(crate) mod fsjobs;
 pub(crate) mod gil;
 mod inflight;
 mod inline;
+mod inline_calls;
 mod inline_read;
 mod inline_write;
 pub(crate) mod lent;
