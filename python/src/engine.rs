@@ -111,10 +111,6 @@ impl Core {
         }
         out
     }
-
-    pub(crate) fn clear_eventfd(&self) {
-        self.inflight.clear_eventfd();
-    }
 }
 
 impl Core {
@@ -213,68 +209,16 @@ impl Core {
         Ok(self.inflight.eventfd())
     }
 
-    /// Records `fd` as owned by a file object of this engine: its
-    /// operations borrow the number, with no duplicate, and its close
-    /// (`submit_close`) waits for them (see [`crate::owned`]).
-    pub(crate) fn own(&self, fd: RawFd) {
-        self.owned.own(fd);
-    }
-
-    /// Forgets that a file object owns `fd` (it hands the descriptor
-    /// back): false, and nothing changed, while operations of the file
-    /// that were given up still borrow it.
-    pub(crate) fn disown(&self, fd: RawFd) -> bool {
-        self.owned.disown(fd)
-    }
-
     /// The finished batches since the last call: `(waiter, results)` pairs,
     /// results as the synchronous calls return them. Called by the event
     /// loop when the eventfd is readable.
     pub(crate) fn drain<'py>(&self, py: Python<'py>) -> PyResult<Finished<'py>> {
-        self.clear_eventfd();
+        self.inflight.clear_eventfd();
         release_parked(py);
         self.finished()
             .into_iter()
             .map(|(w, d)| Ok((w, results_or_error(py, d, &self.spare))))
             .collect()
-    }
-
-    /// Withdraws the operations of the batch `token` that the kernel has
-    /// not taken yet (they are never performed) and, if that is all of
-    /// them, gives the batch up as [`cancel`](Self::cancel) does: true.
-    /// False if an operation of it was performed or is in the kernel (or
-    /// on a pool thread), and false for a batch no longer pending (it
-    /// finished, and its results may be on their way to the caller's
-    /// loop through another loop's drain; or the engine closed, which
-    /// resolves it): the batch stays, and its results come as usual, so
-    /// that the caller learns what was done. Batches of reads into Python
-    /// buffers and of writes can be withdrawn (others have nothing to
-    /// withdraw, and are given up at once).
-    pub(crate) fn withdraw(&self, token: u64) -> bool {
-        let Some(withdrawals) = self.inflight.withdrawals(token) else {
-            return false;
-        };
-        // Every one is asked (not stopping at the first in the kernel), so
-        // that none of the batch starts later.
-        let performed = withdrawals.iter().filter(|w| !w.withdraw()).count();
-        if performed == 0 {
-            self.cancel(token);
-        }
-        performed == 0
-    }
-
-    /// Gives up on the batch `token` whose awaiting task was cancelled: its
-    /// operations not yet handed to the kernel are never submitted; those
-    /// in flight keep their buffers and their duplicate descriptor until
-    /// they complete. Its results are never reported. A token already
-    /// finished or unknown is ignored.
-    pub(crate) fn cancel(&self, token: u64) {
-        self.inflight.cancel(token);
-    }
-
-    /// Asynchronous batches not finished yet.
-    pub(crate) fn pending(&self) -> usize {
-        self.inflight.count()
     }
 
     /// Shuts the engine down and hands back what became of the
@@ -307,13 +251,13 @@ impl Core {
         let mut interrupted = None;
         let mut idle = 0;
         loop {
-            self.clear_eventfd();
+            self.inflight.clear_eventfd();
             let done = self.finished();
             idle = if done.is_empty() { idle + 1 } else { 0 };
             for (w, d) in done {
                 finished.push((w, results_or_error(py, d, &self.spare)));
             }
-            if self.pending() == 0 || idle > 10 {
+            if self.inflight.count() == 0 || idle > 10 {
                 break;
             }
             if let Err(e) = py.check_signals() {

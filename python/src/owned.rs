@@ -38,7 +38,9 @@ pub(crate) struct Owned(Mutex<HashMap<RawFd, Entry>>);
 pub(crate) type Close = (PyObject, OwnedFd);
 
 impl Owned {
-    /// Records `fd` as owned by a file object of this engine.
+    /// Records `fd` as owned by a file object of this engine (Python's
+    /// `Core.own`): its operations borrow the number, with no duplicate,
+    /// and its close (`submit_close`) waits for them.
     pub(crate) fn own(&self, fd: RawFd) {
         self.0
             .lock()
@@ -96,8 +98,10 @@ impl Owned {
         }
     }
 
-    /// Forgets `fd` (its file hands it back to the caller): false, and
-    /// kept, while a batch still borrows it.
+    /// Forgets that a file object owns `fd` (it hands the descriptor
+    /// back to the caller; Python's `Core.disown`): false, and nothing
+    /// changed, while operations of the file that were given up still
+    /// borrow it.
     pub(crate) fn disown(&self, fd: RawFd) -> bool {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if map.get(&fd).is_some_and(|e| e.busy > 0) {

@@ -204,12 +204,12 @@ impl Core {
 
     #[pyo3(name = "own")]
     fn py_own(&self, fd: RawFd) {
-        self.own(fd)
+        self.owned.own(fd)
     }
 
     #[pyo3(name = "disown")]
     fn py_disown(&self, fd: RawFd) -> bool {
-        self.disown(fd)
+        self.owned.disown(fd)
     }
 
     #[pyo3(name = "submit_mkdir")]
@@ -243,17 +243,17 @@ impl Core {
 
     #[pyo3(name = "withdraw")]
     fn py_withdraw(&self, token: u64) -> bool {
-        self.withdraw(token)
+        self.inflight.withdraw(token)
     }
 
     #[pyo3(name = "cancel")]
     fn py_cancel(&self, token: u64) {
-        self.cancel(token)
+        self.inflight.cancel(token)
     }
 
     #[pyo3(name = "pending")]
     fn py_pending(&self) -> usize {
-        self.pending()
+        self.inflight.count()
     }
 
     #[pyo3(name = "close")]

@@ -375,7 +375,7 @@ impl Core {
 
 /// A read into a Python buffer, or a write, as an operation of a batch
 /// that reports its byte count (errors naming the caller's `fd`, not our
-/// duplicate `dup`), with what withdraws it (see `Core::withdraw`).
+/// duplicate `dup`), with what withdraws it (see `InFlight::withdraw`).
 fn counted<B: Send + 'static>(
     f: blockio::aio::OpFuture<B>,
     fd: RawFd,
