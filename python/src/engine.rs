@@ -1,10 +1,24 @@
-//! `Core`, the engine as the Python layer sees it: the batch engine and
-//! its calls, each handed to the part of the core that owns what it uses:
-//! the async engines ([`Rings`]), the batches in flight ([`InFlight`]),
-//! the reads served inline ([`InlineReads`]), the file-system threads
-//! ([`fsjobs::Pool`]), the descriptors file objects own
-//! ([`crate::owned::Owned`]) and the fork guard ([`Born`]).
+//! [`Core`], the engine as the Python layer sees it, and its lifecycle:
+//! what the core is made of and `new`, the guard every call passes
+//! ([`Core::check`]: closed, or inherited across a fork), the async
+//! engine a descriptor's operations use ([`Core::aio`], `prepare`), the
+//! start of a batch and the hand-back of finished ones ([`Core::start`],
+//! [`Core::finished`], `drain`), the batches of one file-system job
+//! ([`Core::start_job`]) and the closes of file objects' descriptors that
+//! a batch leaving the core makes due ([`Core::start_closes`]), and
+//! `close`. Those starts are here together because they call one another
+//! (a batch that leaves the core may make a close due, which is a job,
+//! which is a batch). This module owns the
+//! core's own fields (`engine`, `closing`, `born`, `reads`, `spare`);
+//! each other part owns its state in its module, and the calls live
+//! beside what they use: the synchronous calls in [`crate::sync_calls`]
+//! (their engine in [`crate::sync_engine`]), the asynchronous operations
+//! on the rings in [`crate::submit`], the file-system jobs in
+//! [`crate::fscalls`], the reads served inline in [`crate::inline_calls`]
+//! and the Python methods, which hand each call there, in
+//! [`crate::pymethods`].
 
+use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -14,11 +28,47 @@ use blockio::{AlignedBuf, Backend, BackendChoice, Engine};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::fsjobs::FsCall;
 use crate::lent::release_parked;
+use crate::owned::Close;
 use crate::*;
 
-/// The engine as the Python layer sees it: the batch engine, and beside
-/// it one part for each thing the core owns.
+/// The engine as the Python layer sees it: the batch engine of the
+/// synchronous calls, and beside it one part for each thing the core
+/// owns.
+///
+/// Locks. The mutexes of a core, and what each guards:
+///
+/// * `engine` (here): the synchronous calls' engine, `None` once closed;
+///   held only to read the backend or whether the core is closed, to
+///   make the engine at the first synchronous call ([`SyncEngine::get`])
+///   or to take it at `close`,
+///   never across I/O (each call clones the engine out).
+/// * `spare` (here): the read buffers kept for the next reads; held while
+///   `submit_read` builds its futures (it takes buffers out), and while a
+///   finished read batch gives its buffers back (`results_to_py`).
+/// * [`Rings`]: `engines` (the async engines, made on first use) and
+///   `own_fds` (the descriptors they made), and the process's list of
+///   engines' own descriptors (`fds::OWN`).
+/// * [`InFlight`]: `pending` (the batches by token), `ready` (those that
+///   finished when started) and `woken` (the tokens woken since the last
+///   drain).
+/// * [`crate::owned::Owned`]: the descriptors file objects own, each
+///   with its count of borrowing batches and its waiting close.
+/// * [`fsjobs::Pool`]: the file-system threads' queue, and one slot per
+///   job for its result.
+///
+/// `engine`, `spare`, `InFlight`'s `ready` and `woken`, the owned
+/// descriptors' map, the file-system queue and a job's slot are leaves:
+/// while one is held no other lock of the core is taken. The nestings,
+/// always in this order: `Rings`' `engines` before its `own_fds` and
+/// `fds::OWN`, and `own_fds` before `fds::OWN` (making and shutting the
+/// engines); `InFlight`'s `pending` before `woken` and a job's slot (a
+/// batch polled, or withdrawn by `cancel`, under `pending`: its
+/// operations' wakers take `woken`, a job's future its slot). No lock of
+/// the core is held while a call waits (for I/O, a file-system thread or
+/// a descriptor), and the closes a finished batch makes due
+/// ([`Core::start_closes`]) start once `pending` is let go.
 #[pyclass(module = "blockio._blockio")]
 pub(crate) struct Core {
     /// The engine of the synchronous calls (see [`SyncEngine`]); `None`
@@ -50,6 +100,69 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// A core on `backend` (`None` or "auto": io_uring, else the thread
+    /// pool; "uring" or "threads": that one, and it must agree with
+    /// `BLOCKIO_BACKEND` if that is set), its engines made with
+    /// `queue_depth`: the synchronous calls' engine found (made late on
+    /// io_uring: see [`SyncEngine`]), the eventfd of finished batches made,
+    /// the rest made on first use.
+    pub(crate) fn new(queue_depth: i64, backend: Option<&str>) -> PyResult<Core> {
+        let choice = match backend {
+            None | Some("auto") => BackendChoice::Auto,
+            Some("uring") => BackendChoice::IoUring,
+            Some("threads") => BackendChoice::ThreadPool,
+            Some(other) => {
+                // The values of `BLOCKIO_BACKEND`, and no other spelling;
+                // the value quoted as Python quotes a string.
+                return Err(PyValueError::new_err(format!(
+                    "backend='{}': expected one of {}",
+                    other.escape_default(),
+                    blockio::BACKEND_ENV_VALUES.join(", ")
+                )));
+            }
+        };
+        if choice != BackendChoice::Auto {
+            // An explicit backend and the environment's: where they differ
+            // neither is silently ignored.
+            if let Some(env) = BackendChoice::from_env().map_err(io_err)? {
+                if env != choice {
+                    return Err(PyValueError::new_err(format!(
+                        "backend={:?} contradicts {}={:?} in the environment, which chooses the \
+                         backend of every engine: unset it, or pass backend='auto'",
+                        backend.unwrap_or_default(),
+                        blockio::BACKEND_ENV,
+                        std::env::var(blockio::BACKEND_ENV).unwrap_or_default()
+                    )));
+                }
+            }
+        }
+        // The engines' own rule, so the ValueError says what they would.
+        let queue_depth = blockio::check_queue_depth(queue_depth)
+            .map_err(|e| PyValueError::new_err(e.to_string()))? as u32;
+        // (out of descriptors, each part's error says what it needs)
+        let engine = SyncEngine::new(queue_depth, choice)?;
+        let inflight = InFlight::new().map_err(|e| {
+            setup_err(
+                e,
+                "the eventfd that tells event loops of its results",
+                1,
+                Part::Kept,
+            )
+        })?;
+        Ok(Core {
+            engine: Mutex::new(Some(engine)),
+            closing: AtomicBool::new(false),
+            born: Born::here(),
+            rings: Rings::new(queue_depth),
+            inflight,
+            spare: Mutex::new(Vec::new()),
+            fs: fsjobs::Pool::default(),
+            inline: InlineReads::default(),
+            owned: Default::default(),
+            reads: AtomicU64::new(0),
+        })
+    }
+
     /// Whether `close` has started (from any thread): what synchronous
     /// waits for a descriptor look at.
     pub(crate) fn closing(&self) -> bool {
@@ -111,64 +224,45 @@ impl Core {
         }
         out
     }
-}
 
-impl Core {
-    pub(crate) fn new(queue_depth: i64, backend: Option<&str>) -> PyResult<Core> {
-        let choice = match backend {
-            None | Some("auto") => BackendChoice::Auto,
-            Some("uring") => BackendChoice::IoUring,
-            Some("threads") => BackendChoice::ThreadPool,
-            Some(other) => {
-                // The values of `BLOCKIO_BACKEND`, and no other spelling;
-                // the value quoted as Python quotes a string.
-                return Err(PyValueError::new_err(format!(
-                    "backend='{}': expected one of {}",
-                    other.escape_default(),
-                    blockio::BACKEND_ENV_VALUES.join(", ")
-                )));
-            }
-        };
-        if choice != BackendChoice::Auto {
-            // An explicit backend and the environment's: where they differ
-            // neither is silently ignored.
-            if let Some(env) = BackendChoice::from_env().map_err(io_err)? {
-                if env != choice {
-                    return Err(PyValueError::new_err(format!(
-                        "backend={:?} contradicts {}={:?} in the environment, which chooses the \
-                         backend of every engine: unset it, or pass backend='auto'",
-                        backend.unwrap_or_default(),
-                        blockio::BACKEND_ENV,
-                        std::env::var(blockio::BACKEND_ENV).unwrap_or_default()
-                    )));
+    /// Starts one file-system job as a batch for `waiter` (or reports the
+    /// errno that made preparing it fail); its token.
+    pub(crate) fn start_job(&self, waiter: PyObject, job: Result<FsCall, i32>) -> PyResult<u64> {
+        self.start_job_on(waiter, job, None)
+    }
+
+    /// [`start_job`](Self::start_job) of a job that borrows `borrowed`, a
+    /// descriptor a file object owns (see [`Core::hold_for_job`]).
+    pub(crate) fn start_job_on(
+        &self,
+        waiter: PyObject,
+        job: Result<FsCall, i32>,
+        borrowed: Option<RawFd>,
+    ) -> PyResult<u64> {
+        let fut: Boxed<OneDone> = match job {
+            Ok(job) => match self.fs.submit(job) {
+                Ok(f) => Box::pin(async move { OneDone::Count(f.await) }),
+                Err(e) => {
+                    self.start_closes(self.owned.release(borrowed.as_slice()));
+                    return Err(io_err(e));
                 }
-            }
+            },
+            Err(errno) => failed(Yields::Count, io::Error::from_raw_os_error(errno)),
+        };
+        let mut batch = Pending::new(vec![fut], Yields::Count);
+        batch.borrowed.extend(borrowed);
+        Ok(self.start(waiter, batch))
+    }
+
+    /// Starts the closes now due (see [`crate::owned::Owned::release`]).
+    pub(crate) fn start_closes(&self, due: Vec<Close>) {
+        for (waiter, fd) in due {
+            // (the pool refuses a job only when it has no thread and can
+            // make none: the descriptor is then closed as the refused job
+            // is dropped, and the task awaiting the close is never
+            // resolved: a process out of threads)
+            let _ = self.start_job(waiter, Ok(FsCall::Close(fd)));
         }
-        // The engines' own rule, so the ValueError says what they would.
-        let queue_depth = blockio::check_queue_depth(queue_depth)
-            .map_err(|e| PyValueError::new_err(e.to_string()))? as u32;
-        // (out of descriptors, each part's error says what it needs)
-        let engine = SyncEngine::new(queue_depth, choice)?;
-        let inflight = InFlight::new().map_err(|e| {
-            setup_err(
-                e,
-                "the eventfd that tells event loops of its results",
-                1,
-                Part::Kept,
-            )
-        })?;
-        Ok(Core {
-            engine: Mutex::new(Some(engine)),
-            closing: AtomicBool::new(false),
-            born: Born::here(),
-            rings: Rings::new(queue_depth),
-            inflight,
-            spare: Mutex::new(Vec::new()),
-            fs: fsjobs::Pool::default(),
-            inline: InlineReads::default(),
-            owned: Default::default(),
-            reads: AtomicU64::new(0),
-        })
     }
 
     /// "uring" or "threads", as `BLOCKIO_BACKEND` names them.

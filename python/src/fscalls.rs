@@ -3,13 +3,12 @@
 //! `submit_symlink` and `submit_read_files`, each one job for the core's
 //! file-system threads ([`crate::fsjobs::Pool`], the `fs` part of the
 //! core, which owns those threads), started as a batch of one
-//! ([`Core::start_job`]). What they share with the rest of the core is
+//! ([`Core::start_job`], in [`crate::engine`]). What they share with the rest of the core is
 //! the batch table ([`crate::InFlight`]) their results go through and the
 //! descriptors file objects own ([`crate::owned`]), which `submit_size`
 //! and `submit_ftruncate` borrow and `submit_close` closes once no batch
 //! borrows them. The closes that [`crate::owned`] starts are jobs too.
 
-use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use pyo3::exceptions::PyValueError;
@@ -19,35 +18,6 @@ use crate::fsjobs::FsCall;
 use crate::*;
 
 impl Core {
-    /// Starts one file-system job as a batch for `waiter` (or reports the
-    /// errno that made preparing it fail); its token.
-    pub(crate) fn start_job(&self, waiter: PyObject, job: Result<FsCall, i32>) -> PyResult<u64> {
-        self.start_job_on(waiter, job, None)
-    }
-
-    /// [`start_job`](Self::start_job) of a job that borrows `borrowed`, a
-    /// descriptor a file object owns (see [`Core::hold_for_job`]).
-    pub(crate) fn start_job_on(
-        &self,
-        waiter: PyObject,
-        job: Result<FsCall, i32>,
-        borrowed: Option<RawFd>,
-    ) -> PyResult<u64> {
-        let fut: Boxed<OneDone> = match job {
-            Ok(job) => match self.fs.submit(job) {
-                Ok(f) => Box::pin(async move { OneDone::Count(f.await) }),
-                Err(e) => {
-                    self.start_closes(self.owned.release(borrowed.as_slice()));
-                    return Err(io_err(e));
-                }
-            },
-            Err(errno) => failed(Yields::Count, io::Error::from_raw_os_error(errno)),
-        };
-        let mut batch = Pending::new(vec![fut], Yields::Count);
-        batch.borrowed.extend(borrowed);
-        Ok(self.start(waiter, batch))
-    }
-
     /// Starts `open(path, flags, mode)` on the core's file-system threads;
     /// the result is the new descriptor (close-on-exec), which the caller
     /// then owns. A directory fails with `EISDIR` unless `O_DIRECTORY` is

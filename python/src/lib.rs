@@ -20,8 +20,15 @@
 //! operation was cancelled is dropped by the driver thread, which never
 //! takes the GIL: `lent` parks it until the next call from Python.
 //!
-//! Modules: `engine` (`Core` and its Python methods, each handed to the
-//! part that owns what it uses), `rings` (the async engines, made on first
+//! Modules: `engine` (`Core`, what it is made of and its lifecycle:
+//! `new`, the closed and fork guard, the start and hand-back of batches,
+//! `close`), `pymethods` (`Core`'s Python methods, each handed to the
+//! module or part that owns what it uses), `sync_engine` (the engine of
+//! the synchronous calls, made late on io_uring), `sync_calls` (the
+//! synchronous calls), `submit` (the asynchronous operations on the
+//! rings), `fscalls` (the file-system calls, each a job of the core's
+//! file-system threads), `inline_calls` (the core's reads served inline,
+//! guarded and handed to `inline_read`), `rings` (the async engines, made on first
 //! use), `inflight` (the asynchronous batches by token, polled by
 //! `Core::drain`: the only place that keeps token state in Rust),
 //! `pending` (one batch, its buffers and its results as Python objects),

@@ -162,15 +162,4 @@ impl Core {
         }
         (fsjobs::dup(fd).map(fsjobs::Held::Dup), false)
     }
-
-    /// Starts the closes now due (see [`Owned::release`]).
-    pub(crate) fn start_closes(&self, due: Vec<Close>) {
-        for (waiter, fd) in due {
-            // (the pool refuses a job only when it has no thread and can
-            // make none: the descriptor is then closed as the refused job
-            // is dropped, and the task awaiting the close is never
-            // resolved: a process out of threads)
-            let _ = self.start_job(waiter, Ok(fsjobs::FsCall::Close(fd)));
-        }
-    }
 }

@@ -4,9 +4,15 @@
 //!
 //! Each method is the Python name and signature of a call, and hands it
 //! to the method of the same name on [`Core`], which lives, documented,
-//! in the module that owns what the call uses. This module owns no state;
-//! it is the one module that depends on all of those, so that none of
-//! them depends on another through it.
+//! in the module that owns what the call uses: the lifecycle in
+//! [`crate::engine`], the synchronous calls in [`crate::sync_calls`], the
+//! asynchronous operations on the rings in [`crate::submit`], the
+//! file-system jobs in [`crate::fscalls`], the reads served inline in
+//! [`crate::inline_calls`]; or, where the call touches one part only, to
+//! that part (`own` and `disown` to [`crate::owned::Owned`], `withdraw`,
+//! `cancel` and `pending` to [`crate::InFlight`]). This module owns no
+//! state; it is the one module that depends on all of those, so that
+//! none of them depends on another through it.
 
 use std::os::fd::RawFd;
 
