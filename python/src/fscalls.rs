@@ -52,7 +52,7 @@ impl Core {
     /// object owns it); the result is the file's size.
     pub(crate) fn submit_size(&self, waiter: PyObject, fd: RawFd) -> PyResult<u64> {
         self.check()?;
-        let (held, lent) = self.hold_for_job(fd);
+        let (held, lent) = self.owned.hold_for_job(fd);
         self.start_job_on(waiter, held.map(FsCall::Size), lent.then_some(fd))
     }
 
@@ -68,7 +68,7 @@ impl Core {
         let length = u64::try_from(length).map_err(|_| {
             PyValueError::new_err(format!("length must not be negative, got {length}"))
         })?;
-        let (held, lent) = self.hold_for_job(fd);
+        let (held, lent) = self.owned.hold_for_job(fd);
         let job = held.map(|d| FsCall::Ftruncate(d, length));
         self.start_job_on(waiter, job, lent.then_some(fd))
     }

@@ -117,9 +117,7 @@ impl Owned {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         map.drain().filter_map(|(_, e)| e.close).collect()
     }
-}
 
-impl Core {
     /// An async file for an operation on `fd` (`F_GETFL` `flags`): over
     /// the number itself if a file object of this engine owns it (the
     /// batch then borrows it: `true`, for [`Pending::borrowed`]), else
@@ -130,10 +128,10 @@ impl Core {
         fd: RawFd,
         flags: i32,
     ) -> (Result<(AsyncFile, RawFd), i32>, bool) {
-        if fd >= 0 && self.owned.borrow(fd) {
+        if fd >= 0 && self.borrow(fd) {
             let flags = if flags == -1 { fd_flags(fd) } else { flags };
             if let Some(errno) = refusal(fd, flags) {
-                let _ = self.owned.release(&[fd]);
+                let _ = self.release(&[fd]);
                 return (Err(errno), false);
             }
             // SAFETY: a file object owns `fd` and closes it only through
@@ -149,7 +147,7 @@ impl Core {
     /// it (whether it does): the file's close then waits until the call
     /// gives it back with [`Owned::release`].
     pub(crate) fn borrow_fd(&self, fd: RawFd) -> bool {
-        fd >= 0 && self.owned.borrow(fd)
+        fd >= 0 && self.borrow(fd)
     }
 
     /// A descriptor for a file-system job on `fd`: the number itself if a
@@ -157,7 +155,7 @@ impl Core {
     /// [`hold_for_batch`](Self::hold_for_batch)), else a duplicate; and
     /// whether it is borrowed.
     pub(crate) fn hold_for_job(&self, fd: RawFd) -> (Result<fsjobs::Held, i32>, bool) {
-        if fd >= 0 && self.owned.borrow(fd) {
+        if fd >= 0 && self.borrow(fd) {
             return (Ok(fsjobs::Held::borrowed(fd)), true);
         }
         (fsjobs::dup(fd).map(fsjobs::Held::Dup), false)

@@ -5,7 +5,7 @@
 //! operations without memory (`submit_sync`, `submit_fallocate`). Each
 //! builds its batch's futures on the async engine of the descriptor
 //! ([`Core::aio`]), holding the descriptor as a file object's own
-//! ([`Core::hold_for_batch`]) or a duplicate, and starts the batch
+//! ([`crate::owned::Owned::hold_for_batch`]) or a duplicate, and starts the batch
 //! ([`Core::start`]). What they own of the core: the read buffers kept
 //! for the next reads (`Core::spare`) and the count of reads started
 //! (`Core::reads`).
@@ -46,7 +46,7 @@ impl Core {
         // as `os.pread`'s, where io_uring would ignore the offset and read)
         let no_offsets = offsets.iter().any(|&off| off != 0) && without_offsets(fd, flags);
         let aio = self.aio(direct)?;
-        let (file, lent) = self.hold_for_batch(&aio, fd, flags);
+        let (file, lent) = self.owned.hold_for_batch(&aio, fd, flags);
         if let (Ok(_), false, true) = (&file, direct, length >= fresh::FRESH_MIN) {
             let at = (&offsets[..], no_offsets);
             return self.start_fresh(py, waiter, (fd, file, lent), at, b"", length, false);
@@ -127,7 +127,7 @@ impl Core {
         let flags = fd_flags(fd);
         let direct = flags != -1 && flags & libc::O_DIRECT != 0;
         let aio = self.aio(direct)?;
-        let held = self.hold_for_batch(&aio, fd, flags);
+        let held = self.owned.hold_for_batch(&aio, fd, flags);
         self.start_fresh(
             py,
             waiter,
@@ -288,7 +288,7 @@ impl Core {
                         return Err(e);
                     }
                 };
-                let (file, lent) = self.hold_for_batch(&aio, *fd, flags);
+                let (file, lent) = self.owned.hold_for_batch(&aio, *fd, flags);
                 if lent {
                     borrowed.push(*fd);
                 }
@@ -353,7 +353,7 @@ impl Core {
         make: impl FnOnce(&AsyncFile) -> OpFuture<()>,
     ) -> PyResult<u64> {
         let aio = self.aio(false)?;
-        let (file, lent) = self.hold_for_batch(&aio, fd, fd_flags(fd));
+        let (file, lent) = self.owned.hold_for_batch(&aio, fd, fd_flags(fd));
         let fut = match file {
             Ok((file, dup)) => {
                 let f = make(&file);
