@@ -28,10 +28,19 @@ use blockio::{AlignedBuf, Backend, BackendChoice, Engine};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::errors::{io_err, setup_err, Part};
+use crate::fds::{fd_flags, Born};
+use crate::fsjobs;
 use crate::fsjobs::FsCall;
+use crate::inflight::InFlight;
+use crate::inline_read::InlineReads;
 use crate::lent::release_parked;
 use crate::owned::Close;
-use crate::*;
+use crate::pending::{
+    failed, results_or_error, Boxed, Closed, Done, Finished, OneDone, Pending, Yields,
+};
+use crate::rings::Rings;
+use crate::sync_engine::SyncEngine;
 
 /// The engine as the Python layer sees it: the batch engine of the
 /// synchronous calls, and beside it one part for each thing the core

@@ -4,7 +4,7 @@
 //! file-system threads ([`crate::fsjobs::Pool`], the `fs` part of the
 //! core, which owns those threads), started as a batch of one
 //! ([`Core::start_job`], in [`crate::engine`]). What they share with the rest of the core is
-//! the batch table ([`crate::InFlight`]) their results go through and the
+//! the batch table ([`crate::inflight::InFlight`]) their results go through and the
 //! descriptors file objects own ([`crate::owned`]), which `submit_size`
 //! and `submit_ftruncate` borrow and `submit_close` closes once no batch
 //! borrows them. The closes that [`crate::owned`] starts are jobs too.
@@ -14,8 +14,9 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::args::c_path;
+use crate::engine::Core;
 use crate::fsjobs::FsCall;
-use crate::*;
 
 impl Core {
     /// Starts `open(path, flags, mode)` on the core's file-system threads;
@@ -36,7 +37,7 @@ impl Core {
 
     /// Starts a `statx` of `path` (of a final symbolic link itself unless
     /// `follow`) on the core's file-system threads; the result is the tuple
-    /// of [`stat_tuple`].
+    /// of [`stat_tuple`](crate::errors::stat_tuple).
     pub(crate) fn submit_stat(
         &self,
         waiter: PyObject,
@@ -116,7 +117,7 @@ impl Core {
     }
 
     /// Starts reading every file of `paths` whole (see
-    /// [`fsjobs::read_files`]); the result is a list of bytes or OSError,
+    /// [`crate::fsjobs::read_files`]); the result is a list of bytes or OSError,
     /// one per path, in order.
     pub(crate) fn submit_read_files(&self, waiter: PyObject, paths: Vec<Vec<u8>>) -> PyResult<u64> {
         let engine = self.sync_engine()?;

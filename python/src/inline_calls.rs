@@ -3,18 +3,19 @@
 //! `read_ahead_inline`, `read_piece_inline`, `read_raw_inline`,
 //! `read_rest_inline`): each checks its arguments and that the core is
 //! neither closed nor inherited across a fork, and hands the read to the
-//! core's [`InlineReads`] (in [`crate::inline_read`]), which owns the
+//! core's [`InlineReads`](crate::inline_read::InlineReads) (in [`crate::inline_read`]), which owns the
 //! state of the tries (the run of misses and the skipping); a miss, and
 //! the caller reads through the engine. Beside `inline_read.rs` rather
 //! than in it: the guard needs the core, and the core holds the
-//! [`InlineReads`], so the part stays free of the core.
+//! [`InlineReads`](crate::inline_read::InlineReads), so the part stays free of the core.
 
 use std::os::fd::RawFd;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes};
 
-use crate::*;
+use crate::engine::Core;
+use crate::turns;
 
 impl Core {
     /// `length` bytes at `offset` of `fd` if all of them are in the page
@@ -70,7 +71,7 @@ impl Core {
 
     /// At least `min` and up to `len` bytes at `offset` of `fd`, served
     /// inline if the first `min` are in the page cache (see
-    /// [`InlineReads::read_ahead`]); else `None`, and the caller reads
+    /// [`InlineReads::read_ahead`](crate::inline_read::InlineReads::read_ahead)); else `None`, and the caller reads
     /// through the engine.
     pub(crate) fn read_ahead_inline<'py>(
         &self,
@@ -89,7 +90,7 @@ impl Core {
 
     /// One piece of a read served inline in pieces: `len` bytes at
     /// `offset` of `fd` into `obj` from its byte `at` on, if all cached
-    /// (see [`InlineReads::read_piece`]; `obj` a new `bytes` object not
+    /// (see [`InlineReads::read_piece`](crate::inline_read::InlineReads::read_piece); `obj` a new `bytes` object not
     /// yet handed out).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn read_piece_inline(
@@ -112,7 +113,7 @@ impl Core {
 
     /// Reads `len` bytes at `offset` of `fd` into the memory at `base`,
     /// served inline if they are all in the page cache (see
-    /// [`InlineReads::read_raw`]); a miss otherwise, and the caller reads
+    /// [`InlineReads::read_raw`](crate::inline_read::InlineReads::read_raw)); a miss otherwise, and the caller reads
     /// through the engine.
     ///
     /// # Safety
@@ -137,7 +138,7 @@ impl Core {
     }
 
     /// The bytes from `offset` to the end of `fd`, served inline if they
-    /// can be (see [`InlineReads::read_rest`]); else `None`, and the
+    /// can be (see [`InlineReads::read_rest`](crate::inline_read::InlineReads::read_rest)); else `None`, and the
     /// caller reads through the engine.
     pub(crate) fn read_rest_inline<'py>(
         &self,

@@ -91,16 +91,11 @@ mod sync_engine;
 pub(crate) mod turns;
 mod wqueue;
 pub(crate) use args::*;
-pub(crate) use batch::*;
 use bench::bench_engine;
 pub(crate) use engine::*;
 pub(crate) use errors::*;
 pub(crate) use fds::*;
-pub(crate) use inflight::InFlight;
-pub(crate) use inline_read::InlineReads;
 pub(crate) use pending::*;
-pub(crate) use rings::Rings;
-pub(crate) use sync_engine::SyncEngine;
 
 #[pymodule]
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -20,7 +20,8 @@ use std::sync::{Mutex, PoisonError};
 use blockio::aio::{AsyncEngine, AsyncFile};
 use pyo3::prelude::*;
 
-use crate::*;
+use crate::fds::{fd_flags, hold_file, refusal};
+use crate::fsjobs;
 
 /// One owned descriptor: its batches in the core, and its close if one
 /// was asked for while they ran.
@@ -120,7 +121,7 @@ impl Owned {
 
     /// An async file for an operation on `fd` (`F_GETFL` `flags`): over
     /// the number itself if a file object of this engine owns it (the
-    /// batch then borrows it: `true`, for [`Pending::borrowed`]), else
+    /// batch then borrows it: `true`, for [`Pending::borrowed`](crate::pending::Pending::borrowed)), else
     /// over a duplicate ([`hold_file`]).
     pub(crate) fn hold_for_batch(
         &self,

@@ -10,7 +10,7 @@
 //! file-system jobs in [`crate::fscalls`], the reads served inline in
 //! [`crate::inline_calls`]; or, where the call touches one part only, to
 //! that part (`own` and `disown` to [`crate::owned::Owned`], `withdraw`,
-//! `cancel` and `pending` to [`crate::InFlight`]). This module owns no
+//! `cancel` and `pending` to [`crate::inflight::InFlight`]). This module owns no
 //! state; it is the one module that depends on all of those, so that
 //! none of them depends on another through it.
 
@@ -19,7 +19,8 @@ use std::os::fd::RawFd;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::{Closed, Core, Finished};
+use crate::engine::Core;
+use crate::pending::{Closed, Finished};
 
 #[pymethods]
 impl Core {

@@ -19,9 +19,17 @@ use blockio::aio::{AsyncFile, OpFuture, Withdrawal};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::args::{
+    alloc_for, buffer_ops, distinct_read_buffers, length_arg, offsets_arg, range_arg, readable,
+    total_arg, writable,
+};
+use crate::engine::Core;
+use crate::errors::{explain_direct, name_given_fd, refused};
+use crate::fds::{fd_flags, offset_refused, refused_offsets, without_offsets, Given};
+use crate::fresh;
 use crate::fsjobs::Out;
 use crate::lent::Lent;
-use crate::*;
+use crate::pending::{failed, Boxed, Buf, OneDone, Pending, RoBuf, Yields};
 
 impl Core {
     /// Starts reading `length` bytes at each offset; finished under `token`.

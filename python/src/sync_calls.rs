@@ -1,6 +1,6 @@
 //! The synchronous calls of [`Core`] (`read_batch`, `readinto_batch`,
 //! `write_batch`, `fsync`, `fallocate`, `read_files`): each takes the
-//! batch engine of the synchronous calls ([`crate::SyncEngine`], through
+//! batch engine of the synchronous calls ([`crate::sync_engine::SyncEngine`], through
 //! [`Core::sync_engine`]) for the length of the call and runs its batch
 //! with the GIL released. They own no state of the core: what they keep
 //! between calls is the per-thread arena of `O_DIRECT` reads
@@ -16,7 +16,18 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::*;
+use crate::args::{
+    alloc_for, buffer_ops, c_path, length_arg, offsets_arg, range_arg, readable, refuse_overlaps,
+    total_arg, writable,
+};
+use crate::batch::{
+    buffer_batch, read_into_buffer, read_into_new_bytes, refusals, with_failures,
+    write_from_buffer, BufferOp,
+};
+use crate::engine::Core;
+use crate::errors::{count_or_error, explain_direct, file_content, io_err, os_error, refused};
+use crate::fds::{fd_flags, offset_refused, refused_offsets, wait_ready, without_offsets};
+use crate::fsjobs;
 
 impl Core {
     /// Reads `length` bytes at each offset of `fd`; a list of bytes or

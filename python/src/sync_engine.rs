@@ -11,7 +11,7 @@ use std::io;
 use blockio::{Backend, BackendChoice, Engine};
 use pyo3::prelude::*;
 
-use crate::{errno_of, message, setup_err, Part, Renamed};
+use crate::errors::{errno_of, message, setup_err, Part, Renamed};
 
 /// The batch engine of the synchronous calls (`Engine.read`,
 /// `read_files`, ...), and the backend every engine of the core uses,

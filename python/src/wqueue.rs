@@ -33,7 +33,7 @@
 //! the chain ([`Writes::kick`]), and briefly by Python calls placing an
 //! entry, waiting for the chain to empty or taking back a write. Each
 //! entry's result is a [`Slot`] (its own mutex) shared with the batch
-//! its call awaits through the engine ([`crate::InFlight`]), which hands
+//! its call awaits through the engine ([`crate::inflight::InFlight`]), which hands
 //! the result to the caller's loop as any batch's. Locks nest only as:
 //! chain then slot (the runner finishing an entry); chain then the
 //! file-system pool's queue mutex (the runner submitting a truncation's
