@@ -241,7 +241,8 @@ impl Core {
     }
 
     /// [`start_job`](Self::start_job) of a job that borrows `borrowed`, a
-    /// descriptor a file object owns (see [`crate::owned::Owned::hold_for_job`]).
+    /// descriptor a file object owns (see
+    /// [`crate::owned::Owned::hold_for_job`]).
     pub(crate) fn start_job_on(
         &self,
         waiter: PyObject,

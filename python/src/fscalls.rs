@@ -1,11 +1,11 @@
 //! The file-system calls of [`Core`]: `submit_open`, `submit_stat`,
 //! `submit_size`, `submit_ftruncate`, `submit_close`, `submit_mkdir`,
 //! `submit_symlink` and `submit_read_files`, each one job for the core's
-//! file-system threads ([`crate::fsjobs::Pool`], the `fs` part of the
-//! core, which owns those threads), started as a batch of one
-//! ([`Core::start_job`], in [`crate::engine`]). What they share with the rest of the core is
-//! the batch table ([`crate::inflight::InFlight`]) their results go through and the
-//! descriptors file objects own ([`crate::owned`]), which `submit_size`
+//! file-system threads ([`crate::fsjobs::Pool`], the `fs` part of the core,
+//! which owns those threads), started as a batch of one ([`Core::start_job`],
+//! in [`crate::engine`]). What they share with the rest of the core is the
+//! batch table ([`crate::inflight::InFlight`]) their results go through and
+//! the descriptors file objects own ([`crate::owned`]), which `submit_size`
 //! and `submit_ftruncate` borrow and `submit_close` closes once no batch
 //! borrows them. The closes that [`crate::owned`] starts are jobs too.
 
@@ -117,8 +117,8 @@ impl Core {
     }
 
     /// Starts reading every file of `paths` whole (see
-    /// [`crate::fsjobs::read_files`]); the result is a list of bytes or OSError,
-    /// one per path, in order.
+    /// [`crate::fsjobs::read_files`]); the result is a list of bytes or
+    /// OSError, one per path, in order.
     pub(crate) fn submit_read_files(&self, waiter: PyObject, paths: Vec<Vec<u8>>) -> PyResult<u64> {
         let engine = self.sync_engine()?;
         let paths = paths.into_iter().map(c_path).collect::<PyResult<_>>()?;

@@ -1,13 +1,14 @@
-//! The reads of [`Core`] served inline (`read_inline`,
-//! `read_inline_in_turn`, and for the file objects of [`crate::inline`]
-//! `read_ahead_inline`, `read_piece_inline`, `read_raw_inline`,
-//! `read_rest_inline`): each checks its arguments and that the core is
-//! neither closed nor inherited across a fork, and hands the read to the
-//! core's [`InlineReads`](crate::inline_read::InlineReads) (in [`crate::inline_read`]), which owns the
-//! state of the tries (the run of misses and the skipping); a miss, and
-//! the caller reads through the engine. Beside `inline_read.rs` rather
-//! than in it: the guard needs the core, and the core holds the
-//! [`InlineReads`](crate::inline_read::InlineReads), so the part stays free of the core.
+//! The reads of [`Core`] served inline (`read_inline`, `read_inline_in_turn`,
+//! and for the file objects of [`crate::inline`] `read_ahead_inline`,
+//! `read_piece_inline`, `read_raw_inline`, `read_rest_inline`): each checks
+//! its arguments and that the core is neither closed nor inherited across a
+//! fork, and hands the read to the core's
+//! [`InlineReads`](crate::inline_read::InlineReads) (in
+//! [`crate::inline_read`]), which owns the state of the tries (the run of
+//! misses and the skipping); a miss, and the caller reads through the engine.
+//! Beside `inline_read.rs` rather than in it: the guard needs the core, and
+//! the core holds the [`InlineReads`](crate::inline_read::InlineReads), so
+//! the part stays free of the core.
 
 use std::os::fd::RawFd;
 
@@ -71,8 +72,8 @@ impl Core {
 
     /// At least `min` and up to `len` bytes at `offset` of `fd`, served
     /// inline if the first `min` are in the page cache (see
-    /// [`InlineReads::read_ahead`](crate::inline_read::InlineReads::read_ahead)); else `None`, and the caller reads
-    /// through the engine.
+    /// [`InlineReads::read_ahead`](crate::inline_read::InlineReads::read_ahead));
+    /// else `None`, and the caller reads through the engine.
     pub(crate) fn read_ahead_inline<'py>(
         &self,
         py: Python<'py>,
@@ -88,10 +89,10 @@ impl Core {
         self.inline.read_ahead(py, fd, off, min, len)
     }
 
-    /// One piece of a read served inline in pieces: `len` bytes at
-    /// `offset` of `fd` into `obj` from its byte `at` on, if all cached
-    /// (see [`InlineReads::read_piece`](crate::inline_read::InlineReads::read_piece); `obj` a new `bytes` object not
-    /// yet handed out).
+    /// One piece of a read served inline in pieces: `len` bytes at `offset`
+    /// of `fd` into `obj` from its byte `at` on, if all cached (see
+    /// [`InlineReads::read_piece`](crate::inline_read::InlineReads::read_piece);
+    /// `obj` a new `bytes` object not yet handed out).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn read_piece_inline(
         &self,
@@ -113,8 +114,8 @@ impl Core {
 
     /// Reads `len` bytes at `offset` of `fd` into the memory at `base`,
     /// served inline if they are all in the page cache (see
-    /// [`InlineReads::read_raw`](crate::inline_read::InlineReads::read_raw)); a miss otherwise, and the caller reads
-    /// through the engine.
+    /// [`InlineReads::read_raw`](crate::inline_read::InlineReads::read_raw));
+    /// a miss otherwise, and the caller reads through the engine.
     ///
     /// # Safety
     ///
@@ -137,9 +138,10 @@ impl Core {
         unsafe { self.inline.read_raw(fd, off, base, len, true) }
     }
 
-    /// The bytes from `offset` to the end of `fd`, served inline if they
-    /// can be (see [`InlineReads::read_rest`](crate::inline_read::InlineReads::read_rest)); else `None`, and the
-    /// caller reads through the engine.
+    /// The bytes from `offset` to the end of `fd`, served inline if they can
+    /// be (see
+    /// [`InlineReads::read_rest`](crate::inline_read::InlineReads::read_rest));
+    /// else `None`, and the caller reads through the engine.
     pub(crate) fn read_rest_inline<'py>(
         &self,
         py: Python<'py>,

@@ -119,10 +119,11 @@ impl Owned {
         map.drain().filter_map(|(_, e)| e.close).collect()
     }
 
-    /// An async file for an operation on `fd` (`F_GETFL` `flags`): over
-    /// the number itself if a file object of this engine owns it (the
-    /// batch then borrows it: `true`, for [`Pending::borrowed`](crate::pending::Pending::borrowed)), else
-    /// over a duplicate ([`hold_file`]).
+    /// An async file for an operation on `fd` (`F_GETFL` `flags`): over the
+    /// number itself if a file object of this engine owns it (the batch then
+    /// borrows it: `true`, for
+    /// [`Pending::borrowed`](crate::pending::Pending::borrowed)), else over a
+    /// duplicate ([`hold_file`]).
     pub(crate) fn hold_for_batch(
         &self,
         aio: &AsyncEngine,

@@ -2,17 +2,17 @@
 //! (PyO3 takes one per class unless built with its `multiple-pymethods`
 //! feature, which needs the `inventory` crate, not a dependency here).
 //!
-//! Each method is the Python name and signature of a call, and hands it
-//! to the method of the same name on [`Core`], which lives, documented,
-//! in the module that owns what the call uses: the lifecycle in
-//! [`crate::engine`], the synchronous calls in [`crate::sync_calls`], the
-//! asynchronous operations on the rings in [`crate::submit`], the
-//! file-system jobs in [`crate::fscalls`], the reads served inline in
-//! [`crate::inline_calls`]; or, where the call touches one part only, to
-//! that part (`own` and `disown` to [`crate::owned::Owned`], `withdraw`,
-//! `cancel` and `pending` to [`crate::inflight::InFlight`]). This module owns no
-//! state; it is the one module that depends on all of those, so that
-//! none of them depends on another through it.
+//! Each method is the Python name and signature of a call, and hands it to
+//! the method of the same name on [`Core`], which lives, documented, in the
+//! module that owns what the call uses: the lifecycle in [`crate::engine`],
+//! the synchronous calls in [`crate::sync_calls`], the asynchronous
+//! operations on the rings in [`crate::submit`], the file-system jobs in
+//! [`crate::fscalls`], the reads served inline in [`crate::inline_calls`];
+//! or, where the call touches one part only, to that part (`own` and `disown`
+//! to [`crate::owned::Owned`], `withdraw`, `cancel` and `pending` to
+//! [`crate::inflight::InFlight`]). This module owns no state; it is the one
+//! module that depends on all of those, so that none of them depends on
+//! another through it.
 
 use std::os::fd::RawFd;
 

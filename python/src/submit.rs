@@ -1,14 +1,13 @@
 //! The asynchronous operations of [`Core`] on its rings: reads into new
-//! memory (`submit_read`, `submit_read_after`, through [`crate::fresh`]
-//! from 64 KiB on), reads into Python buffers and writes
-//! (`submit_readinto`, `submit_write`: [`Core::submit_each`]), and the
-//! operations without memory (`submit_sync`, `submit_fallocate`). Each
-//! builds its batch's futures on the async engine of the descriptor
-//! ([`Core::aio`]), holding the descriptor as a file object's own
-//! ([`crate::owned::Owned::hold_for_batch`]) or a duplicate, and starts the batch
-//! ([`Core::start`]). What they own of the core: the read buffers kept
-//! for the next reads (`Core::spare`) and the count of reads started
-//! (`Core::reads`).
+//! memory (`submit_read`, `submit_read_after`, through [`crate::fresh`] from
+//! 64 KiB on), reads into Python buffers and writes (`submit_readinto`,
+//! `submit_write`: [`Core::submit_each`]), and the operations without memory
+//! (`submit_sync`, `submit_fallocate`). Each builds its batch's futures on
+//! the async engine of the descriptor ([`Core::aio`]), holding the descriptor
+//! as a file object's own ([`crate::owned::Owned::hold_for_batch`]) or a
+//! duplicate, and starts the batch ([`Core::start`]). What they own of the
+//! core: the read buffers kept for the next reads (`Core::spare`) and the
+//! count of reads started (`Core::reads`).
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;

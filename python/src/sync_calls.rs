@@ -1,8 +1,8 @@
 //! The synchronous calls of [`Core`] (`read_batch`, `readinto_batch`,
-//! `write_batch`, `fsync`, `fallocate`, `read_files`): each takes the
-//! batch engine of the synchronous calls ([`crate::sync_engine::SyncEngine`], through
-//! [`Core::sync_engine`]) for the length of the call and runs its batch
-//! with the GIL released. They own no state of the core: what they keep
+//! `write_batch`, `fsync`, `fallocate`, `read_files`): each takes the batch
+//! engine of the synchronous calls ([`crate::sync_engine::SyncEngine`],
+//! through [`Core::sync_engine`]) for the length of the call and runs its
+//! batch with the GIL released. They own no state of the core: what they keep
 //! between calls is the per-thread arena of `O_DIRECT` reads
 //! ([`read_direct`]); the rest is the call's own.
 
