@@ -8,15 +8,16 @@
 //! a batch leaving the core makes due ([`Core::start_closes`]), and
 //! `close`. Those starts are here together because they call one another
 //! (a batch that leaves the core may make a close due, which is a job,
-//! which is a batch). This module owns the
-//! core's own fields (`engine`, `closing`, `born`, `reads`, `spare`);
+//! which is a batch). This module declares
+//! the core's own fields (`engine`, `closing`, `born`, `reads`, `spare`;
+//! the last two are used by the asynchronous reads in [`crate::submit`]);
 //! each other part owns its state in its module, and the calls live
 //! beside what they use: the synchronous calls in [`crate::sync_calls`]
 //! (their engine in [`crate::sync_engine`]), the asynchronous operations
 //! on the rings in [`crate::submit`], the file-system jobs in
 //! [`crate::fscalls`], the reads served inline in [`crate::inline_calls`]
 //! and the Python methods, which hand each call there, in
-//! [`crate::pymethods`].
+//! [`mod@crate::pymethods`].
 
 use std::io;
 use std::os::fd::RawFd;
@@ -71,10 +72,12 @@ use crate::sync_engine::SyncEngine;
 /// descriptors' map, the file-system queue and a job's slot are leaves:
 /// while one is held no other lock of the core is taken. The nestings,
 /// always in this order: `Rings`' `engines` before its `own_fds` and
-/// `fds::OWN`, and `own_fds` before `fds::OWN` (making and shutting the
-/// engines); `InFlight`'s `pending` before `woken` and a job's slot (a
-/// batch polled, or withdrawn by `cancel`, under `pending`: its
-/// operations' wakers take `woken`, a job's future its slot). No lock of
+/// `fds::OWN` (making the engines), and `own_fds` before `fds::OWN`
+/// (shutting them: `Rings::shut` and its drop); `InFlight`'s `pending`
+/// before `woken`, a job's slot and a file's write-queue locks (a batch
+/// polled, or withdrawn by `cancel`, under `pending`: its operations'
+/// wakers take `woken`, a job's future its slot, a write queue's future
+/// the queue's own locks in the order [`crate::wqueue`] states). No lock of
 /// the core is held while a call waits (for I/O, a file-system thread or
 /// a descriptor), and the closes a finished batch makes due
 /// ([`Core::start_closes`]) start once `pending` is let go.

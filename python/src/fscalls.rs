@@ -7,7 +7,8 @@
 //! batch table ([`crate::inflight::InFlight`]) their results go through and
 //! the descriptors file objects own ([`crate::owned`]), which `submit_size`
 //! and `submit_ftruncate` borrow and `submit_close` closes once no batch
-//! borrows them. The closes that [`crate::owned`] starts are jobs too.
+//! borrows them. The closes of file objects' descriptors are jobs too, started by
+//! [`Core::start_closes`].
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 

@@ -5,8 +5,8 @@
 //! (`submit_sync`, `submit_fallocate`). Each builds its batch's futures on
 //! the async engine of the descriptor ([`Core::aio`]), holding the descriptor
 //! as a file object's own ([`crate::owned::Owned::hold_for_batch`]) or a
-//! duplicate, and starts the batch ([`Core::start`]). What they own of the
-//! core: the read buffers kept for the next reads (`Core::spare`) and the
+//! duplicate, and starts the batch ([`Core::start`]). What they use of the
+//! core's own fields (declared in [`crate::engine`]): the read buffers kept for the next reads (`Core::spare`) and the
 //! count of reads started (`Core::reads`).
 
 use std::collections::HashMap;
