@@ -1,28 +1,86 @@
-//! `Core`, the engine as the Python layer sees it: the batch engine and
-//! its calls, each handed to the part of the core that owns what it uses:
-//! the async engines ([`Rings`]), the batches in flight ([`InFlight`]),
-//! the reads served inline ([`InlineReads`]), the file-system threads
-//! ([`fsjobs::Pool`]), the descriptors file objects own
-//! ([`crate::owned::Owned`]) and the fork guard ([`Born`]).
+//! [`Core`], the engine as the Python layer sees it, and its lifecycle:
+//! what the core is made of and `new`, the guard every call passes
+//! ([`Core::check`]: closed, or inherited across a fork), the async
+//! engine a descriptor's operations use ([`Core::aio`], `prepare`), the
+//! start of a batch and the hand-back of finished ones ([`Core::start`],
+//! [`Core::finished`], `drain`), the batches of one file-system job
+//! ([`Core::start_job`]) and the closes of file objects' descriptors that
+//! a batch leaving the core makes due ([`Core::start_closes`]), and
+//! `close`. Those starts are here together because they call one another
+//! (a batch that leaves the core may make a close due, which is a job,
+//! which is a batch). This module declares
+//! the core's own fields (`engine`, `closing`, `born`, `reads`, `spare`;
+//! the last two are used by the asynchronous reads in [`crate::submit`]);
+//! each other part owns its state in its module, and the calls live
+//! beside what they use: the synchronous calls in [`crate::sync_calls`]
+//! (their engine in [`crate::sync_engine`]), the asynchronous operations
+//! on the rings in [`crate::submit`], the file-system jobs in
+//! [`crate::fscalls`], the reads served inline in [`crate::inline_calls`]
+//! and the Python methods, which hand each call there, in
+//! [`mod@crate::pymethods`].
 
-use std::collections::HashMap;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
-use blockio::aio::{AsyncEngine, AsyncFile, OpFuture, Withdrawal};
-use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
-use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
+use blockio::aio::AsyncEngine;
+use blockio::{AlignedBuf, Backend, BackendChoice, Engine};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyList};
 
-use crate::fsjobs::{FsCall, Out};
-use crate::lent::{release_parked, Lent};
-use crate::*;
+use crate::errors::{io_err, setup_err, Part};
+use crate::fds::{fd_flags, Born};
+use crate::fsjobs;
+use crate::fsjobs::FsCall;
+use crate::inflight::InFlight;
+use crate::inline_read::InlineReads;
+use crate::lent::release_parked;
+use crate::owned::Close;
+use crate::pending::{
+    failed, results_or_error, Boxed, Closed, Done, Finished, OneDone, Pending, Yields,
+};
+use crate::rings::Rings;
+use crate::sync_engine::SyncEngine;
 
-/// The engine as the Python layer sees it: the batch engine, and beside
-/// it one part for each thing the core owns.
+/// The engine as the Python layer sees it: the batch engine of the
+/// synchronous calls, and beside it one part for each thing the core
+/// owns.
+///
+/// Locks. The mutexes of a core, and what each guards:
+///
+/// * `engine` (here): the synchronous calls' engine, `None` once closed;
+///   held only to read the backend or whether the core is closed, to
+///   make the engine at the first synchronous call ([`SyncEngine::get`])
+///   or to take it at `close`,
+///   never across I/O (each call clones the engine out).
+/// * `spare` (here): the read buffers kept for the next reads; held while
+///   `submit_read` builds its futures (it takes buffers out), and while a
+///   finished read batch gives its buffers back (`results_to_py`).
+/// * [`Rings`]: `engines` (the async engines, made on first use) and
+///   `own_fds` (the descriptors they made), and the process's list of
+///   engines' own descriptors (`fds::OWN`).
+/// * [`InFlight`]: `pending` (the batches by token), `ready` (those that
+///   finished when started) and `woken` (the tokens woken since the last
+///   drain).
+/// * [`crate::owned::Owned`]: the descriptors file objects own, each
+///   with its count of borrowing batches and its waiting close.
+/// * [`fsjobs::Pool`]: the file-system threads' queue, and one slot per
+///   job for its result.
+///
+/// `engine`, `spare`, `InFlight`'s `ready` and `woken`, the owned
+/// descriptors' map, the file-system queue and a job's slot are leaves:
+/// while one is held no other lock of the core is taken. The nestings,
+/// always in this order: `Rings`' `engines` before its `own_fds` and
+/// `fds::OWN` (making the engines), and `own_fds` before `fds::OWN`
+/// (shutting them: `Rings::shut` and its drop); `InFlight`'s `pending`
+/// before `woken`, a job's slot and a file's write-queue locks (a batch
+/// polled, or withdrawn by `cancel`, under `pending`: its operations'
+/// wakers take `woken`, a job's future its slot, a write queue's future
+/// the queue's own locks in the order [`crate::wqueue`] states). No lock of
+/// the core is held while a call waits (for I/O, a file-system thread or
+/// a descriptor), and the closes a finished batch makes due
+/// ([`Core::start_closes`]) start once `pending` is let go.
 #[pyclass(module = "blockio._blockio")]
 pub(crate) struct Core {
     /// The engine of the synchronous calls (see [`SyncEngine`]); `None`
@@ -53,218 +111,73 @@ pub(crate) struct Core {
     pub(crate) reads: AtomicU64,
 }
 
-/// The batch engine of the synchronous calls (`Engine.read`,
-/// `read_files`, ...), and the backend every engine of the core uses,
-/// found when the core is made. On io_uring the engine found then is
-/// dropped and made again at the first synchronous call: a program that
-/// only awaits never holds its ring (one descriptor fewer: see the
-/// README's descriptors). Cloned out (an `Arc` inside) for each call, so
-/// no lock is held across I/O.
-pub(crate) struct SyncEngine {
-    made: Option<Engine>,
-    backend: Backend,
-    fallback_reason: Option<String>,
-    queue_depth: u32,
-}
-
-impl SyncEngine {
-    /// Finds the backend as `choice` (and `BLOCKIO_BACKEND`) ask, by
-    /// making the engine; keeps it only where it holds no descriptor (the
-    /// thread pool).
-    fn new(queue_depth: u32, choice: BackendChoice) -> PyResult<SyncEngine> {
-        let engine = Engine::builder()
-            .queue_depth(queue_depth as usize)
-            .backend(choice)
-            .build()
-            .map_err(|e| setup_err(e, SYNC_RING, 1, Part::Probe))?;
-        let backend = engine.backend();
-        let fallback_reason = engine.fallback_reason().map(str::to_string);
-        Ok(SyncEngine {
-            made: (backend == Backend::ThreadPool).then_some(engine),
-            backend,
-            fallback_reason,
-            queue_depth,
-        })
-    }
-
-    /// The engine, made now if it is not yet (on the backend found).
-    ///
-    /// The backend is the engine's for good, even when io_uring has become
-    /// unavailable since (`kernel.io_uring_disabled`, a seccomp profile
-    /// installed later): the asynchronous engines already run on it, and
-    /// falling back here would give one engine two backends while
-    /// `Engine.backend` names one. The call fails instead, with the
-    /// cause's errno and an error that says what could not be made.
-    fn get(&mut self) -> PyResult<Engine> {
-        if let Some(engine) = &self.made {
-            return Ok(engine.clone());
-        }
-        let choice = match self.backend {
-            Backend::IoUring => BackendChoice::IoUring,
-            Backend::ThreadPool => BackendChoice::ThreadPool,
-        };
-        let engine = Engine::builder()
-            .queue_depth(self.queue_depth as usize)
-            .backend(choice)
-            .build()
-            .map_err(|e| lazy_ring_err(e, self.backend))
-            .map_err(|e| setup_err(e, SYNC_RING, 1, Part::Later))?;
-        self.made = Some(engine.clone());
-        Ok(engine)
-    }
-}
-
-/// What [`SyncEngine`] makes, for the error when descriptors run out.
-const SYNC_RING: &str = "the io_uring ring of its synchronous calls";
-
-/// The error of the synchronous calls' ring made late on `backend` (see
-/// [`SyncEngine::get`]), past out of descriptors (which [`setup_err`]
-/// words): what could not be made and why, not the builder's "io_uring
-/// was required", since the program asked for no backend; errno kept.
-fn lazy_ring_err(e: io::Error, backend: Backend) -> io::Error {
-    let errno = errno_of(&e);
-    if backend != Backend::IoUring || errno == libc::EMFILE || errno == libc::ENFILE {
-        return e;
-    }
-    let text = message(&e, errno);
-    let why = text
-        .strip_prefix("io_uring was required but is unavailable: ")
-        .unwrap_or(&text);
-    let text = format!(
-        "blockio's engine could not make {SYNC_RING} at its first synchronous call: {why} \
-         (the engine's backend, io_uring, was found when the engine was made and is kept: \
-         the synchronous calls do not fall back to the thread pool)"
-    );
-    io::Error::new(e.kind(), Renamed { errno, text })
-}
-
 impl Core {
-    /// Starts reads of `length` bytes at each offset of `fd` (held as
-    /// `file`, borrowed from a file object when `lent`), each into one new
-    /// `bytes` object that starts with `head` ([`fresh::start`]; `whole`:
-    /// a procfs file's pieces read on past short reads); with `no_offsets`
-    /// (see [`without_offsets`]) those at an offset other than 0 fail with
-    /// `ESPIPE` instead.
-    #[allow(clippy::too_many_arguments)]
-    fn start_fresh(
-        &self,
-        py: Python<'_>,
-        waiter: PyObject,
-        (fd, file, lent): (RawFd, Result<(AsyncFile, RawFd), i32>, bool),
-        (offsets, no_offsets): (&[u64], bool),
-        head: &[u8],
-        length: usize,
-        whole: bool,
-    ) -> PyResult<u64> {
-        // (the shape asked of the file once, however many offsets)
-        let file = file.map(|(file, dup)| (Arc::new(file), dup, fresh::shape(dup, whole)));
-        let per = match &file {
-            Ok((_, _, shape)) => shape.pieces(length),
-            Err(_) => fresh::pieces_of(length),
-        };
-        let mut futs = Vec::with_capacity(offsets.len() * per);
-        for &off in offsets {
-            if no_offsets && off != 0 {
-                let pieces =
-                    (0..per).map(|_| failed(Yields::Fresh(per), offset_refused(fd, length, off)));
-                futs.extend(pieces);
-                continue;
+    /// A core on `backend` (`None` or "auto": io_uring, else the thread
+    /// pool; "uring" or "threads": that one, and it must agree with
+    /// `BLOCKIO_BACKEND` if that is set), its engines made with
+    /// `queue_depth`: the synchronous calls' engine found (made late on
+    /// io_uring: see [`SyncEngine`]), the eventfd of finished batches made,
+    /// the rest made on first use.
+    pub(crate) fn new(queue_depth: i64, backend: Option<&str>) -> PyResult<Core> {
+        let choice = match backend {
+            None | Some("auto") => BackendChoice::Auto,
+            Some("uring") => BackendChoice::IoUring,
+            Some("threads") => BackendChoice::ThreadPool,
+            Some(other) => {
+                // The values of `BLOCKIO_BACKEND`, and no other spelling;
+                // the value quoted as Python quotes a string.
+                return Err(PyValueError::new_err(format!(
+                    "backend='{}': expected one of {}",
+                    other.escape_default(),
+                    blockio::BACKEND_ENV_VALUES.join(", ")
+                )));
             }
-            match &file {
-                Ok((file, dup, shape)) => {
-                    match fresh::start(py, file, (fd, *dup), off, head, length, *shape) {
-                        Ok(f) => futs.extend(f),
-                        Err(e) => {
-                            if lent {
-                                self.start_closes(self.owned.release(&[fd]));
-                            }
-                            return Err(e);
-                        }
-                    }
+        };
+        if choice != BackendChoice::Auto {
+            // An explicit backend and the environment's: where they differ
+            // neither is silently ignored.
+            if let Some(env) = BackendChoice::from_env().map_err(io_err)? {
+                if env != choice {
+                    return Err(PyValueError::new_err(format!(
+                        "backend={:?} contradicts {}={:?} in the environment, which chooses the \
+                         backend of every engine: unset it, or pass backend='auto'",
+                        backend.unwrap_or_default(),
+                        blockio::BACKEND_ENV,
+                        std::env::var(blockio::BACKEND_ENV).unwrap_or_default()
+                    )));
                 }
-                Err(errno) => futs.extend((0..per).map(|_| {
-                    failed(
-                        Yields::Fresh(per),
-                        refused(
-                            &format!("read of {length} bytes at offset {off}"),
-                            fd,
-                            *errno,
-                        ),
-                    )
-                })),
             }
         }
-        let mut batch = Pending::new(futs, Yields::Fresh(per));
-        if lent {
-            batch.borrowed.push(fd);
-        }
-        Ok(self.start(waiter, batch))
-    }
-
-    /// [`read_batch`](Core::read_batch) of `fd`, which has no offsets (see
-    /// [`without_offsets`]): the reads at offset 0 made, the others
-    /// refused with `ESPIPE` in their places, as `os.pread`'s.
-    fn read_batch_at_0<'py>(
-        &self,
-        py: Python<'py>,
-        fd: RawFd,
-        offsets: &[u64],
-        length: usize,
-    ) -> PyResult<(Bound<'py, PyList>, usize)> {
-        let at_0 = offsets.iter().filter(|&&off| off == 0).count();
-        let (made, mut failed) = if at_0 > 0 {
-            let length = i64::try_from(length).unwrap_or(i64::MAX);
-            let (made, failed) = self.read_batch(py, fd, vec![0; at_0], length)?;
-            (made.iter().collect::<Vec<_>>(), failed)
-        } else {
-            (Vec::new(), 0)
-        };
-        let mut made = made.into_iter();
-        let mut items = Vec::with_capacity(offsets.len());
-        for &off in offsets {
-            if off == 0 {
-                items.push(made.next().expect("a result per read at 0"));
-            } else {
-                failed += 1;
-                items.push(os_error(py, &offset_refused(fd, length, off)).into_bound(py));
-            }
-        }
-        Ok((PyList::new(py, items)?, failed))
-    }
-
-    /// Starts the one operation without memory that `make` builds on
-    /// `fd`'s async file (an fsync, a fallocate); `what` names it when `fd`
-    /// cannot be held.
-    fn submit_bare(
-        &self,
-        waiter: PyObject,
-        fd: RawFd,
-        what: &str,
-        make: impl FnOnce(&AsyncFile) -> OpFuture<()>,
-    ) -> PyResult<u64> {
-        let aio = self.aio(false)?;
-        let (file, lent) = self.hold_for_batch(&aio, fd, fd_flags(fd));
-        let fut = match file {
-            Ok((file, dup)) => {
-                let f = make(&file);
-                let b: Boxed<OneDone> = Box::pin(async move {
-                    let r = name_given_fd(f.await.0, dup, fd);
-                    OneDone::Count(r.map(|_| Out::Count(0)))
-                });
-                b
-            }
-            Err(errno) => failed(Yields::Count, refused(what, fd, errno)),
-        };
-        let mut batch = Pending::new(vec![fut], Yields::Count);
-        if lent {
-            batch.borrowed.push(fd);
-        }
-        Ok(self.start(waiter, batch))
+        // The engines' own rule, so the ValueError says what they would.
+        let queue_depth = blockio::check_queue_depth(queue_depth)
+            .map_err(|e| PyValueError::new_err(e.to_string()))? as u32;
+        // (out of descriptors, each part's error says what it needs)
+        let engine = SyncEngine::new(queue_depth, choice)?;
+        let inflight = InFlight::new().map_err(|e| {
+            setup_err(
+                e,
+                "the eventfd that tells event loops of its results",
+                1,
+                Part::Kept,
+            )
+        })?;
+        Ok(Core {
+            engine: Mutex::new(Some(engine)),
+            closing: AtomicBool::new(false),
+            born: Born::here(),
+            rings: Rings::new(queue_depth),
+            inflight,
+            spare: Mutex::new(Vec::new()),
+            fs: fsjobs::Pool::default(),
+            inline: InlineReads::default(),
+            owned: Default::default(),
+            reads: AtomicU64::new(0),
+        })
     }
 
     /// Whether `close` has started (from any thread): what synchronous
     /// waits for a descriptor look at.
-    fn closing(&self) -> bool {
+    pub(crate) fn closing(&self) -> bool {
         self.closing.load(Ordering::SeqCst) || self.closed()
     }
 
@@ -324,69 +237,6 @@ impl Core {
         out
     }
 
-    /// Starts one operation per `(fd, buffer, offset)`: `prepare` checks the
-    /// buffer, `issue` makes the operation; but for those already refused
-    /// (the errors of [`Given`], in their places), with the descriptors'
-    /// flags it looked up.
-    pub(crate) fn submit_each<'py, B>(
-        &self,
-        waiter: PyObject,
-        what: &str,
-        (ops, (mut given, flags)): (Vec<(RawFd, Bound<'py, PyAny>, u64)>, Given),
-        prepare: impl Fn(&Bound<'py, PyAny>) -> PyResult<B>,
-        issue: impl Fn(&AsyncFile, B, u64, RawFd, RawFd) -> (Boxed<OneDone>, Withdrawal),
-    ) -> PyResult<u64> {
-        let mut files: HashMap<RawFd, Result<(AsyncFile, RawFd), i32>> = HashMap::new();
-        let mut futs = Vec::with_capacity(ops.len());
-        let mut withdrawals = Vec::with_capacity(ops.len());
-        let mut borrowed = Vec::new();
-        given.resize_with(ops.len(), || None);
-        for ((fd, obj, off), pre) in ops.iter().zip(given) {
-            if let Some(e) = pre {
-                futs.push(failed(Yields::Count, e));
-                continue;
-            }
-            let buf = match prepare(obj) {
-                Ok(b) => b,
-                Err(e) => {
-                    self.start_closes(self.owned.release(&borrowed));
-                    return Err(e);
-                }
-            };
-            if !files.contains_key(fd) {
-                let flags = flags.get(fd).copied().unwrap_or_else(|| fd_flags(*fd));
-                let direct = flags != -1 && flags & libc::O_DIRECT != 0;
-                let aio = match self.aio(direct) {
-                    Ok(a) => a,
-                    Err(e) => {
-                        self.start_closes(self.owned.release(&borrowed));
-                        return Err(e);
-                    }
-                };
-                let (file, lent) = self.hold_for_batch(&aio, *fd, flags);
-                if lent {
-                    borrowed.push(*fd);
-                }
-                files.insert(*fd, file);
-            }
-            futs.push(match &files[fd] {
-                Ok((f, dup)) => {
-                    let (fut, w) = issue(f, buf, *off, *fd, *dup);
-                    withdrawals.push(w);
-                    fut
-                }
-                Err(errno) => failed(
-                    Yields::Count,
-                    refused(&format!("{what} at offset {off}"), *fd, *errno),
-                ),
-            });
-        }
-        let mut batch = Pending::new(futs, Yields::Count);
-        batch.withdrawals = withdrawals;
-        batch.borrowed = borrowed;
-        Ok(self.start(waiter, batch))
-    }
-
     /// Starts one file-system job as a batch for `waiter` (or reports the
     /// errno that made preparing it fail); its token.
     pub(crate) fn start_job(&self, waiter: PyObject, job: Result<FsCall, i32>) -> PyResult<u64> {
@@ -394,7 +244,8 @@ impl Core {
     }
 
     /// [`start_job`](Self::start_job) of a job that borrows `borrowed`, a
-    /// descriptor a file object owns (see [`Core::hold_for_job`]).
+    /// descriptor a file object owns (see
+    /// [`crate::owned::Owned::hold_for_job`]).
     pub(crate) fn start_job_on(
         &self,
         waiter: PyObject,
@@ -416,235 +267,18 @@ impl Core {
         Ok(self.start(waiter, batch))
     }
 
-    /// The bytes from `offset` to the end of `fd`, served inline if they
-    /// can be (see [`InlineReads::read_rest`]); else `None`, and the
-    /// caller reads through the engine.
-    pub(crate) fn read_rest_inline<'py>(
-        &self,
-        py: Python<'py>,
-        fd: RawFd,
-        offset: i64,
-    ) -> Option<Bound<'py, PyAny>> {
-        let off = u64::try_from(offset).ok()?;
-        if self.born.forked() || self.closed() {
-            return None;
+    /// Starts the closes now due (see [`crate::owned::Owned::release`]).
+    pub(crate) fn start_closes(&self, due: Vec<Close>) {
+        for (waiter, fd) in due {
+            // (the pool refuses a job only when it has no thread and can
+            // make none: the descriptor is then closed as the refused job
+            // is dropped, and the task awaiting the close is never
+            // resolved: a process out of threads)
+            let _ = self.start_job(waiter, Ok(FsCall::Close(fd)));
         }
-        self.inline.read_rest(py, fd, off)
-    }
-
-    pub(crate) fn clear_eventfd(&self) {
-        self.inflight.clear_eventfd();
-    }
-
-    /// One piece of a read served inline in pieces: `len` bytes at
-    /// `offset` of `fd` into `obj` from its byte `at` on, if all cached
-    /// (see [`InlineReads::read_piece`]; `obj` a new `bytes` object not
-    /// yet handed out).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn read_piece_inline(
-        &self,
-        fd: RawFd,
-        offset: i64,
-        obj: &Bound<'_, PyBytes>,
-        at: usize,
-        len: usize,
-        first: bool,
-    ) -> crate::inline_read::Piece {
-        let Ok(off) = u64::try_from(offset) else {
-            return crate::inline_read::Piece::Miss;
-        };
-        if self.born.forked() || self.closed() {
-            return crate::inline_read::Piece::Miss;
-        }
-        self.inline.read_piece(fd, off, obj, at, len, first)
-    }
-
-    /// Reads `len` bytes at `offset` of `fd` into the memory at `base`,
-    /// served inline if they are all in the page cache (see
-    /// [`InlineReads::read_raw`]); a miss otherwise, and the caller reads
-    /// through the engine.
-    ///
-    /// # Safety
-    ///
-    /// `base` must be valid for writes of `len` bytes for the call, and
-    /// nothing else may read or write them meanwhile.
-    pub(crate) unsafe fn read_raw_inline(
-        &self,
-        fd: RawFd,
-        offset: i64,
-        base: *mut u8,
-        len: usize,
-    ) -> crate::inline_read::Piece {
-        let Ok(off) = u64::try_from(offset) else {
-            return crate::inline_read::Piece::Miss;
-        };
-        if self.born.forked() || self.closed() {
-            return crate::inline_read::Piece::Miss;
-        }
-        // SAFETY: the caller's promise, which `read_raw` needs.
-        unsafe { self.inline.read_raw(fd, off, base, len, true) }
-    }
-
-    /// At least `min` and up to `len` bytes at `offset` of `fd`, served
-    /// inline if the first `min` are in the page cache (see
-    /// [`InlineReads::read_ahead`]); else `None`, and the caller reads
-    /// through the engine.
-    pub(crate) fn read_ahead_inline<'py>(
-        &self,
-        py: Python<'py>,
-        fd: RawFd,
-        offset: i64,
-        min: usize,
-        len: usize,
-    ) -> Option<Bound<'py, PyBytes>> {
-        let off = u64::try_from(offset).ok()?;
-        if self.born.forked() || self.closed() {
-            return None;
-        }
-        self.inline.read_ahead(py, fd, off, min, len)
-    }
-
-    /// The results of `n` files as the rounds of `read_files`' reading
-    /// thread arrive on `rx`, each turned into `bytes` or `OSError` in
-    /// its place, and how many failed; the signal handlers run after each
-    /// round and every 100 ms meanwhile (see `read_files`).
-    fn take_rounds(
-        &self,
-        py: Python<'_>,
-        rx: &Mutex<std::sync::mpsc::Receiver<Sent>>,
-        n: usize,
-    ) -> PyResult<(Vec<PyObject>, usize)> {
-        use std::sync::mpsc::RecvTimeoutError;
-        let mut items: Vec<Option<PyObject>> = (0..n).map(|_| None).collect();
-        let mut failed = 0;
-        loop {
-            match crate::gil::detach(py, || {
-                rx.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .recv_timeout(std::time::Duration::from_millis(100))
-            }) {
-                Ok(Sent::Round(first, results)) => {
-                    for (k, r) in results.iter().enumerate() {
-                        failed += usize::from(r.is_err());
-                        items[first + k] = Some(file_content(py, r));
-                    }
-                    // Its memory, for the rounds still to read.
-                    drop(results);
-                    // Rounds may arrive without a pause: Ctrl-C is looked
-                    // at after each.
-                    py.check_signals()?;
-                }
-                Ok(Sent::End(end)) => {
-                    end.map_err(io_err)?;
-                    break;
-                }
-                Err(RecvTimeoutError::Timeout) if self.closing() => {
-                    // (its threads, which hold the engine, are left to
-                    // finish, as after Ctrl-C)
-                    return Err(io_err(io::Error::other(
-                        "read_files: the engine was closed while the files were read (a FIFO that no writer \
-                         fed, say): none is returned",
-                    )));
-                }
-                Err(RecvTimeoutError::Timeout) => py.check_signals()?,
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(PyRuntimeError::new_err(
-                        "read_files: its reading thread ended without a result",
-                    ))
-                }
-            }
-        }
-        let items = items.into_iter().map(|i| i.expect("every file's result"));
-        Ok((items.collect(), failed))
-    }
-}
-
-/// A read into a Python buffer, or a write, as an operation of a batch
-/// that reports its byte count (errors naming the caller's `fd`, not our
-/// duplicate `dup`), with what withdraws it (see `Core::withdraw`).
-fn counted<B: Send + 'static>(
-    f: blockio::aio::OpFuture<B>,
-    fd: RawFd,
-    dup: RawFd,
-) -> (Boxed<OneDone>, Withdrawal) {
-    let w = f.withdrawal();
-    let fut: Boxed<OneDone> = Box::pin(async move {
-        let r = name_given_fd(f.await.0, dup, fd);
-        OneDone::Count(explain_direct(r, fd).map(Out::Count))
-    });
-    (fut, w)
-}
-
-/// What `read_files`' reading thread sends: a round's results, by the
-/// index of its first path; then how the whole call ended.
-enum Sent {
-    Round(usize, Vec<fsjobs::FileResult>),
-    End(io::Result<()>),
-}
-
-#[pymethods]
-impl Core {
-    #[new]
-    #[pyo3(signature = (queue_depth = blockio::DEFAULT_QUEUE_DEPTH as i64, backend = None))]
-    pub(crate) fn new(queue_depth: i64, backend: Option<&str>) -> PyResult<Core> {
-        let choice = match backend {
-            None | Some("auto") => BackendChoice::Auto,
-            Some("uring") => BackendChoice::IoUring,
-            Some("threads") => BackendChoice::ThreadPool,
-            Some(other) => {
-                // The values of `BLOCKIO_BACKEND`, and no other spelling;
-                // the value quoted as Python quotes a string.
-                return Err(PyValueError::new_err(format!(
-                    "backend='{}': expected one of {}",
-                    other.escape_default(),
-                    blockio::BACKEND_ENV_VALUES.join(", ")
-                )));
-            }
-        };
-        if choice != BackendChoice::Auto {
-            // An explicit backend and the environment's: where they differ
-            // neither is silently ignored.
-            if let Some(env) = BackendChoice::from_env().map_err(io_err)? {
-                if env != choice {
-                    return Err(PyValueError::new_err(format!(
-                        "backend={:?} contradicts {}={:?} in the environment, which chooses the \
-                         backend of every engine: unset it, or pass backend='auto'",
-                        backend.unwrap_or_default(),
-                        blockio::BACKEND_ENV,
-                        std::env::var(blockio::BACKEND_ENV).unwrap_or_default()
-                    )));
-                }
-            }
-        }
-        // The engines' own rule, so the ValueError says what they would.
-        let queue_depth = blockio::check_queue_depth(queue_depth)
-            .map_err(|e| PyValueError::new_err(e.to_string()))? as u32;
-        // (out of descriptors, each part's error says what it needs)
-        let engine = SyncEngine::new(queue_depth, choice)?;
-        let inflight = InFlight::new().map_err(|e| {
-            setup_err(
-                e,
-                "the eventfd that tells event loops of its results",
-                1,
-                Part::Kept,
-            )
-        })?;
-        Ok(Core {
-            engine: Mutex::new(Some(engine)),
-            closing: AtomicBool::new(false),
-            born: Born::here(),
-            rings: Rings::new(queue_depth),
-            inflight,
-            spare: Mutex::new(Vec::new()),
-            fs: fsjobs::Pool::default(),
-            inline: InlineReads::default(),
-            owned: Default::default(),
-            reads: AtomicU64::new(0),
-        })
     }
 
     /// "uring" or "threads", as `BLOCKIO_BACKEND` names them.
-    #[getter]
     pub(crate) fn backend(&self) -> PyResult<&'static str> {
         Ok(match self.check()? {
             Backend::IoUring => "uring",
@@ -653,197 +287,8 @@ impl Core {
     }
 
     /// Why the thread pool is in use, if it is.
-    #[getter]
     pub(crate) fn fallback_reason(&self) -> PyResult<Option<String>> {
         self.with_sync(|e| Ok(e.fallback_reason.clone()))
-    }
-
-    /// Reads `length` bytes at each offset of `fd`; a list of bytes or
-    /// OSError, in order, and how many failed.
-    pub(crate) fn read_batch<'py>(
-        &self,
-        py: Python<'py>,
-        fd: RawFd,
-        offsets: Vec<i64>,
-        length: i64,
-    ) -> PyResult<(Bound<'py, PyList>, usize)> {
-        let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
-        total_arg(offsets.len(), length)?;
-        let engine = &self.sync_engine()?;
-        let flags = fd_flags(fd);
-        if offsets.iter().any(|&off| off != 0) && without_offsets(fd, flags) {
-            return self.read_batch_at_0(py, fd, &offsets, length);
-        }
-        if length == 0 && crate::fds::opened_for(flags, libc::POLLIN) {
-            // (a descriptor not open for reading goes on to fail with
-            // EBADF, as `os.read(fd, 0)` and a batch's own reads do)
-            let empty = PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])))?;
-            return Ok((empty, 0));
-        }
-        if let Some(errno) = wait_ready(py, fd, flags, libc::POLLIN, &|| self.closing())? {
-            // Refused: every read fails with the same errno, in its place.
-            let results: Vec<io::Result<usize>> = offsets
-                .iter()
-                .map(|off| {
-                    let what = format!("read of {length} bytes at offset {off}");
-                    Err(refused(&what, fd, errno))
-                })
-                .collect();
-            let items = results.iter().map(|r| count_or_error(py, r)).collect();
-            return with_failures(py, items, &results);
-        }
-        if flags == -1 || flags & libc::O_DIRECT == 0 {
-            return read_into_new_bytes(py, engine, fd, &offsets, length);
-        }
-        read_direct(py, engine, fd, &offsets, length)
-    }
-
-    /// Reads into each `(fd, buffer, offset)`; a list of byte counts or
-    /// OSError, in order, and how many failed.
-    pub(crate) fn readinto_batch<'py>(
-        &self,
-        py: Python<'py>,
-        ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
-    ) -> PyResult<(Bound<'py, PyList>, usize)> {
-        let ops = buffer_ops(ops)?;
-        let engine = &self.sync_engine()?;
-        let (at_offsets, flags) = refused_offsets(&ops);
-        let bufs: Vec<BufferOp> = ops
-            .iter()
-            .map(|(fd, b, off)| Ok((RawTarget(*fd), writable(b)?, *off)))
-            .collect::<PyResult<_>>()?;
-        // (a read refused for its offset is not made: its buffer may be another's)
-        refuse_overlaps(
-            bufs.iter()
-                .zip(&at_offsets)
-                .filter(|(_, r)| r.is_none())
-                .map(|((_, b, _), _)| b),
-        )?;
-        let refused = refusals(
-            py,
-            &bufs,
-            libc::POLLIN,
-            &|| self.closing(),
-            at_offsets,
-            &flags,
-        )?;
-        buffer_batch(py, engine, bufs, refused, read_into_buffer)
-    }
-
-    /// Writes each `(fd, data, offset)`; a list of byte counts or OSError,
-    /// and how many failed.
-    pub(crate) fn write_batch<'py>(
-        &self,
-        py: Python<'py>,
-        ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
-    ) -> PyResult<(Bound<'py, PyList>, usize)> {
-        let ops = buffer_ops(ops)?;
-        let engine = &self.sync_engine()?;
-        let bufs: Vec<BufferOp> = ops
-            .iter()
-            .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
-            .collect::<PyResult<_>>()?;
-        let refused = refusals(
-            py,
-            &bufs,
-            libc::POLLOUT,
-            &|| self.closing(),
-            Vec::new(),
-            &HashMap::new(),
-        )?;
-        buffer_batch(py, engine, bufs, refused, write_from_buffer)
-    }
-
-    /// fsync (or fdatasync) of `fd`.
-    #[pyo3(signature = (fd, data_only = false))]
-    pub(crate) fn fsync(&self, py: Python<'_>, fd: RawFd, data_only: bool) -> PyResult<()> {
-        let engine = &self.sync_engine()?;
-        let target = RawTarget(fd);
-        let r = crate::gil::detach(py, || {
-            let mut ops = [if data_only {
-                Op::fdatasync(&target)
-            } else {
-                Op::fsync(&target)
-            }];
-            engine.submit(&mut ops)
-        });
-        match r.map_err(io_err)?.remove(0) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(io_err(e)),
-        }
-    }
-
-    /// `fallocate` of `length` bytes at `offset` of `fd` with `mode`'s
-    /// `FALLOC_FL_*` flags ([`Op::fallocate`]), with the GIL released.
-    pub(crate) fn fallocate(
-        &self,
-        py: Python<'_>,
-        fd: RawFd,
-        mode: i32,
-        offset: i64,
-        length: i64,
-    ) -> PyResult<()> {
-        let (offset, length) = range_arg(offset, length)?;
-        let engine = &self.sync_engine()?;
-        let target = RawTarget(fd);
-        let r = crate::gil::detach(py, || {
-            engine.submit(&mut [Op::fallocate(&target, mode, offset, length)])
-        });
-        match r.map_err(io_err)?.remove(0) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(io_err(e)),
-        }
-    }
-
-    /// `length` bytes at `offset` of `fd` if all of them are in the page
-    /// cache, copied on the calling thread with `preadv2(RWF_NOWAIT)` (no
-    /// ring round trip, no event-loop wake-up); else `None`, and the caller
-    /// reads through the engine, which then gives exactly what it would
-    /// have: a read that is short (a partly cached range, the end of the
-    /// file), refused (`EAGAIN`; `ESPIPE` on a pipe; `EINVAL` on an
-    /// `O_DIRECT` descriptor, whose alignment a `bytes` never has) or
-    /// failed is never the answer here. After
-    /// [`MISSES_BEFORE_SKIPPING`](crate::inline_read::MISSES_BEFORE_SKIPPING)
-    /// misses in a row only one read in [`SKIP`](crate::inline_read::SKIP)
-    /// is tried, until one hits, so that a cold workload pays for few
-    /// failed tries (a miss: bytes not cached; a refusal for what the
-    /// descriptor is, `ESPIPE` or `EINVAL`, is none: see
-    /// [`crate::inline_read`]).
-    pub(crate) fn read_inline<'py>(
-        &self,
-        py: Python<'py>,
-        fd: RawFd,
-        offset: i64,
-        length: i64,
-    ) -> Option<Bound<'py, PyBytes>> {
-        let (Ok(off), Ok(len)) = (u64::try_from(offset), usize::try_from(length)) else {
-            return None;
-        };
-        if self.born.forked() || self.closed() {
-            return None;
-        }
-        self.inline.read(py, fd, off, len)
-    }
-
-    /// [`read_inline`](Self::read_inline), counted as a call served
-    /// without suspending (see [`turns`]): `False` instead when this call
-    /// is to take its turn of the event loop first, having read nothing
-    /// (the caller takes the turn, then reads). Counted here, where the
-    /// read is, rather than in the caller's Python (an attribute read, a
-    /// comparison and an attribute write less per read).
-    pub(crate) fn read_inline_in_turn<'py>(
-        &self,
-        py: Python<'py>,
-        fd: RawFd,
-        offset: i64,
-        length: i64,
-    ) -> Option<Bound<'py, PyAny>> {
-        if turns::due() {
-            return Some(PyBool::new(py, false).to_owned().into_any());
-        }
-        let data = self.read_inline(py, fd, offset, length)?;
-        turns::served(data.as_bytes().len());
-        Some(data.into_any())
     }
 
     /// Makes the async engine that `fd`'s operations will use (its ring
@@ -856,7 +301,6 @@ impl Core {
     /// opener, which may add `O_DIRECT`), the ring of `O_DIRECT` files is
     /// made too: it is made before the path is opened, so that an open
     /// short of descriptors for it fails having created no file.
-    #[pyo3(signature = (fd, opener = false))]
     pub(crate) fn prepare(&self, fd: RawFd, opener: bool) -> PyResult<()> {
         let flags = fd_flags(fd);
         self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
@@ -872,411 +316,16 @@ impl Core {
         Ok(self.inflight.eventfd())
     }
 
-    /// Starts reading `length` bytes at each offset; finished under `token`.
-    /// The buffers are page-aligned, so an `O_DIRECT` descriptor takes them.
-    /// On other descriptors a read of at least [`fresh::FRESH_MIN`] bytes
-    /// goes straight into the `bytes` object it returns (see [`fresh`]).
-    pub(crate) fn submit_read(
-        &self,
-        py: Python<'_>,
-        waiter: PyObject,
-        fd: RawFd,
-        offsets: Vec<i64>,
-        length: i64,
-    ) -> PyResult<u64> {
-        let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
-        total_arg(offsets.len(), length)?;
-        self.reads
-            .fetch_add(offsets.len() as u64, Ordering::Relaxed);
-        let flags = fd_flags(fd);
-        let direct = flags != -1 && flags & libc::O_DIRECT != 0;
-        // (at an offset other than 0 of a pipe, socket or terminal: ESPIPE,
-        // as `os.pread`'s, where io_uring would ignore the offset and read)
-        let no_offsets = offsets.iter().any(|&off| off != 0) && without_offsets(fd, flags);
-        let aio = self.aio(direct)?;
-        let (file, lent) = self.hold_for_batch(&aio, fd, flags);
-        if let (Ok(_), false, true) = (&file, direct, length >= fresh::FRESH_MIN) {
-            let at = (&offsets[..], no_offsets);
-            return self.start_fresh(py, waiter, (fd, file, lent), at, b"", length, false);
-        }
-        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
-        let futs = offsets
-            .iter()
-            .map(|&off| {
-                if no_offsets && off != 0 {
-                    return Ok(failed(Yields::Read, offset_refused(fd, length, off)));
-                }
-                Ok(match &file {
-                    Ok((file, dup)) => {
-                        let dup = *dup;
-                        let buf = match spare.pop() {
-                            Some(b) if b.len() == length => b,
-                            _ => alloc_for(length, "a read")?,
-                        };
-                        let f = file.read_at(Buf::Owned(buf), off);
-                        let b: Boxed<OneDone> = Box::pin(async move {
-                            let (r, buf) = f.await;
-                            OneDone::Read((explain_direct(name_given_fd(r, dup, fd), fd), buf))
-                        });
-                        b
-                    }
-                    Err(errno) => failed(
-                        Yields::Read,
-                        refused(
-                            &format!("read of {length} bytes at offset {off}"),
-                            fd,
-                            *errno,
-                        ),
-                    ),
-                })
-            })
-            .collect::<PyResult<Vec<_>>>();
-        drop(spare);
-        let futs = match futs {
-            Ok(f) => f,
-            Err(e) => {
-                if lent {
-                    self.start_closes(self.owned.release(&[fd]));
-                }
-                return Err(e);
-            }
-        };
-        let mut batch = Pending::new(futs, Yields::Read);
-        if lent {
-            batch.borrowed.push(fd);
-        }
-        Ok(self.start(waiter, batch))
-    }
-
-    /// Starts reading `length` bytes (at least 1) at `offset` of `fd` into
-    /// one new `bytes` object that starts with `head` (bytes the caller read
-    /// before `offset` and still holds: its read-ahead), so that the result
-    /// is one object the kernel fills, with no join on the caller's thread
-    /// (see [`fresh`]), even past what one `read(2)` returns
-    /// ([`MAX_IO`](crate::args::MAX_IO)); finished under `token`. Not for an `O_DIRECT`
-    /// descriptor, whose reads need aligned memory: those fail (`EINVAL`).
-    pub(crate) fn submit_read_after(
-        &self,
-        py: Python<'_>,
-        waiter: PyObject,
-        fd: RawFd,
-        head: &[u8],
-        offset: i64,
-        length: i64,
-    ) -> PyResult<u64> {
-        // (no bound of one read(2) on `length`: its pieces are reads of
-        // at most `fresh::PIECE` bytes; the machine's memory bounds it)
-        let offsets = offsets_arg(&[offset])?;
-        let length = usize::try_from(length).map_err(|_| {
-            PyValueError::new_err(format!("length must be at least 0, got {length}"))
-        })?;
-        total_arg(1, head.len().saturating_add(length))?;
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let flags = fd_flags(fd);
-        let direct = flags != -1 && flags & libc::O_DIRECT != 0;
-        let aio = self.aio(direct)?;
-        let held = self.hold_for_batch(&aio, fd, flags);
-        self.start_fresh(
-            py,
-            waiter,
-            (fd, held.0, held.1),
-            (&offsets, false),
-            head,
-            length.max(1),
-            true,
-        )
-    }
-
-    /// Starts reading into each `(fd, buffer, offset)`.
-    pub(crate) fn submit_readinto(
-        &self,
-        waiter: PyObject,
-        ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
-    ) -> PyResult<u64> {
-        let ops = buffer_ops(ops)?;
-        let (at_offsets, flags) = refused_offsets(&ops);
-        if at_offsets.iter().any(Option::is_some) {
-            // (a read refused for its offset is not made: its buffer may be another's)
-            let made: Vec<_> = ops
-                .iter()
-                .zip(&at_offsets)
-                .filter(|(_, r)| r.is_none())
-                .map(|(op, _)| op.clone())
-                .collect();
-            distinct_read_buffers(&made)?;
-        } else {
-            distinct_read_buffers(&ops)?;
-        }
-        self.reads.fetch_add(ops.len() as u64, Ordering::Relaxed);
-        let given = (at_offsets, flags);
-        self.submit_each(
-            waiter,
-            "read",
-            (ops, given),
-            writable,
-            |file, buf, off, fd, dup| {
-                counted(file.read_at(Buf::Exported(Lent::new(buf)), off), fd, dup)
-            },
-        )
-    }
-
-    /// Starts writing each `(fd, data, offset)`.
-    pub(crate) fn submit_write(
-        &self,
-        waiter: PyObject,
-        ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
-    ) -> PyResult<u64> {
-        self.submit_each(
-            waiter,
-            "write",
-            (buffer_ops(ops)?, (Vec::new(), HashMap::new())),
-            readable,
-            |file, buf, off, fd, dup| counted(file.write_at(RoBuf(Lent::new(buf)), off), fd, dup),
-        )
-    }
-
-    /// Starts an fsync (or fdatasync) of `fd`.
-    #[pyo3(signature = (waiter, fd, data_only = false))]
-    pub(crate) fn submit_sync(
-        &self,
-        waiter: PyObject,
-        fd: RawFd,
-        data_only: bool,
-    ) -> PyResult<u64> {
-        if data_only {
-            self.submit_bare(waiter, fd, "fdatasync", AsyncFile::fdatasync)
-        } else {
-            self.submit_bare(waiter, fd, "fsync", AsyncFile::fsync)
-        }
-    }
-
-    /// Starts a `fallocate` of `length` bytes at `offset` of `fd` with
-    /// `mode`'s `FALLOC_FL_*` flags ([`AsyncFile::fallocate`]).
-    pub(crate) fn submit_fallocate(
-        &self,
-        waiter: PyObject,
-        fd: RawFd,
-        mode: i32,
-        offset: i64,
-        length: i64,
-    ) -> PyResult<u64> {
-        let (offset, length) = range_arg(offset, length)?;
-        self.submit_bare(waiter, fd, "fallocate", move |f: &AsyncFile| {
-            f.fallocate(mode, offset, length)
-        })
-    }
-
-    /// Starts `open(path, flags, mode)` on the core's file-system threads;
-    /// the result is the new descriptor (close-on-exec), which the caller
-    /// then owns. A directory fails with `EISDIR` unless `O_DIRECTORY` is
-    /// in `flags`.
-    pub(crate) fn submit_open(
-        &self,
-        waiter: PyObject,
-        path: Vec<u8>,
-        flags: i32,
-        mode: u32,
-    ) -> PyResult<u64> {
-        self.check()?;
-        let path = c_path(path)?;
-        self.start_job(waiter, Ok(FsCall::Open { path, flags, mode }))
-    }
-
-    /// Starts a `statx` of `path` (of a final symbolic link itself unless
-    /// `follow`) on the core's file-system threads; the result is the tuple
-    /// of [`stat_tuple`].
-    pub(crate) fn submit_stat(
-        &self,
-        waiter: PyObject,
-        path: Vec<u8>,
-        follow: bool,
-    ) -> PyResult<u64> {
-        self.check()?;
-        let path = c_path(path)?;
-        self.start_job(waiter, Ok(FsCall::Stat { path, follow }))
-    }
-
-    /// Starts an `fstat` of `fd` (through a duplicate, unless a file
-    /// object owns it); the result is the file's size.
-    pub(crate) fn submit_size(&self, waiter: PyObject, fd: RawFd) -> PyResult<u64> {
-        self.check()?;
-        let (held, lent) = self.hold_for_job(fd);
-        self.start_job_on(waiter, held.map(FsCall::Size), lent.then_some(fd))
-    }
-
-    /// Starts an `ftruncate` of `fd` (through a duplicate, unless a file
-    /// object owns it) to `length`.
-    pub(crate) fn submit_ftruncate(
-        &self,
-        waiter: PyObject,
-        fd: RawFd,
-        length: i64,
-    ) -> PyResult<u64> {
-        self.check()?;
-        let length = u64::try_from(length).map_err(|_| {
-            PyValueError::new_err(format!("length must not be negative, got {length}"))
-        })?;
-        let (held, lent) = self.hold_for_job(fd);
-        let job = held.map(|d| FsCall::Ftruncate(d, length));
-        self.start_job_on(waiter, job, lent.then_some(fd))
-    }
-
-    /// Starts closing `fd`, whose ownership the caller hands over: the
-    /// number must not be used or closed by anyone else afterwards. The
-    /// close runs even if the batch is cancelled.
-    pub(crate) fn submit_close(&self, waiter: PyObject, fd: RawFd) -> PyResult<u64> {
-        self.check()?;
-        if fd < 0 {
-            return self.start_job(waiter, Err(libc::EBADF));
-        }
-        // SAFETY: the caller hands over its only ownership of `fd` (the
-        // Python layer passes the descriptor of a file object it is
-        // closing and never uses the number again).
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        // A file object's own descriptor is closed once the batches that
-        // borrow it have left the core (see `crate::owned`).
-        match self.owned.close(waiter, owned, fd) {
-            Some((waiter, owned)) => self.start_job(waiter, Ok(FsCall::Close(owned))),
-            None => Ok(u64::MAX),
-        }
-    }
-
-    /// Records `fd` as owned by a file object of this engine: its
-    /// operations borrow the number, with no duplicate, and its close
-    /// (`submit_close`) waits for them (see [`crate::owned`]).
-    pub(crate) fn own(&self, fd: RawFd) {
-        self.owned.own(fd);
-    }
-
-    /// Forgets that a file object owns `fd` (it hands the descriptor
-    /// back): false, and nothing changed, while operations of the file
-    /// that were given up still borrow it.
-    pub(crate) fn disown(&self, fd: RawFd) -> bool {
-        self.owned.disown(fd)
-    }
-
-    /// Starts a `mkdirat` of `path` (relative to the working directory)
-    /// with `mode` (before the umask) on the core's file-system threads;
-    /// the result is 0.
-    pub(crate) fn submit_mkdir(&self, waiter: PyObject, path: Vec<u8>, mode: u32) -> PyResult<u64> {
-        self.check()?;
-        let path = c_path(path)?;
-        self.start_job(waiter, Ok(FsCall::Mkdir { path, mode }))
-    }
-
-    /// Starts making the symbolic link `link` pointing at `target`
-    /// (`symlinkat`) on the core's file-system threads; the result is 0.
-    pub(crate) fn submit_symlink(
-        &self,
-        waiter: PyObject,
-        target: Vec<u8>,
-        link: Vec<u8>,
-    ) -> PyResult<u64> {
-        self.check()?;
-        let (target, link) = (c_path(target)?, c_path(link)?);
-        self.start_job(waiter, Ok(FsCall::Symlink { target, link }))
-    }
-
-    /// Starts reading every file of `paths` whole (see
-    /// [`fsjobs::read_files`]); the result is a list of bytes or OSError,
-    /// one per path, in order.
-    pub(crate) fn submit_read_files(&self, waiter: PyObject, paths: Vec<Vec<u8>>) -> PyResult<u64> {
-        let engine = self.sync_engine()?;
-        let paths = paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
-        self.start_job(waiter, Ok(FsCall::ReadFiles { engine, paths }))
-    }
-
-    /// Reads every file of `paths` whole, the GIL released; a list of
-    /// bytes or OSError, one per path, in order, and how many failed.
-    ///
-    /// The reading runs on threads of their own while this one waits,
-    /// turning each round of files into `bytes` as it arrives (see
-    /// [`fsjobs::read_files_by_round`]) and running the signal handlers
-    /// every 100 ms: a read blocked on a FIFO whose writer stays open is
-    /// then interrupted by Ctrl-C as `os.read` is (`KeyboardInterrupt`), the
-    /// threads left to finish it and close the files, as `aread_files`
-    /// leaves them when cancelled.
-    pub(crate) fn read_files<'py>(
-        &self,
-        py: Python<'py>,
-        paths: Vec<Vec<u8>>,
-    ) -> PyResult<(Bound<'py, PyList>, usize)> {
-        let engine = self.sync_engine()?;
-        let paths: Vec<std::ffi::CString> =
-            paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
-        let n = paths.len();
-        if n == 0 {
-            return Ok((PyList::empty(py), 0));
-        }
-        let (tx, rx) = std::sync::mpsc::channel();
-        let job = (engine.clone(), paths.clone());
-        let reader = blockio::arenas::spawn("blockio-read-files", None, move || {
-            let end = fsjobs::read_files_by_round(&job.0, &job.1, &|first, r| {
-                let _ = tx.send(Sent::Round(first, r));
-            });
-            let _ = tx.send(Sent::End(end));
-        });
-        if reader.is_err() {
-            // No thread to be had (a process limit): read on this one.
-            let results =
-                crate::gil::detach(py, || fsjobs::read_files(&engine, &paths)).map_err(io_err)?;
-            let failed = results.iter().filter(|r| r.is_err()).count();
-            let items = results.iter().map(|r| file_content(py, r));
-            return Ok((PyList::new(py, items)?, failed));
-        }
-        // (Shared with the waits, which run without the GIL.)
-        let (items, failed) = self.take_rounds(py, &Mutex::new(rx), n)?;
-        Ok((PyList::new(py, items)?, failed))
-    }
-
     /// The finished batches since the last call: `(waiter, results)` pairs,
     /// results as the synchronous calls return them. Called by the event
     /// loop when the eventfd is readable.
     pub(crate) fn drain<'py>(&self, py: Python<'py>) -> PyResult<Finished<'py>> {
-        self.clear_eventfd();
+        self.inflight.clear_eventfd();
         release_parked(py);
         self.finished()
             .into_iter()
             .map(|(w, d)| Ok((w, results_or_error(py, d, &self.spare))))
             .collect()
-    }
-
-    /// Withdraws the operations of the batch `token` that the kernel has
-    /// not taken yet (they are never performed) and, if that is all of
-    /// them, gives the batch up as [`cancel`](Self::cancel) does: true.
-    /// False if an operation of it was performed or is in the kernel (or
-    /// on a pool thread), and false for a batch no longer pending (it
-    /// finished, and its results may be on their way to the caller's
-    /// loop through another loop's drain; or the engine closed, which
-    /// resolves it): the batch stays, and its results come as usual, so
-    /// that the caller learns what was done. Batches of reads into Python
-    /// buffers and of writes can be withdrawn (others have nothing to
-    /// withdraw, and are given up at once).
-    pub(crate) fn withdraw(&self, token: u64) -> bool {
-        let Some(withdrawals) = self.inflight.withdrawals(token) else {
-            return false;
-        };
-        // Every one is asked (not stopping at the first in the kernel), so
-        // that none of the batch starts later.
-        let performed = withdrawals.iter().filter(|w| !w.withdraw()).count();
-        if performed == 0 {
-            self.cancel(token);
-        }
-        performed == 0
-    }
-
-    /// Gives up on the batch `token` whose awaiting task was cancelled: its
-    /// operations not yet handed to the kernel are never submitted; those
-    /// in flight keep their buffers and their duplicate descriptor until
-    /// they complete. Its results are never reported. A token already
-    /// finished or unknown is ignored.
-    pub(crate) fn cancel(&self, token: u64) {
-        self.inflight.cancel(token);
-    }
-
-    /// Asynchronous batches not finished yet.
-    pub(crate) fn pending(&self) -> usize {
-        self.inflight.count()
     }
 
     /// Shuts the engine down and hands back what became of the
@@ -1309,13 +358,13 @@ impl Core {
         let mut interrupted = None;
         let mut idle = 0;
         loop {
-            self.clear_eventfd();
+            self.inflight.clear_eventfd();
             let done = self.finished();
             idle = if done.is_empty() { idle + 1 } else { 0 };
             for (w, d) in done {
                 finished.push((w, results_or_error(py, d, &self.spare)));
             }
-            if self.pending() == 0 || idle > 10 {
+            if self.inflight.count() == 0 || idle > 10 {
                 break;
             }
             if let Err(e) = py.check_signals() {
@@ -1351,75 +400,15 @@ impl Core {
     /// How many reads were started through the engine (its rings or
     /// threads) since it was made: a read served inline, or on the event
     /// loop's own ring, is not one. For tests that check where reads go.
-    #[getter]
     pub(crate) fn reads_started(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
     }
 
     /// Whether `close` has run.
-    #[getter]
     pub(crate) fn closed(&self) -> bool {
         self.engine
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_none()
     }
-}
-
-/// [`Core::read_batch`] of `fd`, opened with `O_DIRECT`: `length` bytes at
-/// each offset, each a new `bytes` or its OSError in its place, and how
-/// many failed.
-fn read_direct<'py>(
-    py: Python<'py>,
-    engine: &Engine,
-    fd: RawFd,
-    offsets: &[u64],
-    length: usize,
-) -> PyResult<(Bound<'py, PyList>, usize)> {
-    // O_DIRECT needs aligned memory, which `bytes` are not: read into
-    // one page-aligned arena per thread, reused (no allocation and no
-    // zeroing per read), and copy out.
-    thread_local! {
-        static ARENA: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new(0, 4096));
-    }
-    ARENA.with(|arena| {
-        let mut arena = arena.borrow_mut();
-        let need = offsets.len().checked_mul(length).ok_or_else(|| {
-            PyMemoryError::new_err(format!(
-                "{} reads of {length} bytes do not fit in memory",
-                offsets.len()
-            ))
-        })?;
-        if arena.len() < need {
-            let size = need.checked_next_power_of_two().unwrap_or(need);
-            *arena = alloc_for(size, "the O_DIRECT read buffers")?;
-        }
-        let target = RawTarget(fd);
-        let results = {
-            let slots = arena[..need].chunks_mut(length.max(1));
-            crate::gil::detach(py, || {
-                let mut ops: Vec<Op<'_>> = slots
-                    .zip(offsets)
-                    .map(|(b, &off)| Op::read(&target, off, b))
-                    .collect();
-                engine.submit(&mut ops)
-            })
-        };
-        let results: Vec<io::Result<usize>> = results
-            .map_err(io_err)?
-            .into_iter()
-            .map(|r| explain_direct(r, fd))
-            .collect();
-        let items: Vec<PyObject> = results
-            .iter()
-            .enumerate()
-            .map(|(k, r)| match r {
-                Ok(n) => PyBytes::new(py, &arena[k * length..k * length + *n])
-                    .into_any()
-                    .unbind(),
-                Err(e) => os_error(py, e),
-            })
-            .collect();
-        with_failures(py, items, &results)
-    })
 }

@@ -150,7 +150,36 @@ impl InFlight {
             .map(|batch| batch.withdrawals.clone())
     }
 
-    /// Gives up on the batch `token` (see `Core::cancel`).
+    /// Withdraws the operations of the batch `token` that the kernel has
+    /// not taken yet (they are never performed) and, if that is all of
+    /// them, gives the batch up as [`cancel`](Self::cancel) does: true
+    /// (Python's `Core.withdraw`). False if an operation of it was
+    /// performed or is in the kernel (or on a pool thread), and false for
+    /// a batch no longer pending (it finished, and its results may be on
+    /// their way to the caller's loop through another loop's drain; or
+    /// the engine closed, which resolves it): the batch stays, and its
+    /// results come as usual, so that the caller learns what was done.
+    /// Batches of reads into Python buffers and of writes can be
+    /// withdrawn (others have nothing to withdraw, and are given up at
+    /// once).
+    pub(crate) fn withdraw(&self, token: u64) -> bool {
+        let Some(withdrawals) = self.withdrawals(token) else {
+            return false;
+        };
+        // Every one is asked (not stopping at the first in the kernel), so
+        // that none of the batch starts later.
+        let performed = withdrawals.iter().filter(|w| !w.withdraw()).count();
+        if performed == 0 {
+            self.cancel(token);
+        }
+        performed == 0
+    }
+
+    /// Gives up on the batch `token` whose awaiting task was cancelled
+    /// (Python's `Core.cancel`): its operations not yet handed to the
+    /// kernel are never submitted; those in flight keep their buffers and
+    /// their duplicate descriptor until they complete. Its results are
+    /// never reported. A token already finished or unknown is ignored.
     pub(crate) fn cancel(&self, token: u64) {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let mut waiter = None;
@@ -177,7 +206,7 @@ impl InFlight {
             .retain(|(t, _, _)| *t != token);
     }
 
-    /// Batches not finished yet.
+    /// Batches not finished yet (Python's `Core.pending`).
     pub(crate) fn count(&self) -> usize {
         self.pending
             .lock()

@@ -115,7 +115,7 @@ impl InlineWrites {
         }
         // SAFETY: the descriptor stays open for the call: the caller
         // borrowed it from the file object that owns it, whose close waits
-        // until it is given back (`Core::borrow_fd`).
+        // until it is given back (`Owned::borrow_fd`).
         let file = unsafe { BorrowedFd::borrow_raw(fd) };
         match self.way(file) {
             Way::Plain => {

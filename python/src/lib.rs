@@ -20,28 +20,34 @@
 //! operation was cancelled is dropped by the driver thread, which never
 //! takes the GIL: `lent` parks it until the next call from Python.
 //!
-//! Modules: `engine` (`Core` and its Python methods, each handed to the
-//! part that owns what it uses), `rings` (the async engines, made on first
-//! use), `inflight` (the asynchronous batches by token, polled by
-//! `Core::drain`: the only place that keeps token state in Rust),
-//! `pending` (one batch, its buffers and its results as Python objects),
-//! `inline_read` (reads served inline from the page cache), `owned` (the
-//! descriptors file objects own), `batch` (the synchronous batches),
-//! `fsjobs` (open, stat, ftruncate, close, mkdir, symlink and whole-file
-//! reads off the loop's thread: each call one of blockio's operation
-//! kinds, run by its blocking form on the core's file-system threads),
-//! `fresh` (reads into the new `bytes` objects they return, in pieces),
-//! `args` (argument checks), `errors` (`OSError`s), `fds` (what a
-//! descriptor is, duplicates, the fork guard), `lent` (buffers released without
-//! the GIL), `inline` (a binary file object's whole state, and its
-//! `seek`, `read`, `readline`, `tell` and `write` served inline from it),
-//! `call` (the coroutine object those calls return), `coromethod` (the
-//! methods that return it, coroutine functions to `inspect`),
-//! `wqueue` (a file object's writes, queued and carried out in order by
-//! the core itself, whether or not Python runs again), `stream` (reads of an unbuffered pipe or
-//! socket that never wait: a line, a byte at a time, or up to a size), `event_loop` (the ring
-//! of `blockio.new_event_loop()`'s proactor: socket and pipe operations
-//! as completions), `bench` (a benchmark baseline).
+//! Modules: `engine` (`Core`, what it is made of and its lifecycle: `new`,
+//! the closed and fork guard, the start and hand-back of batches, `close`),
+//! `pymethods` (`Core`'s Python methods, each handed to the module or part
+//! that owns what it uses), `sync_engine` (the engine of the synchronous
+//! calls, made late on io_uring), `sync_calls` (the synchronous calls),
+//! `submit` (the asynchronous operations on the rings), `fscalls` (the
+//! file-system calls, each a job of the core's file-system threads),
+//! `inline_calls` (the core's reads served inline, guarded and handed to
+//! `inline_read`), `rings` (the async engines, made on first use), `inflight`
+//! (the asynchronous batches by token, polled by `Core::drain`: the only
+//! place that keeps token state in Rust), `pending` (one batch, its buffers
+//! and its results as Python objects), `inline_read` (reads served inline
+//! from the page cache), `owned` (the descriptors file objects own), `batch`
+//! (the synchronous batches), `fsjobs` (open, stat, ftruncate, close, mkdir,
+//! symlink and whole-file reads off the loop's thread: each call one of
+//! blockio's operation kinds, run by its blocking form on the core's
+//! file-system threads), `fresh` (reads into the new `bytes` objects they
+//! return, in pieces), `args` (argument checks), `errors` (`OSError`s), `fds`
+//! (what a descriptor is, duplicates, the fork guard), `lent` (buffers
+//! released without the GIL), `inline` (a binary file object's whole state,
+//! and its `seek`, `read`, `readline`, `tell` and `write` served inline from
+//! it), `call` (the coroutine object those calls return), `coromethod` (the
+//! methods that return it, coroutine functions to `inspect`), `wqueue` (a
+//! file object's writes, queued and carried out in order by the core itself,
+//! whether or not Python runs again), `stream` (reads of an unbuffered pipe
+//! or socket that never wait: a line, a byte at a time, or up to a size),
+//! `event_loop` (the ring of `blockio.new_event_loop()`'s proactor: socket
+//! and pipe operations as completions), `bench` (a benchmark baseline).
 //!
 //! Locks: a mutex poisoned by a panic is taken back
 //! (`unwrap_or_else(PoisonError::into_inner)`), never unwrapped, so that
@@ -50,7 +56,9 @@
 //! a std collection, `Option` or channel (insert, remove, take, push,
 //! replace, receive), which a panic inside leaves valid; the one that
 //! polls (`InFlight::drain`) leaves a panicked batch in the map, where it
-//! is cancelled or cut like any other.
+//! is cancelled or cut like any other. The mutexes of a core, what each
+//! guards and the one order they nest in are listed in `Core`'s doc
+//! (`engine.rs`).
 
 use pyo3::prelude::*;
 
@@ -64,29 +72,31 @@ mod errors;
 mod event_loop;
 mod fds;
 pub(crate) mod fresh;
+mod fscalls;
 pub(crate) mod fsjobs;
 pub(crate) mod gil;
 mod inflight;
 mod inline;
+mod inline_calls;
 mod inline_read;
 mod inline_write;
 pub(crate) mod lent;
 mod owned;
 mod pending;
+mod pymethods;
 mod rings;
 mod stream;
+mod submit;
+mod sync_calls;
+mod sync_engine;
 pub(crate) mod turns;
 mod wqueue;
 pub(crate) use args::*;
-pub(crate) use batch::*;
 use bench::bench_engine;
 pub(crate) use engine::*;
 pub(crate) use errors::*;
 pub(crate) use fds::*;
-pub(crate) use inflight::InFlight;
-pub(crate) use inline_read::InlineReads;
 pub(crate) use pending::*;
-pub(crate) use rings::Rings;
 
 #[pymodule]
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -20,7 +20,8 @@ use std::sync::{Mutex, PoisonError};
 use blockio::aio::{AsyncEngine, AsyncFile};
 use pyo3::prelude::*;
 
-use crate::*;
+use crate::fds::{fd_flags, hold_file, refusal};
+use crate::fsjobs;
 
 /// One owned descriptor: its batches in the core, and its close if one
 /// was asked for while they ran.
@@ -38,7 +39,9 @@ pub(crate) struct Owned(Mutex<HashMap<RawFd, Entry>>);
 pub(crate) type Close = (PyObject, OwnedFd);
 
 impl Owned {
-    /// Records `fd` as owned by a file object of this engine.
+    /// Records `fd` as owned by a file object of this engine (Python's
+    /// `Core.own`): its operations borrow the number, with no duplicate,
+    /// and its close (`submit_close`) waits for them.
     pub(crate) fn own(&self, fd: RawFd) {
         self.0
             .lock()
@@ -96,8 +99,10 @@ impl Owned {
         }
     }
 
-    /// Forgets `fd` (its file hands it back to the caller): false, and
-    /// kept, while a batch still borrows it.
+    /// Forgets that a file object owns `fd` (it hands the descriptor
+    /// back to the caller; Python's `Core.disown`): false, and nothing
+    /// changed, while operations of the file that were given up still
+    /// borrow it.
     pub(crate) fn disown(&self, fd: RawFd) -> bool {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if map.get(&fd).is_some_and(|e| e.busy > 0) {
@@ -113,23 +118,22 @@ impl Owned {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         map.drain().filter_map(|(_, e)| e.close).collect()
     }
-}
 
-impl Core {
-    /// An async file for an operation on `fd` (`F_GETFL` `flags`): over
-    /// the number itself if a file object of this engine owns it (the
-    /// batch then borrows it: `true`, for [`Pending::borrowed`]), else
-    /// over a duplicate ([`hold_file`]).
+    /// An async file for an operation on `fd` (`F_GETFL` `flags`): over the
+    /// number itself if a file object of this engine owns it (the batch then
+    /// borrows it: `true`, for
+    /// [`Pending::borrowed`](crate::pending::Pending::borrowed)), else over a
+    /// duplicate ([`hold_file`]).
     pub(crate) fn hold_for_batch(
         &self,
         aio: &AsyncEngine,
         fd: RawFd,
         flags: i32,
     ) -> (Result<(AsyncFile, RawFd), i32>, bool) {
-        if fd >= 0 && self.owned.borrow(fd) {
+        if fd >= 0 && self.borrow(fd) {
             let flags = if flags == -1 { fd_flags(fd) } else { flags };
             if let Some(errno) = refusal(fd, flags) {
-                let _ = self.owned.release(&[fd]);
+                let _ = self.release(&[fd]);
                 return (Err(errno), false);
             }
             // SAFETY: a file object owns `fd` and closes it only through
@@ -145,7 +149,7 @@ impl Core {
     /// it (whether it does): the file's close then waits until the call
     /// gives it back with [`Owned::release`].
     pub(crate) fn borrow_fd(&self, fd: RawFd) -> bool {
-        fd >= 0 && self.owned.borrow(fd)
+        fd >= 0 && self.borrow(fd)
     }
 
     /// A descriptor for a file-system job on `fd`: the number itself if a
@@ -153,20 +157,9 @@ impl Core {
     /// [`hold_for_batch`](Self::hold_for_batch)), else a duplicate; and
     /// whether it is borrowed.
     pub(crate) fn hold_for_job(&self, fd: RawFd) -> (Result<fsjobs::Held, i32>, bool) {
-        if fd >= 0 && self.owned.borrow(fd) {
+        if fd >= 0 && self.borrow(fd) {
             return (Ok(fsjobs::Held::borrowed(fd)), true);
         }
         (fsjobs::dup(fd).map(fsjobs::Held::Dup), false)
-    }
-
-    /// Starts the closes now due (see [`Owned::release`]).
-    pub(crate) fn start_closes(&self, due: Vec<Close>) {
-        for (waiter, fd) in due {
-            // (the pool refuses a job only when it has no thread and can
-            // make none: the descriptor is then closed as the refused job
-            // is dropped, and the task awaiting the close is never
-            // resolved: a process out of threads)
-            let _ = self.start_job(waiter, Ok(fsjobs::FsCall::Close(fd)));
-        }
     }
 }

@@ -116,7 +116,7 @@ pub(crate) struct Pending {
     /// `Core::drain`, so that the Python side keeps no table of tokens.
     pub(crate) waiter: Option<PyObject>,
     /// What withdraws each operation before the kernel takes it (see
-    /// `Core::withdraw`); empty for batches that cannot be withdrawn.
+    /// `InFlight::withdraw`); empty for batches that cannot be withdrawn.
     pub(crate) withdrawals: Vec<Withdrawal>,
     /// The descriptors owned by file objects that its operations use
     /// without a duplicate (see [`crate::owned`]): counted until the

@@ -33,7 +33,7 @@
 //! the chain ([`Writes::kick`]), and briefly by Python calls placing an
 //! entry, waiting for the chain to empty or taking back a write. Each
 //! entry's result is a [`Slot`] (its own mutex) shared with the batch
-//! its call awaits through the engine ([`crate::InFlight`]), which hands
+//! its call awaits through the engine ([`crate::inflight::InFlight`]), which hands
 //! the result to the caller's loop as any batch's. Locks nest only as:
 //! chain then slot (the runner finishing an entry); chain then the
 //! file-system pool's queue mutex (the runner submitting a truncation's
@@ -1049,7 +1049,7 @@ impl WriteQueue {
     /// event loop is due ([`crate::turns`]), which the placed write's
     /// await takes. The entries placed from another thread during the
     /// write wait behind it ([`Chain::inline`]); the file's close waits
-    /// for the descriptor to be given back ([`Core::borrow_fd`]).
+    /// for the descriptor to be given back ([`crate::owned::Owned::borrow_fd`]).
     fn write_now(
         &self,
         core: &Bound<'_, Core>,
@@ -1072,7 +1072,7 @@ impl WriteQueue {
         if buf.len_bytes() == 0 || !self.begin_inline() {
             return Ok(None);
         }
-        let written = if core.borrow().borrow_fd(fd) {
+        let written = if core.borrow().owned.borrow_fd(fd) {
             // SAFETY: `buf` is a C-contiguous buffer (`readable`) of
             // `len_bytes` bytes from `buf_ptr`, exported for as long as
             // `buf` lives, which outlives the slice: while exported the
@@ -1140,7 +1140,7 @@ impl WriteQueue {
         let core = core.borrow();
         let flags = fd_flags(fd);
         let aio = core.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
-        let (file, lent) = core.hold_for_batch(&aio, fd, flags);
+        let (file, lent) = core.owned.hold_for_batch(&aio, fd, flags);
         let (file, dup) = match file {
             Ok(held) => held,
             Err(errno) => {
@@ -1192,7 +1192,7 @@ impl WriteQueue {
         };
         let core = core.borrow();
         core.check()?;
-        let (held, lent) = core.hold_for_job(fd);
+        let (held, lent) = core.owned.hold_for_job(fd);
         let held = match held {
             Ok(held) => held,
             Err(errno) => {
@@ -1250,7 +1250,7 @@ impl WriteQueue {
         let core = core.borrow();
         core.check()?;
         let (lookup, lent) = if end {
-            let (held, lent) = core.hold_for_job(fd);
+            let (held, lent) = core.owned.hold_for_job(fd);
             match held {
                 Ok(held) => (Some((FsCall::Size(held), core.fs.handle())), lent),
                 Err(errno) => {
