@@ -1360,6 +1360,73 @@ def test_a_ready_receive_whose_bytes_another_reader_took_waits_for_the_next(kind
         by.close()
 
 
+@pytest.mark.parametrize("first_len", [100 * 1024, 100])
+@pytest.mark.parametrize("kind", ["blockio-uring", "blockio-epoll"])
+def test_a_descriptor_closed_behind_the_transport_never_hands_another_socket_s_bytes(kind, first_len):
+    """A program ``os.close()``s a transport's descriptor while its
+    receive waits (on the io_uring loop: grown after a 100 KiB message, a
+    poll; or a 2 KiB receive in the kernel after a small one) and a new
+    socket takes the number; bytes queued on the new socket never reach
+    the old protocol. On the io_uring loop the transport's receives name
+    its own duplicate of the socket (made at its first receive, closed
+    once the connection is lost), so the old
+    connection goes on: its peer's next bytes and end of stream reach the
+    old protocol (``connection_lost``, no hang). On the epoll loop, as on
+    asyncio's selector loop and uvloop, the close ends the socket (its
+    peer's send fails with ``EPIPE``) and the poller forgets it: the old
+    protocol hears nothing more."""
+    rng = random.Random(31)
+    first = rng.randbytes(first_len)
+    a, b = socket.socketpair()
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    fresh = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        tr, pr = await loop.connect_accepted_socket(Chunks, a)
+        _send_at_once(b, first)
+        await pr.received(len(first))
+        await _receives_armed_and_submitted(tr)
+        rx = getattr(tr, "_rx", None)
+        if kind == "blockio-uring":
+            assert tr._rx.first == (128 * 1024 if first_len > 2048 else 2048)
+            assert rx.owns_duplicate
+        fd = a.fileno()
+        os.close(fd)
+        a.detach()  # (the number is the new socket's now: never closed by the transport)
+        c, d = socket.socketpair()
+        fresh.extend((c, d))
+        assert c.fileno() == fd, "the closed number was not reused"
+        d.sendall(b"for the new socket")
+        if kind == "blockio-uring":
+            _send_at_once(b, b"old")
+            await pr.received(len(first) + 3)
+            b.shutdown(socket.SHUT_WR)
+            assert await asyncio.wait_for(pr.lost, DEADLINE) is None
+            assert b"".join(pr.chunks) == first + b"old"
+            assert not rx.owns_duplicate, "the duplicate outlived the connection"
+        else:
+            with pytest.raises(BrokenPipeError):
+                b.send(b"old")
+            # (passes of the loop, each polling for readiness, in which a
+            # poller that still named the number would report it)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            assert b"".join(pr.chunks) == first
+            assert not pr.lost.done()
+            tr.abort()
+            await pr.lost
+        c.setblocking(False)
+        assert c.recv(100) == b"for the new socket"
+
+    try:
+        loop_kinds.run_on(kind, main())
+    finally:
+        b.close()
+        for s in fresh:
+            s.close()
+
+
 def test_every_connection_after_a_large_message_gets_a_grown_receive(monkeypatch):
     """A grown receive is lent no buffer while it waits (a readiness poll,
     its ``bytes`` made as it is dispatched), so no budget limits how many
