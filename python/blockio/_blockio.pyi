@@ -497,13 +497,6 @@ class StreamRx:
         """The first buffer the next receive lends the kernel on a stream
         socket, in bytes: 2 KiB, grown after a message that filled it,
         halved after small ones."""
-    @property
-    def owns_duplicate(self) -> bool:
-        """Whether it holds its own duplicate of the socket (made at its
-        first grown receive), which its receives name instead of ``fd``."""
-    def let_go_socket(self) -> None:
-        """Closes its own duplicate of the socket once the connection is
-        lost (a receive in flight keeps it until the kernel answers)."""
     token: object
     cancelled: bool
     direct: Optional[object]

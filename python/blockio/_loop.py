@@ -404,7 +404,6 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         rx = self._rx
         if rx is not None:
             rx.direct = None
-            rx.let_go_socket()
             self._rx = None
         self._data = b""
 

@@ -18,8 +18,7 @@
 //! (`_finish`), which decides exactly as for any other operation; every
 //! other kind of operation goes there too.
 
-use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
-use std::sync::Arc;
+use std::os::fd::RawFd;
 
 use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
 use pyo3::gc::PyVisit;
@@ -151,22 +150,6 @@ pub(crate) struct StreamRx {
     carried: Option<PyObject>,
     /// The proactor's `_kept`, and its ring.
     tables: Option<RxTables>,
-    /// Its own duplicate of a stream socket (`F_DUPFD_CLOEXEC`), made at
-    /// its first receive and kept until the transport lets go of its
-    /// connection ([`StreamRx::let_go_socket`]): its receives, the polls
-    /// they wait on and the system calls that take what the socket holds
-    /// as they are dispatched name it rather than `fd`. By `fd`'s number,
-    /// a program that `os.close()`d the transport's descriptor and opened
-    /// another socket, given the same number, had that socket's bytes
-    /// handed to the old protocol: at once by a grown receive, whose poll
-    /// held the old socket while its dispatch received by the number, and
-    /// by any receive armed after the close. The duplicate's number is
-    /// the loop's own, which nothing else closes, so the kernel itself
-    /// keeps every receive on the transport's socket (no check by inode
-    /// per message: an `fstat` each); the socket stays open until the
-    /// transport lets go of it. One system call per connection, and one
-    /// to close it.
-    own: Option<Arc<OwnedFd>>,
 }
 
 /// What a receive arms into (see [`StreamRx`]).
@@ -217,22 +200,7 @@ impl StreamRx {
             cancelled: false,
             carried: None,
             tables: Some(tables),
-            own: None,
         })
-    }
-
-    /// Closes its own duplicate of the socket (see [`StreamRx`]'s `own`),
-    /// once its transport's connection is lost: a receive still in flight
-    /// keeps it until the kernel has answered it.
-    fn let_go_socket(&mut self) {
-        self.own = None;
-    }
-
-    /// Whether it holds its own duplicate of the socket (see
-    /// [`StreamRx`]'s `own`).
-    #[getter]
-    fn owns_duplicate(&self) -> bool {
-        self.own.is_some()
     }
 
     /// The token of the receive in flight (or the marker of kept bytes
@@ -287,7 +255,6 @@ impl StreamRx {
         self.context = py.None();
         self.proactor = py.None();
         self.conn = py.None();
-        self.own = None;
     }
 }
 
@@ -352,16 +319,12 @@ pub(crate) fn arm_ring_receive(
         callback: callback.clone().unbind(),
         hold,
     };
-    if this.own.is_none() && this.socket && this.stream {
-        this.own = duplicate(this.fd);
-    }
     let ask = super::ring::RecvAsk {
         fd: this.fd,
         nbytes: this.nbytes,
         socket: this.socket,
         stream: this.stream,
         first: this.first,
-        own: this.own.clone(),
     };
     let armed = ring.borrow().arm_stream(ask, owner);
     match armed {
@@ -381,22 +344,6 @@ pub(crate) fn arm_ring_receive(
             Err(e)
         }
     }
-}
-
-/// A duplicate of socket `fd` for its transport's receives (see
-/// [`StreamRx`]'s `own`), None when the kernel refuses one (`EMFILE`):
-/// the receives then name `fd`, as before it was made.
-#[cold]
-fn duplicate(fd: RawFd) -> Option<Arc<OwnedFd>> {
-    // SAFETY: `fd` is the transport's socket, held open by the socket
-    // object (`hold_open`) while its receives are armed; borrowed for
-    // this one call. Had the program closed the number behind the
-    // transport's back, the duplicate names what the number names now,
-    // as a receive by the number would.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-    rustix::io::fcntl_dupfd_cloexec(borrowed, 0)
-        .ok()
-        .map(Arc::new)
 }
 
 fn ring_closed() -> PyErr {

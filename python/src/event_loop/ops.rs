@@ -3,8 +3,7 @@
 //! for its current step (the operation itself, or the readiness poll it
 //! waits on after an `EAGAIN`).
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
+use std::os::fd::RawFd;
 
 use io_uring::{opcode, squeue, types::Fd};
 use pyo3::buffer::PyBuffer;
@@ -136,14 +135,6 @@ pub(crate) struct InFlight {
     /// whose sender the loop wrote again since: what that write sent is
     /// taken with it (see `State::mark_peer_receives`).
     pub peer_sent: bool,
-    /// The transport's own duplicate of its socket (`dispatch::StreamRx`'s
-    /// `own`), when it has one: the operation's poll and receives (the
-    /// ring's and those made as it is dispatched) go to it, not to `fd`'s
-    /// number, which the program may have closed and the kernel given to
-    /// another file since. Kept by the operation until it is dropped, so
-    /// that the number it names stays that socket's while the kernel or
-    /// the dispatch may use it.
-    pub own: Option<Arc<OwnedFd>>,
     /// The transport's receive this operation completes, if it is one:
     /// kept in the operation itself, not boxed, so that arming and
     /// dispatching a message's receive allocate and free nothing for it
@@ -169,19 +160,7 @@ impl InFlight {
             waiting_ready: false,
             cancelled: false,
             peer_sent: false,
-            own: None,
             owner: None,
-        }
-    }
-
-    /// The descriptor the operation's system calls name: the transport's
-    /// own duplicate of its socket when it has one (see `own`), else
-    /// `fd`.
-    #[inline(always)]
-    pub fn io_fd(&self) -> RawFd {
-        match &self.own {
-            Some(own) => own.as_raw_fd(),
-            None => self.fd,
         }
     }
 
@@ -239,7 +218,7 @@ impl InFlight {
     /// The pointers in it stay valid while `self` is kept (the memory is
     /// owned by `self` or held through a Python buffer export).
     pub fn entry(&mut self, token: u64) -> squeue::Entry {
-        let fd = Fd(self.io_fd());
+        let fd = Fd(self.fd);
         if self.waiting_ready || self.kind == Kind::Poll {
             return opcode::PollAdd::new(fd, self.ready_mask())
                 .build()

@@ -11,9 +11,8 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -115,6 +114,7 @@ struct Spares {
 }
 
 /// What a socket receive into new bytes asks for (see [`recv_op`]).
+#[derive(Clone, Copy)]
 pub(crate) struct RecvAsk {
     /// The descriptor.
     pub fd: RawFd,
@@ -128,9 +128,6 @@ pub(crate) struct RecvAsk {
     /// The first buffer a stream socket's receive lends the kernel (see
     /// [`next_first`]): [`RECV_FIRST`] but for a transport's receive.
     pub first: usize,
-    /// The transport's own duplicate of its socket, received from instead
-    /// of `fd`'s number (see [`InFlight::own`]), when it has one.
-    pub own: Option<Arc<OwnedFd>>,
 }
 
 /// A finished operation, reaped and not yet dispatched.
@@ -296,7 +293,6 @@ impl LoopRing {
             socket,
             stream,
             first: RECV_FIRST,
-            own: None,
         };
         let op = {
             let mut guard = self.lock()?;
@@ -1097,7 +1093,7 @@ impl State {
                 .remove(token)
                 .map(|op| (op, -libc::ECANCELED, false)));
         }
-        let (fd, len) = (op.io_fd(), op.len);
+        let (fd, len) = (op.fd, op.len);
         let memory = match grown_memory(py, len) {
             Ok(m) => m,
             Err(_) => return Ok(self.ops.remove(token).map(|op| (op, -libc::ENOMEM, false))),
@@ -1379,8 +1375,7 @@ impl State {
     /// for the next receive to report.
     fn recv_rest(&mut self, mut op: InFlight, res: i32) -> (InFlight, i32) {
         let mut got = res as usize;
-        let fd = op.io_fd();
-        let mut held = queued_bytes(fd);
+        let mut held = queued_bytes(op.fd);
         if let (Memory::Bytes(_, at), true) = (&op.memory, got < op.len && held > 0) {
             let want = (op.len - got).min(held);
             // SAFETY: the object's contents are `op.len` bytes at `at`
@@ -1398,7 +1393,7 @@ impl State {
                     want,
                 )
             };
-            let n = recv_now_uninit(fd, room);
+            let n = recv_now_uninit(op.fd, room);
             (got, held) = (got + n, held - n);
         }
         if let Memory::Owned(v) = &mut op.memory {
@@ -1410,7 +1405,7 @@ impl State {
                 unsafe { v.set_len(got) };
                 v.resize(op.len, 0);
                 let want = (op.len - got).min(held);
-                let n = recv_now(fd, &mut v[got..got + want]);
+                let n = recv_now(op.fd, &mut v[got..got + want]);
                 v.truncate(got + n);
                 (got, held) = (got + n, held - n);
             }
@@ -1425,7 +1420,7 @@ impl State {
             if self.scratch.len() < end {
                 self.scratch.resize(end, 0);
             }
-            op.done = recv_now(fd, &mut self.scratch[op.len..end]);
+            op.done = recv_now(op.fd, &mut self.scratch[op.len..end]);
         }
         let total = i32::try_from(got + op.done).unwrap_or(i32::MAX);
         (op, total)
@@ -1505,10 +1500,9 @@ impl State {
 
 /// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
 fn queued_bytes(fd: RawFd) -> usize {
-    // SAFETY: the receive's descriptor (`InFlight::io_fd`), borrowed for
-    // this one call: its transport's own duplicate of the socket, kept by
-    // the operation, or the socket's number, which the proactor holds open
-    // until the receive's completion is dispatched.
+    // SAFETY: the receive's descriptor, borrowed for this one call; the
+    // proactor holds the socket open until the receive's completion is
+    // dispatched, so the number still names that socket.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     rustix::io::ioctl_fionread(borrowed).map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
 }
@@ -1525,10 +1519,9 @@ fn recv_now(fd: RawFd, buf: &mut [u8]) -> usize {
 /// As [`recv_now`], into memory not set yet: only what the receive
 /// writes is read after.
 fn recv_now_uninit(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> usize {
-    // SAFETY: as in `recv_now`'s `recv_inline`: the caller's descriptor
-    // (`InFlight::io_fd`), borrowed for this one call, its transport's own
-    // duplicate of the socket kept by the operation, or the number held
-    // open by the proactor until the receive's completion is dispatched.
+    // SAFETY: as in `recv_now`'s `recv_inline`: the caller's descriptor,
+    // borrowed for this one call, held open by the proactor until the
+    // receive's completion is dispatched.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     loop {
         return match rustix::net::recv(borrowed, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
@@ -1543,9 +1536,7 @@ fn recv_now_uninit(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> usize {
 /// count (0 at the end of the stream) or the error, `EAGAIN` when nothing
 /// is there.
 fn recv_ready(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> rustix::io::Result<usize> {
-    // SAFETY: a deferred receive's descriptor (`InFlight::io_fd`: its
-    // transport's own duplicate of the socket, kept by the operation, which
-    // is in the slab), borrowed for this one call; or the socket's number,
+    // SAFETY: a deferred receive's descriptor, borrowed for this one call,
     // held open by the proactor until the receive's completion is
     // dispatched (it is not cancelled: a cancel ends the hold).
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
@@ -1679,7 +1670,6 @@ fn recv_op(ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
         socket,
         stream,
         first,
-        own,
     } = ask;
     if socket && stream {
         let want = nbytes.min(RECV_MAX);
@@ -1696,7 +1686,6 @@ fn recv_op(ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
             }
         };
         let mut op = InFlight::new(Kind::Recv, fd, true, memory, first);
-        op.own = own;
         op.rest = want - first;
         if first > RECV_FIRST {
             op.grown = first;
