@@ -1364,9 +1364,10 @@ def test_every_connection_after_a_large_message_gets_a_grown_receive(monkeypatch
     """A grown receive is lent no buffer while it waits (a readiness poll,
     its ``bytes`` made as it is dispatched), so no budget limits how many
     connections take one: 300 connections whose last message was 200 KiB
-    (past the 16 MiB that once cut the 65th to 2 KiB) all wait with a
-    256 KiB first buffer, their next messages arrive whole, and small
-    messages on one halve what it asks for, down to 2 KiB."""
+    all ask for 256 KiB at their next receive (the first buffer a
+    bounded number of receives would cut to 2 KiB), every byte of their
+    next messages arrives in order, and small messages on one halve what
+    it asks for, down to 2 KiB."""
     monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
     loop = blockio.new_event_loop()
     message = random.Random(17).randbytes(200 * 1024)

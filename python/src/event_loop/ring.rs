@@ -1501,8 +1501,11 @@ impl State {
 /// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
 fn queued_bytes(fd: RawFd) -> usize {
     // SAFETY: the receive's descriptor, borrowed for this one call; the
-    // proactor holds the socket open until the receive's completion is
-    // dispatched, so the number still names that socket.
+    // proactor holds the socket object until the receive's completion is
+    // dispatched, so the number stays open unless the program closes it
+    // behind the transport's back (`os.close`: the call then fails with
+    // `EBADF` or asks the file given the number next, as python/README.md
+    // says); the ioctl writes only into its own result either way.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     rustix::io::ioctl_fionread(borrowed).map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
 }
@@ -1521,7 +1524,9 @@ fn recv_now(fd: RawFd, buf: &mut [u8]) -> usize {
 fn recv_now_uninit(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> usize {
     // SAFETY: as in `recv_now`'s `recv_inline`: the caller's descriptor,
     // borrowed for this one call, held open by the proactor until the
-    // receive's completion is dispatched.
+    // receive's completion is dispatched unless the program closes it
+    // behind the transport's back (see `queued_bytes`); the receive writes
+    // only into the buffer given here either way.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     loop {
         return match rustix::net::recv(borrowed, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
@@ -1538,7 +1543,9 @@ fn recv_now_uninit(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> usize {
 fn recv_ready(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> rustix::io::Result<usize> {
     // SAFETY: a deferred receive's descriptor, borrowed for this one call,
     // held open by the proactor until the receive's completion is
-    // dispatched (it is not cancelled: a cancel ends the hold).
+    // dispatched (it is not cancelled: a cancel ends the hold), unless the
+    // program closes it behind the transport's back (see `queued_bytes`);
+    // the receive writes only into the buffer given here either way.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     loop {
         match rustix::net::recv(borrowed, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
