@@ -1360,55 +1360,18 @@ def test_a_ready_receive_whose_bytes_another_reader_took_waits_for_the_next(kind
         by.close()
 
 
-def test_a_connection_the_budget_cut_to_2_kib_asks_for_less_after_small_messages(monkeypatch):
-    """Grown receive buffers lend the kernel 16 MiB at most over a loop:
-    with 64 connections holding 256 KiB each, a 65th whose last message
-    was 200 KiB gets 2 KiB. Small messages on it then halve what it asks
-    for, as they would a grown buffer, so that once the budget frees it
-    is not lent 256 KiB for small messages."""
+def test_every_connection_after_a_large_message_gets_a_grown_receive(monkeypatch):
+    """A grown receive is lent no buffer while it waits (a readiness poll,
+    its ``bytes`` made as it is dispatched), so no budget limits how many
+    connections take one: 300 connections whose last message was 200 KiB
+    all ask for 256 KiB at their next receive (the first buffer a
+    bounded number of receives would cut to 2 KiB), every byte of their
+    next messages arrives in order, and small messages on one halve what
+    it asks for, down to 2 KiB."""
     monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
     loop = blockio.new_event_loop()
     message = random.Random(17).randbytes(200 * 1024)
-    pairs = [socket.socketpair() for _ in range(65)]
-    for _a, b in pairs:
-        b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-
-    async def main():
-        ends = [await loop.connect_accepted_socket(Chunks, a) for a, _b in pairs]
-        for (_tr, pr), (_a, b) in zip(ends, pairs):
-            _send_at_once(b, message)
-            await pr.received(len(message))
-        assert {tr._rx.first for tr, _pr in ends} == {256 * 1024}
-        tr, pr = ends[-1]
-        for i in range(7):
-            _send_at_once(pairs[-1][1], b"%d" % i)
-            await pr.received(len(message) + i + 1)
-        assert tr._rx.first == 2048, tr._rx.first
-        assert b"".join(pr.chunks) == message + b"0123456"
-        for tr, pr in ends:
-            tr.close()
-            await pr.lost
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
-        for _a, b in pairs:
-            b.close()
-
-
-def test_idle_connections_grown_buffers_go_to_a_busy_one_and_lose_no_byte(monkeypatch):
-    """64 connections whose receives grew to 256 KiB, then idle, hold the
-    16 MiB that grown buffers may lend over a loop: a 65th taking 200 KiB
-    messages is cut to 2 KiB, and once enough receives have finished
-    since the idle ones were lent theirs, the loop takes those back
-    (armed again with 2 KiB) and the 65th gets a grown buffer. One taken
-    back is lent 2 KiB after a small message; the idle connections' next
-    messages arrive whole."""
-    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
-    loop = blockio.new_event_loop()
-    message = random.Random(19).randbytes(200 * 1024)
-    pairs = [socket.socketpair() for _ in range(65)]
+    pairs = [socket.socketpair() for _ in range(300)]
     for _a, b in pairs:
         b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
 
@@ -1418,36 +1381,22 @@ def test_idle_connections_grown_buffers_go_to_a_busy_one_and_lose_no_byte(monkey
         for (_tr, pr), (_a, b) in zip(ends, pairs):
             _send_at_once(b, message)
             await pr.received(len(message))
-        idle, (busy, pr) = ends[:-1], ends[-1]
-        assert {ring.first_lent(tr._rx.token) for tr, _pr in idle} == {256 * 1024}
-        assert ring.first_lent(busy._rx.token) == 2048
-        lent = []
-        for i in range(400):
-            _send_at_once(pairs[-1][1], message)
-            await pr.received(len(message) * (i + 2))
-            lent.append(ring.first_lent(busy._rx.token))
-            if lent[-1] == 256 * 1024:
-                break
-        assert lent[-1] == 256 * 1024, lent
-        # (taken back after 64 + 2 per operation in flight receives, not
-        # at the first cut one)
-        assert lent[0] == 2048 and len(lent) < 300, lent
-        taken = [k for k, (tr, _pr) in enumerate(idle) if ring.first_lent(tr._rx.token) == 2048]
-        assert taken, "no idle connection's buffer was taken back"
-        # One taken back goes on with 2 KiB after a small message (not
-        # half its old grown size, which would take the budget back).
-        k = taken[0]
-        _send_at_once(pairs[k][1], b"ping")
-        await idle[k][1].received(len(message) + 4)
-        assert ring.first_lent(idle[k][0]._rx.token) == 2048, "grew again after a small message"
-        for j, ((_tr, ipr), (_a, b)) in enumerate(zip(idle, pairs)):
-            before = message + (b"ping" if j == k else b"")
-            _send_at_once(b, message[:5000])
-            await ipr.received(len(before) + 5000)
-            assert b"".join(ipr.chunks) == before + message[:5000]
-        for tr, ipr in ends:
+        await _receives_armed_and_submitted(*(tr for tr, _pr in ends))
+        assert {ring.first_lent(tr._rx.token) for tr, _pr in ends} == {256 * 1024}
+        for (_tr, pr), (_a, b) in zip(ends, pairs):
+            _send_at_once(b, message[:150 * 1024])
+        for _tr, pr in ends:
+            await pr.received(len(message) + 150 * 1024)
+            assert b"".join(pr.chunks) == message + message[:150 * 1024]
+        tr, pr = ends[-1]
+        for i in range(7):
+            _send_at_once(pairs[-1][1], b"%d" % i)
+            await pr.received(len(message) + 150 * 1024 + i + 1)
+        assert tr._rx.first == 2048, tr._rx.first
+        assert b"".join(pr.chunks) == message + message[:150 * 1024] + b"0123456"
+        for tr, pr in ends:
             tr.close()
-            await ipr.lost
+            await pr.lost
 
     try:
         loop.run_until_complete(main())

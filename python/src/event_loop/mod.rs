@@ -27,8 +27,8 @@
 //!   after a message that filled it waits for readiness instead (a
 //!   one-shot poll, no buffer lent), then receives as it is dispatched
 //!   into a `bytes` object sized from that message, made then and cut to
-//!   size, no copy (`ring::next_first`, `State::receive_ready`; 16 MiB of
-//!   such sizes at most per ring);
+//!   size, no copy (`ring::next_first`, `State::receive_ready`; no
+//!   budget: such a receive lends nothing while it waits);
 //! * `send`/`write` of a caller's buffer: what the descriptor takes at
 //!   once is written at once (non-blocking), the rest on the ring,
 //!   resubmitted after each short write, so that one completion means the

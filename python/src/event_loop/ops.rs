@@ -116,31 +116,10 @@ pub(crate) struct InFlight {
     /// kernel fills that buffer, they are received at once from the
     /// socket, without waiting.
     pub rest: usize,
-    /// Bytes of a grown first buffer (larger than 2 KiB) a socket
-    /// receive lends the kernel, counted against the ring's budget for
-    /// them until its completion is finished; 0 for any other.
+    /// Bytes of a grown first buffer (larger than 2 KiB) of a socket
+    /// receive, made as it is dispatched (see `ring::recv_op`); 0 for any
+    /// other.
     pub grown: usize,
-    /// The first buffer a transport's receive was to lend on a stream
-    /// socket (its connection's `first`), which the budget of grown
-    /// buffers may have cut to [`super::ring::RECV_FIRST`] (`len`): what
-    /// a small message halves, so that a connection back to small
-    /// messages is not lent a grown buffer once the budget frees; 0 for
-    /// any other operation.
-    pub asked: usize,
-    /// The count of stream receives finished on the ring
-    /// (`Spares::finished`) when a grown first buffer was lent: how long
-    /// its connection has been idle.
-    pub armed_at: u64,
-    /// The ring cancelled it to take its grown first buffer back for the
-    /// budget (an idle connection's): a cancellation it reports is not
-    /// handed on but armed again with 2 KiB (bytes it took are handed on
-    /// as any).
-    pub reclaimed: bool,
-    /// Armed again with 2 KiB after its grown first buffer was taken
-    /// back: its connection's first buffer is set from what it takes,
-    /// whatever that is, so that the connection goes on with 2 KiB (not
-    /// half its old grown size) until a message fills it.
-    pub rearmed: bool,
     /// The poll mask of a [`Kind::Poll`]; the `open` flags of a
     /// [`Kind::Open`].
     pub mask: u32,
@@ -176,10 +155,6 @@ impl InFlight {
             done: 0,
             rest: 0,
             grown: 0,
-            asked: 0,
-            armed_at: 0,
-            reclaimed: false,
-            rearmed: false,
             mask: 0,
             offset: 0,
             waiting_ready: false,
@@ -199,13 +174,6 @@ impl InFlight {
     /// message, `docs/benchmarks.md`).
     pub fn deferred(&self) -> bool {
         self.grown > 0 && matches!(self.memory, Memory::Nothing)
-    }
-
-    /// A [`InFlight::deferred`] receive whose poll answered: kept in the
-    /// ring's slab under its token (so that a cancel still finds it) until
-    /// it is dispatched.
-    pub fn ready(&self) -> bool {
-        self.deferred() && !self.waiting_ready
     }
 
     /// The poll mask that says this operation can make progress.

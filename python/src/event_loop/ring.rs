@@ -64,15 +64,6 @@ pub(crate) const RECV_FIRST: usize = 2048;
 /// buffers in flight.
 const SPARE_MAX: usize = 64;
 
-/// The most that grown first buffers (see [`next_first`]) count at once,
-/// over all of the ring's receives: past it a receive lends
-/// [`RECV_FIRST`] whatever its connection's last message was (128
-/// connections whose last message was 100 KiB). A grown receive waits
-/// for readiness and makes its buffer only as it is dispatched (see
-/// [`recv_op`]), so connections waiting for data pin 2 KiB each, or
-/// nothing; the budget still bounds how many receives take that path.
-const GROWN_BUDGET: usize = 16 * 1024 * 1024;
-
 /// The first buffer a transport's next receive lends the kernel, after
 /// one that lent `lent` bytes took `got` (0 when it failed or ended the
 /// stream): a message that filled it (and so needed `FIONREAD` and a
@@ -108,56 +99,18 @@ fn likely_piece(lent: usize, got: usize) -> bool {
     got > lent / 4 && got <= lent / 2
 }
 
-/// A grown first buffer is taken back from an idle connection (see
-/// [`State::reclaim_idle`]) when this many stream receives, plus two per
-/// operation in flight on the ring (each connection's receive among
-/// them), finished on the ring since it was lent: connections taking
-/// turns with large messages (each finishing one or two receives a turn)
-/// do not take theirs from one another.
-const IDLE_AFTER: u64 = 64;
-
 /// The first buffers of finished socket receives, empty, kept for the
-/// next ones, and what grown first buffers count now. A grown first
-/// buffer is a new `bytes` object made as its receive is dispatched and
-/// cut to what the receive took (no copy of the message; see
-/// [`recv_op`]), so none is kept.
+/// next ones. A grown first buffer is a new `bytes` object made as its
+/// receive is dispatched and cut to what the receive took (no copy of the
+/// message; see [`recv_op`]), so none is kept; and none is lent to the
+/// kernel while its receive waits (a readiness poll), so grown receives
+/// need no budget: every connection whose last message was large takes
+/// one, and what they hold at once is the one `bytes` object being
+/// filled as a receive is dispatched (the protocol's, once handed on).
 #[derive(Default)]
 struct Spares {
     /// Buffers of [`RECV_FIRST`] bytes (at most [`SPARE_MAX`]).
     small: Vec<Vec<u8>>,
-    /// Bytes of grown first buffers lent to receives in flight or not
-    /// yet finished (at most [`GROWN_BUDGET`]).
-    lent: usize,
-    /// How many grown first buffers are lent.
-    live: usize,
-    /// Bytes of the grown first buffers whose receives the ring cancelled
-    /// to take them back ([`State::reclaim_idle`]), not yet answered.
-    reclaiming: usize,
-    /// Stream receives finished on the ring: the clock that tells an
-    /// idle connection's grown buffer.
-    finished: u64,
-    /// `(token, armed_at)` of the receives given grown first buffers, in
-    /// the order they were armed; an entry whose receive finished is
-    /// dropped when met (and all of them when they outnumber the live
-    /// ones by far).
-    armed: VecDeque<(u64, u64)>,
-}
-
-impl Spares {
-    /// Returns to the budget what `op`'s grown first buffer counted
-    /// against it (nothing for any other operation, or a second time):
-    /// on every path that ends an operation made by [`recv_op`], finished
-    /// or dropped, so that no grown buffer is counted for good.
-    fn give_back(&mut self, op: &mut InFlight) {
-        if op.grown > 0 {
-            self.lent -= op.grown;
-            self.live -= 1;
-            if std::mem::take(&mut op.reclaimed) {
-                self.reclaiming -= op.grown;
-            }
-            op.grown = 0;
-        }
-    }
 }
 
 /// What a socket receive into new bytes asks for (see [`recv_op`]).
@@ -502,8 +455,7 @@ impl LoopRing {
 
     /// The first buffer of receive `token` in flight, in bytes (2 KiB,
     /// lent to the kernel while it waits, or a grown one's size, made as
-    /// it is dispatched), None when it is not a receive in flight: what
-    /// the budget of grown buffers left it.
+    /// it is dispatched), None when it is not a receive in flight.
     fn first_lent(&self, token: u64) -> PyResult<Option<usize>> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
@@ -941,21 +893,9 @@ impl LoopRing {
         };
         let entry = op.entry(token);
         op.owner = Some(owner);
-        let cut = (op.asked > op.len).then_some(op.asked);
-        let grown = op.grown > 0;
-        if grown {
-            op.armed_at = st.spare.finished;
-            st.spare.armed.push_back((token, op.armed_at));
-        }
         st.ops.insert(token, op);
-        if grown {
-            st.prune_armed();
-        }
         if let Err(e) = st.push(entry) {
-            let owner = st.ops.remove(token).and_then(|mut op| {
-                st.spare.give_back(&mut op);
-                op.owner.take()
-            });
+            let owner = st.ops.remove(token).and_then(|mut op| op.owner.take());
             return Err((e.into(), owner));
         }
         if let Ok(i) = usize::try_from(fd) {
@@ -963,9 +903,6 @@ impl LoopRing {
                 st.receiving.resize(i + 1, 0);
             }
             st.receiving[i] = token;
-        }
-        if let Some(asked) = cut {
-            st.reclaim_idle(asked);
         }
         Ok(token)
     }
@@ -1014,9 +951,7 @@ impl LoopRing {
         let entry = op.entry(token);
         st.ops.insert(token, op);
         if let Err(e) = st.push(entry) {
-            if let Some(mut op) = st.ops.remove(token) {
-                st.spare.give_back(&mut op);
-            }
+            st.ops.remove(token);
             return Err(e.into());
         }
         Ok(token)
@@ -1110,26 +1045,17 @@ impl State {
         } else {
             (op, res)
         };
-        let (owner, fd, lent, asked, rearmed) =
-            (op.owner.take(), op.fd, op.len, op.asked, op.rearmed);
+        let (owner, fd, lent) = (op.owner.take(), op.fd, op.len);
         let value = finish(py, op, res, &mut self.scratch, &mut self.spare)?;
         let got = usize::try_from(res).unwrap_or(0);
-        // (the common small message, taken by a 2 KiB buffer that
-        // was asked for, sets nothing: the receive's size stays 2
-        // KiB; one armed again with 2 KiB after its grown buffer
-        // was taken back sets the connection's size from itself)
-        let keeps = asked <= RECV_FIRST && got < lent && !rearmed;
+        // (the common small message, taken by a 2 KiB buffer, sets
+        // nothing: the receive's size stays 2 KiB)
+        let keeps = lent <= RECV_FIRST && got < lent;
         if let (Some(owner), false) = (&owner, keeps) {
-            // A message that filled the buffer sizes the next one
-            // from itself; a smaller one shrinks what was asked,
-            // even when the budget cut it to 2 KiB, so that a
-            // connection back to small messages asks for 2 KiB
-            // again, not for a grown buffer once the budget frees.
-            let base = if got < lent { asked } else { lent };
             // (borrowed elsewhere only by `arm_ring_receive`,
             // which never runs within this call)
             if let Ok(mut rx) = owner.rx.bind(py).try_borrow_mut() {
-                rx.first = next_first(base, got);
+                rx.first = next_first(lent, got);
             }
         }
         Ok(owner.map(|owner| Done::Stream {
@@ -1389,26 +1315,6 @@ impl State {
         // retry would fail again.
         let again = if op.cancelled {
             false
-        } else if op.reclaimed && res == -libc::ECANCELED {
-            // Its grown buffer taken back (`reclaim_idle`) before any byte
-            // came: armed again under the same token with 2 KiB, unseen by
-            // the transport. The kernel is done with the old buffer.
-            let want = op.len + op.rest;
-            self.spare.give_back(op);
-            op.len = want.min(RECV_FIRST);
-            op.rest = want - op.len;
-            op.memory = match self.spare.small.pop() {
-                Some(v) if op.len == RECV_FIRST => Memory::Owned(v),
-                kept => {
-                    self.spare.small.extend(kept);
-                    Memory::fresh(op.len)
-                }
-            };
-            op.asked = op.len;
-            op.rearmed = true;
-            op.waiting_ready = false;
-            op.peer_sent = false;
-            true
         } else if op.waiting_ready {
             // Any event (an error or hang-up too) lets the retry report it.
             op.waiting_ready = res < 0;
@@ -1451,67 +1357,6 @@ impl State {
             op.waiting_ready = false;
         }
         self.pending.push_back(Reaped::Ready(token));
-    }
-
-    /// Drops the entries of [`Spares::armed`] whose receives finished,
-    /// once there are more than twice as many entries as grown buffers
-    /// lent, plus 64: a pass over them after at least 64 more were added,
-    /// so the list stays bounded at a constant cost per entry.
-    fn prune_armed(&mut self) {
-        let sp = &mut self.spare;
-        if sp.armed.len() > 2 * sp.live + 64 {
-            let ops = &mut self.ops;
-            sp.armed.retain(|&(token, at)| {
-                ops.get_mut(token)
-                    .is_some_and(|op| op.grown > 0 && op.armed_at == at)
-            });
-        }
-    }
-
-    /// Takes grown first buffers back from idle connections when a
-    /// receive that asked for `asked` bytes was cut to 2 KiB by the
-    /// budget: the receives lent one longest ago, while at least
-    /// [`IDLE_AFTER`] plus two per operation in flight stream receives
-    /// finished on the ring since, are cancelled until `asked` fits (what
-    /// is being taken back counted as free). Each is armed again with 2
-    /// KiB when its cancellation is reported (see [`State::advance`]); one
-    /// that took bytes first hands them on as any receive does. So grown
-    /// buffers go to the connections that take large messages now, not
-    /// to those that took them once; the receive that asked gets its
-    /// grown buffer next time.
-    fn reclaim_idle(&mut self, asked: usize) {
-        let sp = &mut self.spare;
-        let idle_after = IDLE_AFTER + 2 * self.ops.len() as u64;
-        let mut free = GROWN_BUDGET.saturating_sub(sp.lent - sp.reclaiming);
-        let mut cancels = Vec::new();
-        while free < asked {
-            let Some(&(token, at)) = sp.armed.front() else {
-                break;
-            };
-            if sp.finished - at < idle_after {
-                break; // (the others were lent later)
-            }
-            sp.armed.pop_front();
-            let Some(op) = self.ops.get_mut(token) else {
-                continue;
-            };
-            if op.grown == 0 || op.armed_at != at || op.cancelled || op.reclaimed || op.ready() {
-                continue;
-            }
-            op.reclaimed = true;
-            sp.reclaiming += op.grown;
-            free += op.grown;
-            cancels.push(token);
-        }
-        for token in cancels {
-            // (a failed push leaves the receive lent as it was: it is
-            // marked, and its cancellation, if one comes, arms it again)
-            let _ = self.push(
-                opcode::AsyncCancel::new(token)
-                    .build()
-                    .user_data(CANCEL_TOKEN),
-            );
-        }
     }
 
     /// Finishes socket receive `op`, whose kernel receive took `res`
@@ -1656,8 +1501,11 @@ impl State {
 /// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
 fn queued_bytes(fd: RawFd) -> usize {
     // SAFETY: the receive's descriptor, borrowed for this one call; the
-    // proactor holds the socket open until the receive's completion is
-    // dispatched, so the number still names that socket.
+    // proactor holds the socket object until the receive's completion is
+    // dispatched, so the number stays open unless the program closes it
+    // behind the transport's back (`os.close`: the call then fails with
+    // `EBADF` or asks the file given the number next, as python/README.md
+    // says); the ioctl writes only into its own result either way.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     rustix::io::ioctl_fionread(borrowed).map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
 }
@@ -1676,7 +1524,9 @@ fn recv_now(fd: RawFd, buf: &mut [u8]) -> usize {
 fn recv_now_uninit(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> usize {
     // SAFETY: as in `recv_now`'s `recv_inline`: the caller's descriptor,
     // borrowed for this one call, held open by the proactor until the
-    // receive's completion is dispatched.
+    // receive's completion is dispatched unless the program closes it
+    // behind the transport's back (see `queued_bytes`); the receive writes
+    // only into the buffer given here either way.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     loop {
         return match rustix::net::recv(borrowed, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
@@ -1693,7 +1543,9 @@ fn recv_now_uninit(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> usize {
 fn recv_ready(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> rustix::io::Result<usize> {
     // SAFETY: a deferred receive's descriptor, borrowed for this one call,
     // held open by the proactor until the receive's completion is
-    // dispatched (it is not cancelled: a cancel ends the hold).
+    // dispatched (it is not cancelled: a cancel ends the hold), unless the
+    // program closes it behind the transport's back (see `queued_bytes`);
+    // the receive writes only into the buffer given here either way.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     loop {
         match rustix::net::recv(borrowed, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
@@ -1714,10 +1566,6 @@ fn finish(
     scratch: &mut [u8],
     spare: &mut Spares,
 ) -> PyResult<PyObject> {
-    spare.give_back(&mut op);
-    if op.kind == Kind::Recv {
-        spare.finished += 1;
-    }
     if res < 0 {
         return Ok(py.None());
     }
@@ -1810,8 +1658,7 @@ fn timespec(seconds: f64) -> types::Timespec {
 
 /// A receive into new bytes of at most `nbytes` from `fd` (see
 /// [`LoopRing::recv`]), not yet submitted; a stream socket's first buffer
-/// is of `first` bytes (at least [`RECV_FIRST`]; [`RECV_FIRST`] when
-/// grown buffers count [`GROWN_BUDGET`] already): one kept in `spare`
+/// is of `first` bytes (at least [`RECV_FIRST`]): one kept in `spare`
 /// when there is one. A grown one is lent nothing while it waits: the
 /// operation is a readiness poll ([`InFlight::deferred`]) and, once that
 /// answers, receives as it is dispatched into a new `bytes` object of
@@ -1833,13 +1680,7 @@ fn recv_op(ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
     } = ask;
     if socket && stream {
         let want = nbytes.min(RECV_MAX);
-        let mut size = first.clamp(RECV_FIRST, RECV_MAX);
-        let mut asked = 0;
-        if size > RECV_FIRST && spare.lent + size > GROWN_BUDGET {
-            asked = size;
-            size = RECV_FIRST;
-        }
-        let first = want.min(size);
+        let first = want.min(first.clamp(RECV_FIRST, RECV_MAX));
         let memory = if first > RECV_FIRST {
             Memory::Nothing
         } else {
@@ -1853,11 +1694,8 @@ fn recv_op(ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
         };
         let mut op = InFlight::new(Kind::Recv, fd, true, memory, first);
         op.rest = want - first;
-        op.asked = asked.max(first);
         if first > RECV_FIRST {
             op.grown = first;
-            spare.lent += first;
-            spare.live += 1;
             op.waiting_ready = true;
         }
         return Ok(op);
