@@ -465,8 +465,8 @@ impl TcpListener {
         };
         let sock = Sock::new(socket, self.sock.engine()).map_err(wrap)?;
         let stream = TcpStream {
-            core: StreamCore::new(sock, peer.to_string()),
-            poll: Mutex::default(),
+            core: Box::new(StreamCore::new(sock, peer.to_string())),
+            poll: Box::default(),
             peer: Some(peer),
         };
         Ok((stream, peer))
@@ -586,8 +586,10 @@ super::incoming::incoming_stream!(TcpListener, Incoming, (TcpStream, SocketAddr)
 /// It also implements `futures::io::{AsyncRead, AsyncWrite}`, and tokio's
 /// with the `tokio` feature (one copy per call; see the module docs).
 pub struct TcpStream {
-    core: StreamCore,
-    poll: Mutex<PollIo>,
+    /// Boxed, as `poll` is, so that the stream is a few words (see
+    /// `stream::StreamCore`).
+    core: Box<StreamCore>,
+    poll: Box<Mutex<PollIo>>,
     /// The peer's address, known when the stream was made; a stream of
     /// `from_std` whose peer had none then (reset, or still connecting)
     /// asks the socket.
@@ -752,8 +754,8 @@ impl TcpStream {
         );
         let sock = Sock::new(socket, engine).map_err(super::os_error)?;
         Ok(TcpStream {
-            core: StreamCore::new(sock, name),
-            poll: Mutex::default(),
+            core: Box::new(StreamCore::new(sock, name)),
+            poll: Box::default(),
             peer,
         })
     }
@@ -850,8 +852,8 @@ impl TcpStream {
             break sock;
         };
         Ok(TcpStream {
-            core: StreamCore::new(sock, peer),
-            poll: Mutex::default(),
+            core: Box::new(StreamCore::new(sock, peer)),
+            poll: Box::default(),
             peer: Some(addr),
         })
     }

@@ -322,8 +322,9 @@ impl fmt::Debug for UnixListener {
 /// dropped, the kernel's errors, and the `futures::io` (and with the
 /// `tokio` feature, tokio's) I/O traits.
 pub struct UnixStream {
-    core: StreamCore,
-    poll: Mutex<PollIo>,
+    /// Boxed, as `poll` is (see `stream::StreamCore`).
+    core: Box<StreamCore>,
+    poll: Box<Mutex<PollIo>>,
 }
 
 super::adapters::stream_io_traits!(UnixStream);
@@ -332,8 +333,8 @@ super::split::stream_halves!(UnixStream, "Unix stream");
 impl UnixStream {
     fn new(core: StreamCore) -> UnixStream {
         UnixStream {
-            core,
-            poll: Mutex::default(),
+            core: Box::new(core),
+            poll: Box::default(),
         }
     }
 
