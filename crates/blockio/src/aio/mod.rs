@@ -977,6 +977,14 @@ impl AsyncEngine {
         }
     }
 
+    /// Makes the epoll set [`submit_by_readiness`](Self::submit_by_readiness)
+    /// waits in now, if it is not yet (a TCP listener's bind, so that a
+    /// listener that could never accept fails there): the error names what
+    /// could not be made. Not kept when it fails: the next call tries again.
+    pub(crate) fn start_readiness(&self) -> io::Result<()> {
+        self.core.readiness().map(|_| ())
+    }
+
     /// Keeps `fd`, a socket whose operations wait for readiness, in the
     /// epoll set from its first wait on (added once, instead of an add
     /// and a delete a wait), on the thread-pool backend, where every socket

@@ -383,9 +383,18 @@ impl Readiness {
         Readiness::start(true)
     }
 
+    /// # Errors
+    /// What could not be made, named (the set, its wake-up descriptor,
+    /// its thread), with the kernel's reason: `EMFILE` at a descriptor
+    /// limit reads "cannot make blockio's readiness set (epoll): Too many
+    /// open files (os error 24)", of the same kind as the kernel's error.
     fn start(on_runtimes: bool) -> io::Result<Readiness> {
+        let named = |what: &str, e: io::Error| {
+            io::Error::new(e.kind(), format!("cannot make blockio's {what}: {e}"))
+        };
+        let set = EpollSet::new().map_err(|(what, e)| named(what, e))?;
         let watcher = Arc::new(Watcher {
-            thread: Arc::new(Place::of(EpollSet::new()?)),
+            thread: Arc::new(Place::of(set)),
             waiting: Mutex::new(Waiting::default()),
             stop: AtomicBool::new(false),
             on_runtimes,
@@ -397,7 +406,8 @@ impl Readiness {
             thread_events: AtomicU64::new(0),
         });
         let w = watcher.clone();
-        crate::arenas::spawn("blockio-net", None, move || watch(&w))?;
+        crate::arenas::spawn("blockio-net", None, move || watch(&w))
+            .map_err(|e| named("readiness thread (blockio-net)", e))?;
         Ok(Readiness { watcher })
     }
 
