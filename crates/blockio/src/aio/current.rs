@@ -38,14 +38,45 @@ fn process_engine() -> io::Result<AsyncEngine> {
             .driving(Driving::Thread)
             .pool_set_on_runtimes()
             .build()
-            .map_err(|e| (e.kind(), e.to_string()))
+            .map_err(|e| (out_of_memory(&e).unwrap_or(e.kind()), e.to_string()))
     });
     match built {
         Ok(engine) => Ok(engine.clone()),
-        Err((kind, msg)) => Err(io::Error::new(
-            *kind,
-            format!("cannot start blockio's default engine: {msg}"),
-        )),
+        Err((kind, msg)) => Err(start_error("", *kind, msg)),
+    }
+}
+
+/// `Some(OutOfMemory)` where `e` says a thread or a ring could not be
+/// made for lack of memory: `ENOMEM` (a ring's memory, locked memory
+/// under `RLIMIT_MEMLOCK`), or `EAGAIN`, which is what a thread's creation
+/// gives when its stack cannot be mapped (under `ulimit -v`) and what the
+/// kernel's thread limit gives: never a "try again" from an engine's
+/// start.
+fn out_of_memory(e: &io::Error) -> Option<io::ErrorKind> {
+    match crate::errno(e) {
+        Some(libc::ENOMEM | libc::EAGAIN) => Some(io::ErrorKind::OutOfMemory),
+        _ => None,
+    }
+}
+
+/// The error of a default engine that could not start (`what` names it
+/// in parentheses, or is empty) for the reason `msg`, of kind `kind`: for
+/// lack of memory ([`out_of_memory`], kind `OutOfMemory`), it says so.
+fn start_error(what: &str, kind: io::ErrorKind, msg: &str) -> io::Error {
+    if kind == io::ErrorKind::OutOfMemory {
+        io::Error::new(
+            kind,
+            format!(
+                "not enough memory to start blockio's default engine{what}: {msg} (a thread \
+                 or an io_uring ring could not be made: see `ulimit -v`, `ulimit -l` and the \
+                 limit on threads)"
+            ),
+        )
+    } else {
+        io::Error::new(
+            kind,
+            format!("cannot start blockio's default engine{what}: {msg}"),
+        )
     }
 }
 
@@ -154,12 +185,10 @@ mod per_runtime {
         }
         let built = tokio_drive::build_on_runtime(&AsyncEngineBuilder::default());
         let built = built.map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot start blockio's default engine (an io_uring ring driven by \
-                     this tokio runtime): {e}"
-                ),
+            super::start_error(
+                " (an io_uring ring driven by this tokio runtime)",
+                super::out_of_memory(&e).unwrap_or(e.kind()),
+                &e.to_string(),
             )
         })?;
         let Some(engine) = built else {
@@ -171,5 +200,36 @@ mod per_runtime {
         };
         engines.push((id, engine.clone()));
         Ok(Some(engine))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread or ring refused for lack of memory reads as that, of kind
+    /// `OutOfMemory`, never as a "try again" (`EAGAIN`'s `WouldBlock`).
+    #[test]
+    fn an_engine_short_of_memory_says_so() {
+        for errno in [libc::EAGAIN, libc::ENOMEM] {
+            let e = io::Error::from_raw_os_error(errno);
+            let kind = out_of_memory(&e).unwrap_or(e.kind());
+            let err = start_error(" (a ring)", kind, &e.to_string());
+            assert_eq!(err.kind(), io::ErrorKind::OutOfMemory, "{err}");
+            let msg = err.to_string();
+            assert!(
+                msg.starts_with("not enough memory to start blockio's default engine (a ring): "),
+                "{msg}"
+            );
+            assert!(msg.contains(&e.to_string()), "{msg}");
+        }
+        // Any other refusal keeps its kind and its wording.
+        let e = io::Error::from_raw_os_error(libc::EPERM);
+        assert_eq!(out_of_memory(&e), None);
+        let err = start_error("", e.kind(), &e.to_string());
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+        assert!(err
+            .to_string()
+            .starts_with("cannot start blockio's default engine: "));
     }
 }
