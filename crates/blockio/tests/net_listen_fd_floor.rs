@@ -67,7 +67,7 @@ fn a_listener_that_could_never_accept_fails_at_bind_and_recovers() {
                     assert!(msg.contains(&emfile.to_string()), "{msg}");
                     assert_eq!(e.kind(), emfile.kind(), "{msg}");
                 }
-                // The pool's set was made with its engine: the listener
+                // The pool's sets were made with its engine: the listener
                 // needs its socket alone.
                 Backend::ThreadPool => drop(bound.expect("a bind with room for its socket")),
             }

@@ -198,6 +198,12 @@ impl EngineCore {
         if let Some(set) = self.started_readiness() {
             return Ok(set);
         }
+        // Read on the multi-thread runtimes whose tasks wait, where the
+        // runtime's set costs one descriptor and no thread (the thread's
+        // set is made only for waits elsewhere).
+        #[cfg(feature = "tokio")]
+        let set = Readiness::on_multi_thread_runtimes()?;
+        #[cfg(not(feature = "tokio"))]
         let set = Readiness::new()?;
         // A set started meanwhile by another thread wins; this one is
         // dropped unused.
@@ -977,12 +983,14 @@ impl AsyncEngine {
         }
     }
 
-    /// Makes the epoll set [`submit_by_readiness`](Self::submit_by_readiness)
-    /// waits in now, if it is not yet (a TCP listener's bind, so that a
-    /// listener that could never accept fails there): the error names what
-    /// could not be made. Not kept when it fails: the next call tries again.
+    /// Makes now the epoll set that an operation
+    /// [`submit_by_readiness`](Self::submit_by_readiness) from the caller
+    /// would wait in (the caller's runtime's, or the readiness thread's),
+    /// if it is not yet: a TCP listener's bind, so that a listener that
+    /// could never accept fails there. The error names what could not be
+    /// made. Not kept when it fails: the next call tries again.
     pub(crate) fn start_readiness(&self) -> io::Result<()> {
-        self.core.readiness().map(|_| ())
+        self.core.readiness()?.prepare()
     }
 
     /// Keeps `fd`, a socket whose operations wait for readiness, in the
