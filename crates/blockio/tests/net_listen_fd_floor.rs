@@ -89,6 +89,7 @@ fn a_listener_that_could_never_accept_fails_at_bind_and_recovers() {
                     assert!(msg.contains(what), "{msg}");
                     assert!(msg.contains(&emfile.to_string()), "{msg}");
                     assert_eq!(e.kind(), emfile.kind(), "{msg}");
+                    assert_eq!(blockio::errno(&e), Some(libc::EMFILE), "{msg}");
                 }
                 // The pool's sets were made with its engine: the listener
                 // needs its socket alone.
@@ -150,6 +151,7 @@ fn an_accept_that_cannot_make_its_set_names_it_and_the_next_one_works() {
             assert!(msg.starts_with(&format!("accepting on {addr}: ")), "{msg}");
             assert!(msg.contains("cannot make blockio's readiness set"), "{msg}");
             assert!(msg.contains(&emfile.to_string()), "{msg}");
+            assert_eq!(blockio::errno(&e), Some(libc::EMFILE), "{msg}");
             // Nothing of the failed attempt is kept open: the descriptor
             // freed is free again.
             held.push(File::open("/dev/null").expect("the descriptor freed"));

@@ -990,7 +990,12 @@ impl AsyncEngine {
     /// could never accept fails there. The error names what could not be
     /// made. Not kept when it fails: the next call tries again.
     pub(crate) fn start_readiness(&self) -> io::Result<()> {
-        self.core.readiness()?.prepare()
+        match &self.core.driver {
+            // Made with the engine: a wait whose runtime's set cannot be
+            // made waits in the thread's.
+            Driver::Pool(_) => Ok(()),
+            Driver::Thread(_) | Driver::Caller(_) => self.core.readiness()?.prepare(),
+        }
     }
 
     /// Keeps `fd`, a socket whose operations wait for readiness, in the

@@ -292,7 +292,7 @@ impl Watcher {
         }
         let me = self.me.upgrade().ok_or_else(gone)?;
         let named = |what: &str, e: io::Error| {
-            io::Error::new(e.kind(), format!("cannot make blockio's {what}: {e}"))
+            crate::error::Named::wrap(format!("cannot make blockio's {what}"), e)
         };
         let set = EpollSet::new().map_err(|(what, e)| named(what, e))?;
         let place = Arc::new(Place::of(set));

@@ -306,7 +306,7 @@ impl AcceptQueue {
                 .ok()
                 .and_then(|a| a.as_socket())
                 .map_or_else(String::new, |a| format!(" on {a}"));
-            io::Error::new(e.kind(), format!("accepting{on}: {e}"))
+            crate::error::Named::wrap(format!("accepting{on}"), e)
         })
     }
 
