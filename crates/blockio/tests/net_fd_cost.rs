@@ -37,58 +37,11 @@ fn open_fds() -> Vec<String> {
 /// no eventfd: tokio's reactor costs two per runtime), whose own
 /// descriptor its reactor registers, not a duplicate.
 #[test]
-fn the_default_engine_costs_its_sets_and_its_ring_on_either_runtime() {
+fn the_default_engine_costs_its_sets_and_its_ring() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (backend, engine) = engine_fds(&rt);
-    let expected = match backend {
-        // The ring; the epoll set the listener's accepts wait in, and its
-        // eventfd (a current-thread runtime's waits go to the readiness
-        // thread's set: see `Readiness::on_multi_thread_runtimes`).
-        Backend::IoUring => 3,
-        // The readiness thread's epoll set and its eventfd (the bind in
-        // `block_on` waits there); the runtime's set, which the sockets'
-        // tasks wait in.
-        Backend::ThreadPool => 3,
-    };
-    assert_eq!(
-        engine.len(),
-        expected,
-        "the default engine on {backend} holds more descriptors than it needs: {engine:#?}"
-    );
-
-    // The same server on a multi-thread runtime (after the current-thread
-    // one is dropped, in the same test: descriptors are counted
-    // process-wide), whose waits (the bind's and the tasks') all go to the
-    // runtime's own set, read by its reactor: on io_uring no readiness
-    // thread is started, so no eventfd to stop it and no set of its own.
-    drop(rt);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (backend, engine) = engine_fds(&rt);
-    let expected = match backend {
-        // The ring; the runtime's epoll set.
-        Backend::IoUring => 2,
-        // The runtime's epoll set (the process-wide engine's thread set
-        // and eventfd are those made above).
-        Backend::ThreadPool => 1,
-    };
-    assert_eq!(
-        engine.len(),
-        expected,
-        "on a multi-thread runtime the default engine on {backend} holds more descriptors \
-         than it needs: {engine:#?}"
-    );
-}
-
-/// The backend of `rt`'s default engine, and the descriptors it holds
-/// (each named) while a server's read waits in it.
-fn engine_fds(rt: &tokio::runtime::Runtime) -> (Backend, Vec<String>) {
     let before = open_fds();
     let (backend, during) = rt.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -104,19 +57,16 @@ fn engine_fds(rt: &tokio::runtime::Runtime) -> (Backend, Vec<String>) {
             s.write_all(b"pong".to_vec()).await.0.unwrap();
             (s, listener)
         });
-        // The server's read waits (nothing sent yet) before the ping, on
-        // a current-thread runtime (on a multi-thread one, the bind made
-        // the runtime's set every wait there uses).
+        // The server's read waits (nothing sent yet) before the ping.
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
+        let during = open_fds();
         client.write_all(b"ping").unwrap();
         let (s, listener) = server.await.unwrap();
         let mut pong = [0u8; 4];
         client.read_exact(&mut pong).unwrap();
         assert_eq!(&pong, b"pong");
-        // Everything still open: what the engine made for the waits too.
-        let during = open_fds();
         let backend = blockio::aio::AsyncEngine::current().unwrap().backend();
         drop((s, listener, client));
         (backend, during)
@@ -124,10 +74,17 @@ fn engine_fds(rt: &tokio::runtime::Runtime) -> (Backend, Vec<String>) {
     let added: Vec<&String> = during.iter().filter(|fd| !before.contains(fd)).collect();
     let sockets = added.iter().filter(|fd| fd.contains("socket:")).count();
     assert_eq!(sockets, 3, "listener, client, server's end: {added:#?}");
-    let engine = added
-        .into_iter()
-        .filter(|fd| !fd.contains("socket:"))
-        .cloned()
-        .collect();
-    (backend, engine)
+    let engine = added.len() - sockets;
+    let expected = match backend {
+        // The ring; the epoll set the listener's accepts wait in, and its
+        // eventfd.
+        Backend::IoUring => 3,
+        // The readiness thread's epoll set and its eventfd; the
+        // runtime's set, which the sockets wait in.
+        Backend::ThreadPool => 3,
+    };
+    assert_eq!(
+        engine, expected,
+        "the default engine on {backend} holds more descriptors than it needs: {added:#?}"
+    );
 }

@@ -20,30 +20,58 @@
 //! went away (see [`Driving::Caller`](super::Driving::Caller)).
 
 use std::io;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use super::{AsyncEngine, Driving};
 
 /// The process-wide engine: the driver thread's (or the pool's). Built at
 /// the first look-up that needs it; an error is kept and returned to
-/// every later look-up, as the kernel's refusal will not change.
+/// every later look-up, as the kernel's refusal will not change, but for
+/// a lack of descriptors or memory ([`short_of`]), which a later look-up
+/// may find gone: that one builds again.
 static PROCESS: OnceLock<Result<AsyncEngine, (io::ErrorKind, String)>> = OnceLock::new();
+
+/// Held while the process-wide engine is built, so that one is.
+static BUILDING: Mutex<()> = Mutex::new(());
 
 /// The process-wide engine, built now if it is not yet.
 fn process_engine() -> io::Result<AsyncEngine> {
-    let built = PROCESS.get_or_init(|| {
-        // On the thread pool, the set sockets wait in is still read on
-        // the runtime whose tasks wait in it, as with `Driving::Auto`.
-        AsyncEngine::builder()
-            .driving(Driving::Thread)
-            .pool_set_on_runtimes()
-            .build()
-            .map_err(|e| (out_of_memory(&e).unwrap_or(e.kind()), e.to_string()))
-    });
+    let built = match PROCESS.get() {
+        Some(built) => built,
+        None => {
+            let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+            match PROCESS.get() {
+                Some(built) => built,
+                None => {
+                    // On the thread pool, the set sockets wait in is still
+                    // read on the runtime whose tasks wait in it, as with
+                    // `Driving::Auto`.
+                    let built = AsyncEngine::builder()
+                        .driving(Driving::Thread)
+                        .pool_set_on_runtimes()
+                        .build();
+                    match built {
+                        Err(e) if short_of(&e) => {
+                            let kind = out_of_memory(&e).unwrap_or(e.kind());
+                            return Err(start_error("", kind, &e.to_string()));
+                        }
+                        built => PROCESS
+                            .get_or_init(move || built.map_err(|e| (e.kind(), e.to_string()))),
+                    }
+                }
+            }
+        }
+    };
     match built {
         Ok(engine) => Ok(engine.clone()),
         Err((kind, msg)) => Err(start_error("", *kind, msg)),
     }
+}
+
+/// Whether `e` is a lack of descriptors (`EMFILE`, `ENFILE`) or of
+/// memory ([`out_of_memory`]): what a later attempt may not meet.
+fn short_of(e: &io::Error) -> bool {
+    matches!(crate::errno(e), Some(libc::EMFILE | libc::ENFILE)) || out_of_memory(e).is_some()
 }
 
 /// `Some(OutOfMemory)` where `e` says a thread or a ring could not be
@@ -97,7 +125,11 @@ impl AsyncEngine {
     ///
     /// # Errors
     /// The engine could not be started (neither io_uring nor the thread
-    /// pool), with the reason.
+    /// pool), with the reason: for lack of memory (a thread or a ring),
+    /// "not enough memory to start blockio's default engine ...", kind
+    /// [`OutOfMemory`](io::ErrorKind::OutOfMemory). A lack of descriptors
+    /// or memory is not kept: a later call tries again; any other refusal
+    /// of the process-wide engine is returned to every later call.
     ///
     /// # Examples
     ///
