@@ -31,7 +31,8 @@ fn open_fds() -> Vec<String> {
 
 /// On io_uring no readiness thread is started, so no eventfd to stop it
 /// and no set of its own: the ring and the runtime's set. The thread
-/// pool makes its thread's set and eventfd with its engine.
+/// pool makes its thread's set and eventfd with its engine, and the
+/// runtime's set at the read's wait.
 #[test]
 fn on_a_multi_thread_runtime_the_engine_costs_its_ring_and_one_set() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -43,10 +44,10 @@ fn on_a_multi_thread_runtime_the_engine_costs_its_ring_and_one_set() {
     let expected = match backend {
         // The ring; the runtime's epoll set.
         Backend::IoUring => 2,
-        // The readiness thread's epoll set and its eventfd (the runtime's
-        // set is made at the first wait in it: the read waits in tokio's
-        // reactor, the accept found its connection waiting).
-        Backend::ThreadPool => 2,
+        // The readiness thread's epoll set and its eventfd, made with the
+        // engine; the runtime's set, made at the first wait in it (the
+        // read's).
+        Backend::ThreadPool => 3,
     };
     assert_eq!(
         engine.len(),
@@ -74,10 +75,20 @@ fn engine_fds(rt: &tokio::runtime::Runtime) -> (Backend, Vec<String>) {
             s.write_all(b"pong".to_vec()).await.0.unwrap();
             (s, listener)
         });
-        // The server's read waits (nothing sent yet) before the ping, on
-        // a current-thread runtime (on a multi-thread one, the bind made
-        // the runtime's set every wait there uses).
-        for _ in 0..10 {
+        // Until the runtime has a set of the engine's: on io_uring the
+        // bind made it; on the thread pool the server's read, waiting in
+        // it, does (nothing is sent yet), whenever a worker runs the task.
+        let engine = blockio::aio::AsyncEngine::current().unwrap();
+        let guard = std::time::Instant::now();
+        while !engine
+            .readiness_counts()
+            .is_some_and(|c| c.runtime_sets >= 1)
+        {
+            assert!(
+                guard.elapsed() < std::time::Duration::from_secs(60),
+                "the runtime never got a set: {:?}",
+                engine.readiness_counts()
+            );
             tokio::task::yield_now().await;
         }
         client.write_all(b"ping").unwrap();
