@@ -174,3 +174,51 @@ fn an_accept_that_cannot_make_its_set_names_it_and_the_next_one_works() {
     assert_eq!(&buf[..n.unwrap()], b"ping");
     set_fd_limit(limit);
 }
+
+/// An accept waiting in a multi-thread runtime's set when that runtime is
+/// dropped moves to the engine's readiness thread's set (made then, on
+/// io_uring); with no descriptor for it, the accept fails with the
+/// kernel's `EMFILE`, not a bare `EIO`, and the listener's next accept
+/// takes the waiting connection once descriptors are free.
+#[test]
+fn an_accept_left_by_a_runtime_at_the_limit_fails_with_the_kernels_error() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let limit = fd_limit();
+    let engine = AsyncEngine::new().unwrap();
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = multi
+        .block_on(TcpListener::bind_with(&engine, "127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut accept = Box::pin(listener.accept());
+    // Polled once on the runtime: the accept waits in its set.
+    multi.block_on(async {
+        assert!(futures::poll!(accept.as_mut()).is_pending());
+    });
+    set_fd_limit(open_fds() + 16);
+    let held = hold_every_descriptor();
+    drop(multi);
+    let mut client = std::net::TcpStream::connect(addr);
+    drop(held);
+    set_fd_limit(limit);
+    let first = futures::executor::block_on(accept);
+    let s = match (engine.backend(), first) {
+        (Backend::IoUring, Err(e)) => {
+            assert_eq!(blockio::errno(&e), Some(libc::EMFILE), "{e}");
+            if client.is_err() {
+                client = std::net::TcpStream::connect(addr);
+            }
+            futures::executor::block_on(listener.accept()).unwrap().0
+        }
+        (Backend::ThreadPool, Ok((s, _))) => s,
+        (Backend::IoUring, Ok(_)) => panic!("an accept with no descriptor for the set it moves to"),
+        (Backend::ThreadPool, Err(e)) => panic!("{e}"),
+    };
+    client.unwrap().write_all(b"ping").unwrap();
+    let (n, buf) = futures::executor::block_on(s.read(vec![0u8; 4]));
+    assert_eq!(&buf[..n.unwrap()], b"ping");
+}

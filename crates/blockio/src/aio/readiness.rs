@@ -982,36 +982,41 @@ impl Watcher {
             };
             // Added to the thread's set (made now if it is not yet) before
             // it is deleted from this one.
-            let thread = self.thread_place();
-            if let Some(thread) = thread
-                .ok()
-                .filter(|t| join(t, fd, s, reading, writing).is_ok())
-            {
-                if let Some(m) = s.member_mut(&thread) {
-                    m.retrying += retrying;
+            let thread = self
+                .thread_place()
+                .and_then(|t| join(&t, fd, s, reading, writing).map(|()| t));
+            match thread {
+                Ok(thread) => {
+                    if let Some(m) = s.member_mut(&thread) {
+                        m.retrying += retrying;
+                    }
+                    for r in s.reqs.iter_mut().filter(|r| Arc::ptr_eq(&r.place, place)) {
+                        r.place = thread.clone();
+                    }
+                    self.moves.fetch_add(1, Ordering::Relaxed);
                 }
-                for r in s.reqs.iter_mut().filter(|r| Arc::ptr_eq(&r.place, place)) {
-                    r.place = thread.clone();
+                Err(e) => {
+                    // The kernel's error making or joining the thread's set
+                    // (`EMFILE` at the descriptor limit), not a bare `EIO`.
+                    let errno = errno_of(&e);
+                    let (gone, kept): (Vec<Waiter>, Vec<Waiter>) =
+                        s.reqs.drain(..).partition(|r| Arc::ptr_eq(&r.place, place));
+                    s.reqs = kept;
+                    lost.extend(gone.into_iter().map(|r| (r.req, errno)));
                 }
-                self.moves.fetch_add(1, Ordering::Relaxed);
-            } else {
-                let (gone, kept): (Vec<Waiter>, Vec<Waiter>) =
-                    s.reqs.drain(..).partition(|r| Arc::ptr_eq(&r.place, place));
-                s.reqs = kept;
-                lost.extend(gone.into_iter().map(|r| r.req));
             }
             let m = s.sets.remove(i);
             // SAFETY: as in `prune`: its requests (alive here, `lost`
             // included) or its owner hold `fd` open.
             let _ = m.place.set.delete(unsafe { socket(fd) });
         }
-        for req in &lost {
+        for (req, _) in &lost {
             w.fds.remove(&target_key(&req.done));
         }
         drop(w);
-        for req in lost {
+        for (req, errno) in lost {
             let _ = call_user(move || {
-                req.done.complete(-libc::EIO);
+                req.done.complete(-errno);
                 drop(req);
             });
         }
