@@ -168,6 +168,41 @@ impl std::error::Error for PathError {
     }
 }
 
+/// An error of the kernel's (`source`) met while blockio made something
+/// of its own, named in `context` ("cannot make blockio's readiness set
+/// (epoll)"): its message is both, its kind the source's, and
+/// [`errno`] reads the source's.
+#[derive(Debug)]
+pub(crate) struct Named {
+    context: String,
+    source: io::Error,
+}
+
+impl Named {
+    /// `source`, named by `context`, as an [`io::Error`] of its kind.
+    pub(crate) fn wrap(context: String, source: io::Error) -> io::Error {
+        io::Error::new(source.kind(), Named { context, source })
+    }
+
+    /// Whether `err` is one of these (kept as it is where a plain OS
+    /// error would otherwise be made of its errno).
+    pub(crate) fn is(err: &io::Error) -> bool {
+        err.get_ref().is_some_and(|e| e.is::<Named>())
+    }
+}
+
+impl fmt::Display for Named {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.context, self.source)
+    }
+}
+
+impl std::error::Error for Named {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 /// The errno carried by an error from this crate (or by a plain OS error).
 ///
 /// ```
@@ -181,6 +216,9 @@ pub fn errno(err: &io::Error) -> Option<i32> {
     let inner = err.get_ref()?;
     if let Some(op) = inner.downcast_ref::<OpError>() {
         return op.errno;
+    }
+    if let Some(named) = inner.downcast_ref::<Named>() {
+        return errno(&named.source);
     }
     inner
         .downcast_ref::<PathError>()

@@ -20,32 +20,91 @@
 //! went away (see [`Driving::Caller`](super::Driving::Caller)).
 
 use std::io;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use super::{AsyncEngine, Driving};
 
 /// The process-wide engine: the driver thread's (or the pool's). Built at
 /// the first look-up that needs it; an error is kept and returned to
-/// every later look-up, as the kernel's refusal will not change.
+/// every later look-up, as the kernel's refusal will not change, but for
+/// a lack of descriptors or memory ([`short_of`]), which a later look-up
+/// may find gone: that one builds again.
 static PROCESS: OnceLock<Result<AsyncEngine, (io::ErrorKind, String)>> = OnceLock::new();
+
+/// Held while the process-wide engine is built, so that one is.
+static BUILDING: Mutex<()> = Mutex::new(());
 
 /// The process-wide engine, built now if it is not yet.
 fn process_engine() -> io::Result<AsyncEngine> {
-    let built = PROCESS.get_or_init(|| {
-        // On the thread pool, the set sockets wait in is still read on
-        // the runtime whose tasks wait in it, as with `Driving::Auto`.
-        AsyncEngine::builder()
-            .driving(Driving::Thread)
-            .pool_set_on_runtimes()
-            .build()
-            .map_err(|e| (e.kind(), e.to_string()))
-    });
+    let built = match PROCESS.get() {
+        Some(built) => built,
+        None => {
+            let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+            match PROCESS.get() {
+                Some(built) => built,
+                None => {
+                    // On the thread pool, the set sockets wait in is still
+                    // read on the runtime whose tasks wait in it, as with
+                    // `Driving::Auto`.
+                    let built = AsyncEngine::builder()
+                        .driving(Driving::Thread)
+                        .pool_set_on_runtimes()
+                        .build();
+                    match built {
+                        Err(e) if short_of(&e) => {
+                            let kind = out_of_memory(&e).unwrap_or(e.kind());
+                            return Err(start_error("", kind, &e.to_string()));
+                        }
+                        built => PROCESS
+                            .get_or_init(move || built.map_err(|e| (e.kind(), e.to_string()))),
+                    }
+                }
+            }
+        }
+    };
     match built {
         Ok(engine) => Ok(engine.clone()),
-        Err((kind, msg)) => Err(io::Error::new(
-            *kind,
-            format!("cannot start blockio's default engine: {msg}"),
-        )),
+        Err((kind, msg)) => Err(start_error("", *kind, msg)),
+    }
+}
+
+/// Whether `e` is a lack of descriptors (`EMFILE`, `ENFILE`) or of
+/// memory ([`out_of_memory`]): what a later attempt may not meet.
+fn short_of(e: &io::Error) -> bool {
+    matches!(crate::errno(e), Some(libc::EMFILE | libc::ENFILE)) || out_of_memory(e).is_some()
+}
+
+/// `Some(OutOfMemory)` where `e` says a thread or a ring could not be
+/// made for lack of memory: `ENOMEM` (a ring's memory, locked memory
+/// under `RLIMIT_MEMLOCK`), or `EAGAIN`, which is what a thread's creation
+/// gives when its stack cannot be mapped (under `ulimit -v`) and what the
+/// kernel's thread limit gives: never a "try again" from an engine's
+/// start.
+fn out_of_memory(e: &io::Error) -> Option<io::ErrorKind> {
+    match crate::errno(e) {
+        Some(libc::ENOMEM | libc::EAGAIN) => Some(io::ErrorKind::OutOfMemory),
+        _ => None,
+    }
+}
+
+/// The error of a default engine that could not start (`what` names it
+/// in parentheses, or is empty) for the reason `msg`, of kind `kind`: for
+/// lack of memory ([`out_of_memory`], kind `OutOfMemory`), it says so.
+fn start_error(what: &str, kind: io::ErrorKind, msg: &str) -> io::Error {
+    if kind == io::ErrorKind::OutOfMemory {
+        io::Error::new(
+            kind,
+            format!(
+                "not enough memory to start blockio's default engine{what}: {msg} (a thread \
+                 or an io_uring ring could not be made: see `ulimit -v`, `ulimit -l` and the \
+                 limit on threads)"
+            ),
+        )
+    } else {
+        io::Error::new(
+            kind,
+            format!("cannot start blockio's default engine{what}: {msg}"),
+        )
     }
 }
 
@@ -66,7 +125,11 @@ impl AsyncEngine {
     ///
     /// # Errors
     /// The engine could not be started (neither io_uring nor the thread
-    /// pool), with the reason.
+    /// pool), with the reason: for lack of memory (a thread or a ring),
+    /// "not enough memory to start blockio's default engine ...", kind
+    /// [`OutOfMemory`](io::ErrorKind::OutOfMemory). A lack of descriptors
+    /// or memory is not kept: a later call tries again; any other refusal
+    /// of the process-wide engine is returned to every later call.
     ///
     /// # Examples
     ///
@@ -154,12 +217,10 @@ mod per_runtime {
         }
         let built = tokio_drive::build_on_runtime(&AsyncEngineBuilder::default());
         let built = built.map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot start blockio's default engine (an io_uring ring driven by \
-                     this tokio runtime): {e}"
-                ),
+            super::start_error(
+                " (an io_uring ring driven by this tokio runtime)",
+                super::out_of_memory(&e).unwrap_or(e.kind()),
+                &e.to_string(),
             )
         })?;
         let Some(engine) = built else {
@@ -171,5 +232,36 @@ mod per_runtime {
         };
         engines.push((id, engine.clone()));
         Ok(Some(engine))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread or ring refused for lack of memory reads as that, of kind
+    /// `OutOfMemory`, never as a "try again" (`EAGAIN`'s `WouldBlock`).
+    #[test]
+    fn an_engine_short_of_memory_says_so() {
+        for errno in [libc::EAGAIN, libc::ENOMEM] {
+            let e = io::Error::from_raw_os_error(errno);
+            let kind = out_of_memory(&e).unwrap_or(e.kind());
+            let err = start_error(" (a ring)", kind, &e.to_string());
+            assert_eq!(err.kind(), io::ErrorKind::OutOfMemory, "{err}");
+            let msg = err.to_string();
+            assert!(
+                msg.starts_with("not enough memory to start blockio's default engine (a ring): "),
+                "{msg}"
+            );
+            assert!(msg.contains(&e.to_string()), "{msg}");
+        }
+        // Any other refusal keeps its kind and its wording.
+        let e = io::Error::from_raw_os_error(libc::EPERM);
+        assert_eq!(out_of_memory(&e), None);
+        let err = start_error("", e.kind(), &e.to_string());
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+        assert!(err
+            .to_string()
+            .starts_with("cannot start blockio's default engine: "));
     }
 }

@@ -107,15 +107,23 @@ fn watched(readable: bool, writable: bool) -> EventFlags {
 
 impl EpollSet {
     /// A new set, holding its nudge descriptor, for a thread to wait on.
-    pub(crate) fn new() -> io::Result<EpollSet> {
-        let mut set = EpollSet::bare()?;
-        let nudge = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+    ///
+    /// # Errors
+    /// The kernel's error, with what it refused to make: the set or its
+    /// nudge descriptor.
+    pub(crate) fn new() -> Result<EpollSet, (&'static str, io::Error)> {
+        let what = "readiness set (epoll)";
+        let mut set = EpollSet::bare().map_err(|e| (what, e))?;
+        let what = "readiness set's wake-up descriptor (eventfd)";
+        let nudge = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| (what, e.into()))?;
         epoll::add(
             &set.epoll,
             &nudge,
             EventData::new_u64(NUDGE_KEY),
             EventFlags::IN,
-        )?;
+        )
+        .map_err(|e| (what, e.into()))?;
         set.nudge = Some(nudge);
         Ok(set)
     }

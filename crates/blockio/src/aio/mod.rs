@@ -198,6 +198,12 @@ impl EngineCore {
         if let Some(set) = self.started_readiness() {
             return Ok(set);
         }
+        // Read on the multi-thread runtimes whose tasks wait, where the
+        // runtime's set costs one descriptor and no thread (the thread's
+        // set is made only for waits elsewhere).
+        #[cfg(feature = "tokio")]
+        let set = Readiness::on_multi_thread_runtimes()?;
+        #[cfg(not(feature = "tokio"))]
         let set = Readiness::new()?;
         // A set started meanwhile by another thread wins; this one is
         // dropped unused.
@@ -974,6 +980,21 @@ impl AsyncEngine {
         match self.core.readiness() {
             Ok(set) => set.submit(req),
             Err(e) => req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
+
+    /// Makes now the epoll set that an operation
+    /// [`submit_by_readiness`](Self::submit_by_readiness) from the caller
+    /// would wait in (the caller's runtime's, or the readiness thread's),
+    /// if it is not yet: a TCP listener's bind, so that a listener that
+    /// could never accept fails there. The error names what could not be
+    /// made. Not kept when it fails: the next call tries again.
+    pub(crate) fn start_readiness(&self) -> io::Result<()> {
+        match &self.core.driver {
+            // Made with the engine: a wait whose runtime's set cannot be
+            // made waits in the thread's.
+            Driver::Pool(_) => Ok(()),
+            Driver::Thread(_) | Driver::Caller(_) => self.core.readiness()?.prepare(),
         }
     }
 

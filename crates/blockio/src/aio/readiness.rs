@@ -39,6 +39,18 @@
 //! that runs them. The readiness thread waits on a set of its own, for
 //! waits made outside any runtime that runs its tasks (see below).
 //!
+//! Where the thread pool runs, its thread and set are made with the
+//! engine. An io_uring engine's (feature `tokio`), which only its TCP
+//! listeners' accepts wait in, is read on the multi-thread runtimes
+//! whose tasks wait, and the thread with its set (and the eventfd that
+//! stops it) is made only at the first wait from elsewhere (a
+//! current-thread runtime, whose first wait could not tell its thread,
+//! or no runtime): a server on a multi-thread runtime pays one
+//! descriptor for its accepts, and no thread. A set that cannot be made
+//! is not kept, and the request that needed it completes with the
+//! kernel's error; [`Readiness::prepare`] makes the caller's at once (a
+//! listener's bind), naming what it could not make.
+//!
 //! A request waits in the set of the place it waits from, and is served
 //! by that set alone. A wait from a task of a runtime (or from any future
 //! on a multi-thread runtime, whose workers run its reactor) uses that
@@ -95,7 +107,7 @@ use std::cell::RefCell;
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use super::attempt::{attempt, awaits, is_connect, not_ready, short_receive};
 use super::epoll::{EpollSet, Readied};
@@ -200,8 +212,15 @@ impl Place {
 /// tasks that take their runtimes' sets' events: the sets, and the
 /// requests waiting in them.
 pub(super) struct Watcher {
-    /// The readiness thread's set.
-    thread: Arc<Place>,
+    /// The readiness thread's set, made with its thread at the first wait
+    /// that needs it ([`thread_place`](Self::thread_place)): a server
+    /// whose waits are all served on its runtimes never makes either.
+    thread: OnceLock<Arc<Place>>,
+    /// Held while the thread's set is made, and by the stop, so that no
+    /// thread starts once the engine is gone.
+    starting: Mutex<()>,
+    /// The watcher itself, for the thread it starts.
+    me: Weak<Watcher>,
     waiting: Mutex<Waiting>,
     stop: AtomicBool,
     /// A request that waits from a tokio runtime's task waits in that
@@ -209,6 +228,10 @@ pub(super) struct Watcher {
     /// the thread's.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     on_runtimes: bool,
+    /// Whether current-thread runtimes get sets of their own too (the
+    /// thread pool's); if not, only multi-thread runtimes do.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    current_thread_sets: bool,
     /// The set of each runtime whose tasks have waited, while its task
     /// reading it lives.
     #[cfg(feature = "tokio")]
@@ -244,6 +267,40 @@ impl Watcher {
     /// The waiting requests, locked.
     fn lock(&self) -> MutexGuard<'_, Waiting> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The readiness thread's set, made now with its thread if there is
+    /// none yet (never once the engine is gone: `ECANCELED`). Not kept
+    /// when it cannot be made: the next wait that needs it tries again.
+    ///
+    /// # Errors
+    /// What could not be made, named (the set, its wake-up descriptor,
+    /// its thread), with the kernel's reason: `EMFILE` at a descriptor
+    /// limit reads "cannot make blockio's readiness set (epoll): Too many
+    /// open files (os error 24)", of the same kind as the kernel's error.
+    fn thread_place(&self) -> io::Result<Arc<Place>> {
+        if let Some(place) = self.thread.get() {
+            return Ok(place.clone());
+        }
+        let _starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(place) = self.thread.get() {
+            return Ok(place.clone());
+        }
+        let gone = || io::Error::from_raw_os_error(libc::ECANCELED);
+        if self.stop.load(Ordering::SeqCst) {
+            return Err(gone());
+        }
+        let me = self.me.upgrade().ok_or_else(gone)?;
+        let named = |what: &str, e: io::Error| {
+            crate::error::Named::wrap(format!("cannot make blockio's {what}"), e)
+        };
+        let set = EpollSet::new().map_err(|(what, e)| named(what, e))?;
+        let place = Arc::new(Place::of(set));
+        let watched = place.clone();
+        crate::arenas::spawn("blockio-net", None, move || watch(&me, &watched))
+            .map_err(|e| named("readiness thread (blockio-net)", e))?;
+        let _ = self.thread.set(place.clone());
+        Ok(place)
     }
 }
 
@@ -373,22 +430,48 @@ unsafe fn socket<'a>(fd: RawFd) -> BorrowedFd<'a> {
 impl Readiness {
     /// Starts the watching thread, which alone takes the set's events.
     pub(crate) fn new() -> io::Result<Readiness> {
-        Readiness::start(false)
+        Readiness::eager(false)
     }
 
     /// Starts the watching thread; the set's events are taken on the
     /// tokio runtime whose tasks wait in it while that runtime takes them
     /// (see the [module](self)).
     pub(crate) fn on_runtimes() -> io::Result<Readiness> {
-        Readiness::start(true)
+        Readiness::eager(true)
     }
 
-    fn start(on_runtimes: bool) -> io::Result<Readiness> {
-        let watcher = Arc::new(Watcher {
-            thread: Arc::new(Place::of(EpollSet::new()?)),
+    /// A watcher whose thread and its set are made now (the thread
+    /// pool's, whose engine holds them from its start, as the Python
+    /// engine's accounting of its descriptors expects; and an io_uring
+    /// engine's without the `tokio` feature).
+    fn eager(on_runtimes: bool) -> io::Result<Readiness> {
+        let readiness = Readiness::start(on_runtimes, true)?;
+        readiness.watcher.thread_place()?;
+        Ok(readiness)
+    }
+
+    /// [`on_runtimes`](Self::on_runtimes), but for multi-thread runtimes
+    /// alone: a current-thread runtime's waits go to the thread's set (an
+    /// io_uring engine's, where a runtime's set would cost a descriptor
+    /// more than the thread's, which the current-thread runtime's first
+    /// wait makes anyway; see [`place_on_runtime`]).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn on_multi_thread_runtimes() -> io::Result<Readiness> {
+        Readiness::start(true, false)
+    }
+
+    /// Nothing is made here: the sets and the thread are made at the
+    /// first wait that needs them ([`prepare`](Self::prepare) makes them
+    /// at once). Infallible; a `Result` for the callers that start it.
+    fn start(on_runtimes: bool, current_thread_sets: bool) -> io::Result<Readiness> {
+        let watcher = Arc::new_cyclic(|me| Watcher {
+            thread: OnceLock::new(),
+            starting: Mutex::new(()),
+            me: me.clone(),
             waiting: Mutex::new(Waiting::default()),
             stop: AtomicBool::new(false),
             on_runtimes,
+            current_thread_sets,
             #[cfg(feature = "tokio")]
             runtimes: Mutex::new(KeyMap::default()),
             runtime_sets: AtomicU64::new(0),
@@ -396,9 +479,19 @@ impl Readiness {
             thread_waits: AtomicU64::new(0),
             thread_events: AtomicU64::new(0),
         });
-        let w = watcher.clone();
-        crate::arenas::spawn("blockio-net", None, move || watch(&w))?;
         Ok(Readiness { watcher })
+    }
+
+    /// Makes now the set a request waiting from the caller would wait in
+    /// (its runtime's, or the thread's with its thread), if it is not
+    /// made yet: a TCP listener's bind, so that a listener whose accepts
+    /// could not wait fails there.
+    ///
+    /// # Errors
+    /// As [`Watcher::thread_place`]'s (a runtime's set that cannot be made
+    /// leaves the caller's waits to the thread's, as at a wait).
+    pub(crate) fn prepare(&self) -> io::Result<()> {
+        self.place().map(drop)
     }
 
     /// Performs `req` now if its socket may be ready, else waits for it.
@@ -427,7 +520,10 @@ impl Readiness {
                         return self.park(w, req, dir, place);
                     }
                     drop(w);
-                    place = Some(self.place());
+                    match self.place() {
+                        Ok(p) => place = Some(p),
+                        Err(e) => return req.done.complete(-errno_of(&e)),
+                    }
                     continue;
                 }
                 _ => w.seen(fd),
@@ -441,7 +537,13 @@ impl Readiness {
                 }
                 return req.done.complete(res);
             }
-            let place = place.get_or_insert_with(|| self.place());
+            if place.is_none() {
+                match self.place() {
+                    Ok(p) => place = Some(p),
+                    Err(e) => return req.done.complete(-errno_of(&e)),
+                }
+            }
+            let place = place.as_ref().expect("made above");
             let mut w = self.watcher.lock();
             if w.seen(fd).is_none() || clear_seen(&mut w, fd, dir, seen) {
                 return self.park(w, req, dir, place);
@@ -452,14 +554,14 @@ impl Readiness {
 
     /// The set a request waiting now from the caller's thread waits in:
     /// its runtime's, or the thread's (see the [module](self)).
-    fn place(&self) -> Arc<Place> {
+    fn place(&self) -> io::Result<Arc<Place>> {
         #[cfg(feature = "tokio")]
         if self.watcher.on_runtimes {
             if let Some(place) = place_on_runtime(&self.watcher) {
-                return place;
+                return Ok(place);
             }
         }
-        self.watcher.thread.clone()
+        self.watcher.thread_place()
     }
 
     /// Puts `req`, whose socket is not ready in direction `dir`, in the
@@ -470,8 +572,18 @@ impl Readiness {
     fn park(&self, mut w: MutexGuard<'_, Waiting>, req: Request, dir: Awaits, place: &Arc<Place>) {
         // Asked under the lock that the set's task takes to hand its
         // sockets over when it is dropped, after setting `gone`.
+        let thread;
         let place = if place.gone.load(Ordering::SeqCst) {
-            &self.watcher.thread
+            match self.watcher.thread_place() {
+                Ok(p) => {
+                    thread = p;
+                    &thread
+                }
+                Err(e) => {
+                    drop(w);
+                    return req.done.complete(-errno_of(&e));
+                }
+            }
         } else {
             place
         };
@@ -748,22 +860,38 @@ impl Drop for Registration {
 
 impl Drop for Readiness {
     fn drop(&mut self) {
-        self.watcher.stop.store(true, Ordering::SeqCst);
-        let _ = self.watcher.thread.set.nudge();
+        let thread = {
+            let _starting = self.watcher.starting.lock();
+            self.watcher.stop.store(true, Ordering::SeqCst);
+            self.watcher.thread.get().cloned()
+        };
+        match thread {
+            // The thread shuts the sets down once its wait ends.
+            Some(place) => {
+                let _ = place.set.nudge();
+            }
+            // No thread was started (and none will be): shut down here.
+            None => shut_down(&self.watcher),
+        }
     }
 }
 
+/// The errno of `e` (`EIO` if it has none), for a request's completion.
+fn errno_of(e: &io::Error) -> i32 {
+    crate::errno(e).unwrap_or(libc::EIO)
+}
+
 /// The watching thread: retries the requests whose socket became ready
-/// in its set, until the engine is gone.
-fn watch(watcher: &Watcher) {
+/// in its set, `place`, until the engine is gone.
+fn watch(watcher: &Watcher, place: &Arc<Place>) {
     let mut events = Vec::new();
     while !watcher.stop.load(Ordering::SeqCst) {
         // An error (none is expected of a valid set) is tried again; the
         // stop's nudge ends the wait.
         watcher.thread_waits.fetch_add(1, Ordering::Relaxed);
-        let _ = watcher.thread.set.wait(&mut events, |key, r| {
+        let _ = place.set.wait(&mut events, |key, r| {
             watcher.thread_events.fetch_add(1, Ordering::Relaxed);
-            on_event(watcher, &watcher.thread, key, r)
+            on_event(watcher, place, key, r)
         });
     }
     shut_down(watcher);
@@ -771,6 +899,11 @@ fn watch(watcher: &Watcher) {
 
 #[cfg(feature = "tokio")]
 impl Watcher {
+    /// Whether current-thread runtimes get sets of their own.
+    pub(super) fn current_thread_sets(&self) -> bool {
+        self.current_thread_sets
+    }
+
     /// Whether the set has stopped (its engine is gone).
     pub(super) fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
@@ -847,33 +980,43 @@ impl Watcher {
                 let m = &s.sets[i];
                 (m.reading, m.writing, m.retrying)
             };
-            // Added to the thread's set before it is deleted from this one.
-            if join(&self.thread, fd, s, reading, writing).is_ok() {
-                if let Some(m) = s.member_mut(&self.thread) {
-                    m.retrying += retrying;
+            // Added to the thread's set (made now if it is not yet) before
+            // it is deleted from this one.
+            let thread = self
+                .thread_place()
+                .and_then(|t| join(&t, fd, s, reading, writing).map(|()| t));
+            match thread {
+                Ok(thread) => {
+                    if let Some(m) = s.member_mut(&thread) {
+                        m.retrying += retrying;
+                    }
+                    for r in s.reqs.iter_mut().filter(|r| Arc::ptr_eq(&r.place, place)) {
+                        r.place = thread.clone();
+                    }
+                    self.moves.fetch_add(1, Ordering::Relaxed);
                 }
-                for r in s.reqs.iter_mut().filter(|r| Arc::ptr_eq(&r.place, place)) {
-                    r.place = self.thread.clone();
+                Err(e) => {
+                    // The kernel's error making or joining the thread's set
+                    // (`EMFILE` at the descriptor limit), not a bare `EIO`.
+                    let errno = errno_of(&e);
+                    let (gone, kept): (Vec<Waiter>, Vec<Waiter>) =
+                        s.reqs.drain(..).partition(|r| Arc::ptr_eq(&r.place, place));
+                    s.reqs = kept;
+                    lost.extend(gone.into_iter().map(|r| (r.req, errno)));
                 }
-                self.moves.fetch_add(1, Ordering::Relaxed);
-            } else {
-                let (gone, kept): (Vec<Waiter>, Vec<Waiter>) =
-                    s.reqs.drain(..).partition(|r| Arc::ptr_eq(&r.place, place));
-                s.reqs = kept;
-                lost.extend(gone.into_iter().map(|r| r.req));
             }
             let m = s.sets.remove(i);
             // SAFETY: as in `prune`: its requests (alive here, `lost`
             // included) or its owner hold `fd` open.
             let _ = m.place.set.delete(unsafe { socket(fd) });
         }
-        for req in &lost {
+        for (req, _) in &lost {
             w.fds.remove(&target_key(&req.done));
         }
         drop(w);
-        for req in lost {
+        for (req, errno) in lost {
             let _ = call_user(move || {
-                req.done.complete(-libc::EIO);
+                req.done.complete(-errno);
                 drop(req);
             });
         }
@@ -1092,7 +1235,14 @@ fn put_back(
     let back = if s.member(place).is_some() {
         place.clone()
     } else {
-        watcher.thread.clone()
+        match watcher.thread_place() {
+            Ok(thread) => thread,
+            Err(e) => {
+                let errno = -errno_of(&e);
+                done.extend(again.into_iter().map(|req| (req, errno)));
+                return;
+            }
+        }
     };
     if let Some(m) = s.member_mut(&back) {
         m.retrying = m.retrying.saturating_sub(1);
@@ -1229,7 +1379,7 @@ mod tests {
     /// The `(descriptor, inode)` of each file in the set, as the
     /// kernel lists them in the epoll descriptor's `fdinfo`.
     fn in_set(r: &Readiness) -> Vec<(RawFd, u64)> {
-        let epfd = r.watcher.thread.set.as_fd().as_raw_fd();
+        let epfd = r.watcher.thread_place().unwrap().set.as_fd().as_raw_fd();
         let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")).unwrap();
         let field = |line: &str, name: &str| -> Option<String> {
             let at = line.find(name)? + name.len();
@@ -1312,7 +1462,12 @@ mod tests {
         // The old socket's file is readable, and an event under its key
         // comes: neither reaches the new socket's receive.
         (&a_peer).write_all(b"A").unwrap();
-        on_event(&r.watcher, &r.watcher.thread, old_key, READABLE);
+        on_event(
+            &r.watcher,
+            &r.watcher.thread_place().unwrap(),
+            old_key,
+            READABLE,
+        );
         assert_eq!(result(&t), None);
         assert_eq!(r.watcher.waiting.lock().unwrap().sockets[&n].reqs.len(), 1);
 
@@ -1426,7 +1581,7 @@ mod tests {
 
     /// The event mask the set holds for `fd`, from its `fdinfo`.
     fn mask_in_set(r: &Readiness, fd: RawFd) -> Option<u32> {
-        let epfd = r.watcher.thread.set.as_fd().as_raw_fd();
+        let epfd = r.watcher.thread_place().unwrap().set.as_fd().as_raw_fd();
         let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")).unwrap();
         info.lines().find_map(|l| {
             let mut words = l.split_whitespace();
@@ -1466,7 +1621,15 @@ mod tests {
             assert_eq!(settled(&t), 1);
             assert_eq!(t.buf[0], i);
         }
-        assert_eq!(r.watcher.thread.set.ctls.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            r.watcher
+                .thread_place()
+                .unwrap()
+                .set
+                .ctls
+                .load(Ordering::Relaxed),
+            1
+        );
         let mask = mask_in_set(&r, n).expect("not in the set");
         assert_eq!(mask, edge(libc::EPOLLIN), "mask {mask:#x}");
 
@@ -1496,7 +1659,15 @@ mod tests {
         assert_eq!(settled(&t), 1);
 
         // Added, then watched for writing too: nothing more.
-        assert_eq!(r.watcher.thread.set.ctls.load(Ordering::Relaxed), 2);
+        assert_eq!(
+            r.watcher
+                .thread_place()
+                .unwrap()
+                .set
+                .ctls
+                .load(Ordering::Relaxed),
+            2
+        );
         let mask = mask_in_set(&r, n).expect("not in the set");
         assert_eq!(mask, edge(libc::EPOLLIN | libc::EPOLLOUT), "mask {mask:#x}");
         drop(kept);

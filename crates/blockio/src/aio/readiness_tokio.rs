@@ -73,7 +73,7 @@ impl AsRawFd for SetFd {
 pub(super) fn place_on_runtime(watcher: &Arc<Watcher>) -> Option<Arc<Place>> {
     let runtime = Handle::try_current().ok()?;
     let one_thread = runtime.runtime_flavor() == RuntimeFlavor::CurrentThread;
-    if one_thread && tokio::task::try_id().is_none() {
+    if one_thread && (tokio::task::try_id().is_none() || !watcher.current_thread_sets()) {
         return None;
     }
     let id = runtime.id();

@@ -260,6 +260,9 @@ impl AcceptQueue {
             if let Err(e) = driven {
                 return Poll::Ready(Err(e));
             }
+            if let Err(e) = self.readiness_made() {
+                return Poll::Ready(Err(e));
+            }
             g.armed = true;
             drop(g);
             self.arm();
@@ -288,6 +291,23 @@ impl AcceptQueue {
         if alone {
             self.disarm();
         }
+    }
+
+    /// Whether the epoll set a single accept by readiness waits in is
+    /// there (made now if not): if it cannot be made, the error names it
+    /// and the listener's address, and the next accept tries again, as
+    /// one that found no descriptor for its connection (`EMFILE`) does.
+    pub(crate) fn readiness_made(&self) -> io::Result<()> {
+        if !self.by_readiness || self.multishot {
+            return Ok(());
+        }
+        self.sock.engine().start_readiness().map_err(|e| {
+            let on = (self.sock.socket.local_addr())
+                .ok()
+                .and_then(|a| a.as_socket())
+                .map_or_else(String::new, |a| format!(" on {a}"));
+            crate::error::Named::wrap(format!("accepting{on}"), e)
+        })
     }
 
     fn arm(&self) {

@@ -124,8 +124,13 @@ pub use write_side::WriteDropped;
 /// A socket operation's error as std and tokio give it: the kernel's errno
 /// as a plain OS error, so that `raw_os_error()`, `kind()` and
 /// [`errno`](crate::errno) all read it. Errors that are not the kernel's
-/// pass unchanged.
+/// pass unchanged, and so do those naming what blockio could not make of
+/// its own (whose [`errno`](crate::errno) is the kernel's).
 pub(crate) fn os_error(err: std::io::Error) -> std::io::Error {
+    if crate::error::Named::is(&err) {
+        // What blockio could not make, named: kept so.
+        return err;
+    }
     match crate::errno(&err) {
         Some(errno) => std::io::Error::from_raw_os_error(errno),
         None => err,

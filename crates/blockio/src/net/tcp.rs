@@ -167,7 +167,11 @@ impl TcpListenerOptions {
     /// The address does not resolve, the default engine cannot start, or
     /// `bind` or `listen` failed on every address (the last address's
     /// error, the kernel's, `raw_os_error()` set: `EADDRINUSE`, `EACCES`
-    /// below port 1024, ...).
+    /// below port 1024, ...), or what the listener's accepts wait in could
+    /// not be made (on io_uring, the engine's epoll set, made by its first
+    /// listener), named with the kernel's reason: "accepting on
+    /// 127.0.0.1:3200: cannot make blockio's readiness set (epoll): Too
+    /// many open files (os error 24)", of the kernel's error's kind.
     ///
     /// # Examples
     ///
@@ -237,11 +241,13 @@ impl TcpListenerOptions {
         socket.set_nonblocking(true).map_err(fail)?;
         let local = socket.local_addr().map_err(fail)?;
         let sock = Sock::new(socket, engine).map_err(fail)?;
-        Ok(TcpListener {
+        let listener = TcpListener {
             accepts: AcceptQueue::new(&sock, self.multishot_accept, true),
             sock,
             local: local.as_socket().unwrap_or(addr),
-        })
+        };
+        listener.accepts_can_wait()?;
+        Ok(listener)
     }
 }
 
@@ -342,8 +348,10 @@ impl TcpListener {
     /// with kind [`InvalidInput`](io::ErrorKind::InvalidInput), the
     /// message naming `TcpListener::from_std` and the type, family or
     /// state found; the kernel's error asking them (a descriptor that is
-    /// no socket), making it non-blocking or asking its address; or that
-    /// the default engine cannot start.
+    /// no socket), making it non-blocking or asking its address; that
+    /// the default engine cannot start; or that what the listener's
+    /// accepts wait in could not be made, as for
+    /// [`TcpListenerOptions::bind`].
     ///
     /// # Examples
     ///
@@ -405,11 +413,24 @@ impl TcpListener {
             )
         })?;
         let sock = Sock::new(socket, engine).map_err(fail)?;
-        Ok(TcpListener {
+        let listener = TcpListener {
             accepts: AcceptQueue::new(&sock, TcpListenerOptions::default().multishot_accept, true),
             sock,
             local,
-        })
+        };
+        listener.accepts_can_wait()?;
+        Ok(listener)
+    }
+
+    /// Makes now what the listener's accepts wait in (the engine's epoll
+    /// set, on io_uring, made at the first listener), so that a listener
+    /// that could never accept fails at its bind, naming what could not be
+    /// made ("accepting on 127.0.0.1:3200: cannot make blockio's readiness
+    /// set (epoll): Too many open files (os error 24)"), rather than
+    /// listening while every accept fails: the kernel would complete the
+    /// handshakes of clients nobody serves.
+    fn accepts_can_wait(&self) -> io::Result<()> {
+        self.accepts.readiness_made()
     }
 
     /// Accepts a connection: the stream and the peer's address.
@@ -420,7 +441,9 @@ impl TcpListener {
     /// # Errors
     /// The kernel's error (`raw_os_error()` set). `EMFILE` and `ENFILE`
     /// (no descriptors left) leave the listener usable: accept again once
-    /// descriptors are free; the waiting connection is still queued.
+    /// descriptors are free; the waiting connection is still queued. So
+    /// does an error naming what blockio could not make for the accept to
+    /// wait in (made at the bind; see [`TcpListenerOptions::bind`]).
     ///
     /// # Examples
     ///

@@ -1,0 +1,46 @@
+//! The process-wide default engine, refused at a descriptor limit, is
+//! built by a later look-up once descriptors are free, instead of the
+//! refusal being kept for the life of the process (its own test binary:
+//! the limit and the engine are the whole process's).
+
+use std::fs::File;
+
+use blockio::aio::AsyncEngine;
+
+/// Sets the soft limit on descriptors to `n`.
+fn set_fd_limit(n: u64) {
+    // SAFETY: zeroed is a valid rlimit; getrlimit and setrlimit read and
+    // write only the struct passed.
+    unsafe {
+        let mut lim = std::mem::zeroed::<libc::rlimit>();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = n.min(lim.rlim_max);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+}
+
+#[test]
+fn a_default_engine_refused_for_descriptors_starts_once_they_are_free() {
+    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    set_fd_limit(open + 16);
+    let mut held = Vec::new();
+    while let Ok(f) = File::open("/dev/null") {
+        held.push(f);
+    }
+    // Outside any runtime: the process-wide engine.
+    let e = AsyncEngine::current().expect_err("an engine with no descriptor free");
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("cannot start blockio's default engine"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&std::io::Error::from_raw_os_error(libc::EMFILE).to_string()),
+        "{msg}"
+    );
+    drop(held);
+    let engine = AsyncEngine::current().expect("the engine, descriptors free");
+    // The same engine from now on.
+    let again = AsyncEngine::current().unwrap();
+    assert_eq!(format!("{engine:?}"), format!("{again:?}"));
+}
