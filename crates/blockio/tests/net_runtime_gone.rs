@@ -900,3 +900,239 @@ fn a_lone_accept_on_no_tokio_runtime_gets_an_error_not_a_hang() {
     assert_eq!(err.kind(), std::io::ErrorKind::Other);
     assert!(err.to_string().contains("is gone"), "unclear error: {err}");
 }
+
+/// Runtimes made and dropped in the tests of idle kept streams.
+const IDLE_RUNTIMES: usize = 50;
+
+/// A stream kept past the current-thread runtime that made it, on that
+/// runtime's default engine, and what goes with it.
+struct Kept {
+    stream: TcpStream,
+    peer: std::net::TcpStream,
+    engine: AsyncEngine,
+}
+
+/// On a current-thread runtime of its own, dropped once done: a stream
+/// connected (on the runtime's default engine) to a std peer, read once
+/// through the I/O traits while the peer had sent nothing (so that its
+/// receive is armed in the ring and stays armed, kept for the next read,
+/// with no task waiting on it when the runtime goes), then fed one byte.
+fn idle_kept_stream() -> Kept {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = runtime();
+    let (stream, peer, engine) = rt.block_on(async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let engine = AsyncEngine::current().unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let s = &mut stream;
+        let mut one = [0u8; 1];
+        let mut read = std::pin::pin!(s.read(&mut one));
+        assert!(
+            futures::poll!(read.as_mut()).is_pending(),
+            "the read found bytes nobody sent"
+        );
+        peer.write_all(b"a").unwrap();
+        let n = tokio::time::timeout(GUARD, read)
+            .await
+            .expect("the first read never ended")
+            .unwrap();
+        assert_eq!((n, one), (1, *b"a"));
+        (stream, peer, engine)
+    });
+    drop(rt);
+    Kept {
+        stream,
+        peer,
+        engine,
+    }
+}
+
+/// How many threads of this process are relay threads.
+fn relay_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "blockio-relay")
+        .count()
+}
+
+/// Streams kept idle past the runtimes that made them (a receive armed
+/// in each runtime's ring, nobody waiting on it) keep no relay thread:
+/// the relay of each engine, started when its runtime went, ends once
+/// nothing that must complete is left, rather than one thread per
+/// runtime for as long as the streams live. Every stream then still
+/// reads and writes from a new runtime.
+#[test]
+fn idle_kept_streams_keep_no_relay_thread_per_runtime_gone() {
+    let mut kept: Vec<Kept> = (0..IDLE_RUNTIMES).map(|_| idle_kept_stream()).collect();
+    common::wait_until("every relay thread of an idle kept stream ended", || {
+        kept.iter().all(|k| !k.engine.relaying())
+    });
+    // Process-wide (other tests of this binary may relay meanwhile).
+    eprintln!(
+        "{} relay threads with {IDLE_RUNTIMES} idle kept streams",
+        relay_threads()
+    );
+    let rt = runtime();
+    for (i, k) in kept.iter_mut().enumerate() {
+        k.peer.write_all(&[i as u8]).unwrap();
+        let s = &mut k.stream;
+        let got = rt.block_on(async {
+            let mut one = [0u8; 1];
+            tokio::time::timeout(GUARD, s.read_exact(&mut one))
+                .await
+                .expect("a kept stream's read on the new runtime never ended")
+                .unwrap();
+            tokio::time::timeout(GUARD, s.write_all(b"b"))
+                .await
+                .expect("a kept stream's write on the new runtime never ended")
+                .unwrap();
+            one[0]
+        });
+        assert_eq!(got, i as u8, "stream {i}");
+        let mut back = [0u8; 1];
+        k.peer.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"b", "stream {i}");
+    }
+}
+
+/// The bytes `i` of the peer's stream in [`bytes_sent_while_no_runtime_existed_arrive_in_order`].
+fn nth_byte(i: usize) -> u8 {
+    (i % 253) as u8
+}
+
+/// A peer writes to idle kept streams, in several writes, while no
+/// runtime exists (more than the ring's buffers per connection, so that
+/// the armed receive runs out of them and the rest waits in the socket):
+/// a new runtime reads every byte, in order. On no tokio runtime
+/// (`futures::executor::block_on`) a read is refused with the error
+/// saying the engine's runtime is gone (the thread pool, which needs no
+/// driving, serves it), and takes no byte: the new runtime still reads
+/// them all, in order.
+#[test]
+fn bytes_sent_while_no_runtime_existed_arrive_in_order() {
+    const LEN: usize = 4 << 20;
+    const STREAMS: usize = 3;
+    let mut kept: Vec<Kept> = (0..STREAMS).map(|_| idle_kept_stream()).collect();
+    let writers: Vec<_> = kept
+        .iter()
+        .map(|k| {
+            let mut peer = k.peer.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let data: Vec<u8> = (0..LEN).map(nth_byte).collect();
+                for chunk in data.chunks(64 << 10) {
+                    peer.write_all(chunk).unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut at = vec![0usize; STREAMS];
+    for (k, at) in kept.iter_mut().zip(&mut at) {
+        let threads = k.engine.poll_fd().is_none();
+        let s = &mut k.stream;
+        let read = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    futures::executor::block_on(async {
+                        let mut buf = [0u8; 1000];
+                        s.read(&mut buf).await.map(|n| buf[..n].to_vec())
+                    })
+                })
+                .join()
+                .unwrap()
+        });
+        if threads {
+            let got = read.expect("a read on no tokio runtime on the thread pool");
+            assert!(!got.is_empty());
+            let wrong = got.iter().enumerate().find(|&(i, &b)| b != nth_byte(i));
+            assert_eq!(wrong, None, "a wrong byte read off tokio");
+            *at = got.len();
+        } else {
+            let err = read.expect_err("a read on no runtime driving the engine");
+            assert!(err.to_string().contains("is gone"), "unclear error: {err}");
+        }
+    }
+    let rt = runtime();
+    for (i, (k, at)) in kept.iter_mut().zip(at).enumerate() {
+        let s = &mut k.stream;
+        let mut got = vec![0u8; LEN - at];
+        rt.block_on(async {
+            tokio::time::timeout(GUARD, s.read_exact(&mut got))
+                .await
+                .expect("a kept stream's read on the new runtime never ended")
+                .unwrap();
+        });
+        let wrong = (0..got.len()).find(|&j| got[j] != nth_byte(at + j));
+        assert_eq!(wrong, None, "stream {i}: a wrong byte after {at} read");
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+}
+
+/// A stream dropped with bytes queued after its runtime went, on an
+/// engine that also has an idle kept stream: every byte reaches the peer
+/// (the relay drives the engine while they are sent), then the relay
+/// ends though the idle stream's receive is still armed, and that
+/// stream still works on a new runtime.
+#[test]
+fn a_dropped_streams_queued_bytes_are_sent_then_the_relay_ends() {
+    const LEN: usize = 8 << 20;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = runtime();
+    let (idle, mut idle_peer, engine, mut writing_peer) = rt.block_on(async {
+        let engine = AsyncEngine::current().unwrap();
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        let (mut idle_peer, _) = listener.accept().unwrap();
+        let s = &mut idle;
+        let mut one = [0u8; 1];
+        let mut read = std::pin::pin!(s.read(&mut one));
+        assert!(futures::poll!(read.as_mut()).is_pending());
+        idle_peer.write_all(b"a").unwrap();
+        tokio::time::timeout(GUARD, read)
+            .await
+            .expect("the first read never ended")
+            .unwrap();
+        let mut writing = TcpStream::connect(addr).await.unwrap();
+        let (writing_peer, _) = listener.accept().unwrap();
+        // More than the socket buffers hold while the peer does not read:
+        // most of it is still queued when the stream is dropped.
+        let data: Vec<u8> = (0..LEN).map(nth_byte).collect();
+        let w = &mut writing;
+        let mut at = 0;
+        while at < LEN {
+            match tokio::time::timeout(Duration::from_millis(50), w.write(&data[at..])).await {
+                Ok(n) => at += n.unwrap(),
+                Err(_) => break,
+            }
+        }
+        assert!(at > 0);
+        drop(writing);
+        (idle, idle_peer, engine, writing_peer)
+    });
+    drop(rt);
+    writing_peer.set_read_timeout(Some(GUARD)).unwrap();
+    let mut got = Vec::new();
+    let res = writing_peer.read_to_end(&mut got).map_err(|e| e.kind());
+    assert_eq!(res, Ok(got.len()), "an error after {} bytes", got.len());
+    assert!(got.len() >= 1 << 20, "only {} bytes arrived", got.len());
+    let wrong = (0..got.len()).find(|&i| got[i] != nth_byte(i));
+    assert_eq!(wrong, None, "a wrong byte");
+    common::wait_until("the relay ended once the queue was sent", || {
+        !engine.relaying()
+    });
+    idle_peer.write_all(b"z").unwrap();
+    let mut idle = idle;
+    let one = runtime().block_on(async {
+        let mut one = [0u8; 1];
+        let s = &mut idle;
+        tokio::time::timeout(GUARD, s.read_exact(&mut one))
+            .await
+            .expect("the idle stream's read on a new runtime never ended")
+            .unwrap();
+        one
+    });
+    assert_eq!(&one, b"z");
+}

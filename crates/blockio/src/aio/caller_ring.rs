@@ -353,10 +353,23 @@ impl CallerRing {
         resume(panic);
     }
 
-    /// Whether operations are in flight or wait to be pushed.
+    /// Whether requests wait to be pushed, or an operation in flight is
+    /// [awaited](Complete::awaited): what a relay thread must drive to its
+    /// end. The targets are asked with the ring unlocked (each takes a
+    /// lock of its own).
     #[cfg(feature = "tokio")]
-    pub(crate) fn busy(&self) -> bool {
-        self.core.busy()
+    pub(crate) fn awaited(&self) -> bool {
+        let targets = {
+            let book = self.core.lock();
+            if book.queued() {
+                return true;
+            }
+            if book.ops.count == 0 {
+                return false;
+            }
+            book.ops.targets()
+        };
+        targets.iter().any(|t| t.awaited())
     }
 
     /// Cancels `target` in the kernel, now; if the queue is full, the

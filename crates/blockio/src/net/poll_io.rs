@@ -428,7 +428,9 @@ impl PollIo {
         if out.room() == 0 {
             return Poll::Ready(Ok(0));
         }
-        if let Err(e) = core.sock.admit() {
+        let admitted = core.sock.admit();
+        let undriven = admitted.is_err();
+        if let Err(e) = admitted {
             // A read that was waiting, its receive in the kernel, when the
             // last driving task went is completed by the relay thread,
             // which took the driving over: it goes on waiting, as an owned
@@ -464,6 +466,9 @@ impl PollIo {
             },
             Poll::Ready(_) => None,
         };
+        if undriven && read.is_pending() {
+            core.sock.parked_undriven();
+        }
         read
     }
 

@@ -241,6 +241,21 @@ impl Complete for Multi {
         drop(hold);
     }
 
+    /// Only while a task waits on the receive (its waker is here): an
+    /// idle one, armed with nobody waiting, needs no relay thread. A waker
+    /// is taken by the completion that wakes it and by
+    /// [`wake_waiters`](Self::wake_waiters), which runs when the last
+    /// driving task goes: a task of the runtime that went never polls
+    /// again to put one back.
+    #[cfg(feature = "tokio")]
+    fn awaited(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waker
+            .is_some()
+    }
+
     fn wake_waiters(&self) {
         let waker = self
             .state
@@ -624,6 +639,21 @@ impl<'a> RecvStream<'a> {
         // received, and a receive already armed (driven to its end by the
         // engine's relay thread), still arrive.
         let driven = self.core.sock.admit();
+        let undriven = driven.is_err();
+        let polled = self.poll_recv_admitted(cx, driven);
+        if undriven && polled.is_pending() {
+            self.core.sock.parked_undriven();
+        }
+        polled
+    }
+
+    /// [`poll_recv`](Self::poll_recv) once asked whether the engine is
+    /// driven (`driven`).
+    fn poll_recv_admitted(
+        &mut self,
+        cx: &mut Context<'_>,
+        driven: io::Result<()>,
+    ) -> Poll<Option<io::Result<RecvBuf>>> {
         if let How::Single(..) = self.how {
             return self.poll_single(cx);
         }
