@@ -190,6 +190,15 @@ struct Registered {
     /// there: its waker is in `fd`, whose drop would forget it without a
     /// wake, so an operation of the other direction from another runtime
     /// does not move the registration then (see [`Reactor::on`]).
+    /// A trait read (write) whose future is dropped while it waits (a
+    /// `select!` whose other branch won) leaves its flag set: that future
+    /// is tokio's (`AsyncReadExt::read`), whose drop runs nothing of the
+    /// stream's, and the waker left in `fd` cannot tell a task that will
+    /// poll again from one that will not. The next poll of that direction
+    /// sets the flag anew; until then an operation of the other direction
+    /// from another runtime takes the path without the reactor (slower,
+    /// nothing lost), where clearing the flag on a guess could drop a
+    /// live task's waker unwoken.
     parked: [bool; 2],
 }
 
