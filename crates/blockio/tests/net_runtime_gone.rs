@@ -1003,9 +1003,10 @@ fn nth_byte(i: usize) -> u8 {
 }
 
 /// A peer writes to idle kept streams, in several writes, while no
-/// runtime exists (more than the ring's buffers per connection, so that
-/// the armed receive runs out of them and the rest waits in the socket):
-/// a new runtime reads every byte, in order. On no tokio runtime
+/// runtime exists (the first before anything reads; in all more than
+/// the engine's receive buffers and the socket hold, so that the rest
+/// comes once a read takes some): a new runtime reads every byte, in
+/// order. On no tokio runtime
 /// (`futures::executor::block_on`) a read is refused with the error
 /// saying the engine's runtime is gone (the thread pool, which needs no
 /// driving, serves it), and takes no byte: the new runtime still reads
@@ -1015,18 +1016,28 @@ fn bytes_sent_while_no_runtime_existed_arrive_in_order() {
     const LEN: usize = 4 << 20;
     const STREAMS: usize = 3;
     let mut kept: Vec<Kept> = (0..STREAMS).map(|_| idle_kept_stream()).collect();
+    let (first_tx, first_rx) = std::sync::mpsc::channel();
     let writers: Vec<_> = kept
         .iter()
         .map(|k| {
             let mut peer = k.peer.try_clone().unwrap();
+            let first_tx = first_tx.clone();
             std::thread::spawn(move || {
                 let data: Vec<u8> = (0..LEN).map(nth_byte).collect();
-                for chunk in data.chunks(64 << 10) {
+                for (i, chunk) in data.chunks(64 << 10).enumerate() {
                     peer.write_all(chunk).unwrap();
+                    if i == 0 {
+                        first_tx.send(()).unwrap();
+                    }
                 }
             })
         })
         .collect();
+    for _ in 0..STREAMS {
+        first_rx
+            .recv_timeout(GUARD)
+            .expect("a peer's first write never returned");
+    }
     let mut at = vec![0usize; STREAMS];
     for (k, at) in kept.iter_mut().zip(&mut at) {
         let threads = k.engine.poll_fd().is_none();
