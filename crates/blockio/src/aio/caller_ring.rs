@@ -77,6 +77,29 @@ impl Book {
     }
 }
 
+#[cfg(feature = "tokio")]
+thread_local! {
+    /// Whether this thread is a relay thread ([`set_on_relay`]).
+    static ON_RELAY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as a relay thread: the operations it pushes (and so
+/// submits) are counted apart, since the kernel cancels a thread's
+/// waiting operations when the thread exits, and the relay thread stays
+/// until they complete ([`CallerRing::awaited`]).
+#[cfg(feature = "tokio")]
+pub(crate) fn set_on_relay() {
+    ON_RELAY.set(true);
+}
+
+/// Whether this thread is a relay thread.
+fn on_relay() -> bool {
+    #[cfg(feature = "tokio")]
+    return ON_RELAY.get();
+    #[cfg(not(feature = "tokio"))]
+    false
+}
+
 /// Whether the kernel holds completions that overflowed the completion
 /// queue (multishot operations can post more than the queue holds between
 /// two turns).
@@ -146,7 +169,8 @@ impl RingCore {
                 .push_cancels(&mut sq, &mut book.cancels, &mut out.done);
         }
         if !book.ops.backlog.is_empty() {
-            book.ops.fill(&mut sq, self.depth, &mut out.dropped);
+            book.ops
+                .fill(&mut sq, self.depth, &mut out.dropped, on_relay());
         }
         if sq.is_empty() {
             Pushed::Nothing
@@ -354,14 +378,15 @@ impl CallerRing {
     }
 
     /// Whether requests wait to be pushed, or an operation in flight is
-    /// [awaited](Complete::awaited): what a relay thread must drive to its
-    /// end. The targets are asked with the ring unlocked (each takes a
-    /// lock of its own).
+    /// [awaited](Complete::awaited) or was pushed by a relay thread (whose
+    /// exit would have the kernel cancel it): what a relay thread must
+    /// drive to its end. The targets are asked with the ring unlocked
+    /// (each takes a lock of its own).
     #[cfg(feature = "tokio")]
     pub(crate) fn awaited(&self) -> bool {
         let targets = {
             let book = self.core.lock();
-            if book.queued() {
+            if book.queued() || book.ops.relayed > 0 {
                 return true;
             }
             if book.ops.count == 0 {

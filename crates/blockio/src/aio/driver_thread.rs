@@ -283,7 +283,8 @@ impl Thread {
                 self.wake_read = WakeRead::Armed;
             }
         }
-        self.ops.fill(&mut sq, self.limit, &mut self.out.dropped);
+        self.ops
+            .fill(&mut sq, self.limit, &mut self.out.dropped, false);
         // After `fill`: a cancel then follows the request it names.
         if !self.cancels.is_empty() {
             self.ops

@@ -310,8 +310,9 @@ pub fn drive_on_tokio(
 /// own drives the engine until no dropped stream has bytes queued and no
 /// request is queued or operation in flight that must complete (see
 /// [`Complete::awaited`](super::request::Complete::awaited): a receive
-/// kept armed with no task waiting on it need not), or a
-/// `drive_on_tokio` task drives it again. Operations in flight when the
+/// kept armed with no task waiting on it need not, unless the relay
+/// thread submitted it: the kernel cancels a thread's waiting operations
+/// when the thread exits), or a `drive_on_tokio` task drives it again. Operations in flight when the
 /// last driving task went complete so (a task awaiting one on another
 /// executor gets its result, not a hang; one the kernel cancelled, as it
 /// does a thread's waiting operations when the thread exits, is then
@@ -335,6 +336,7 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
         {
             let _entered = rt.enter();
             ON_RELAY.set(true);
+            super::caller_ring::set_on_relay();
             let stop = |cx: &mut std::task::Context<'_>| {
                 let drivers = relayed.tokio_drivers();
                 // The waker first, so that a change after the check
