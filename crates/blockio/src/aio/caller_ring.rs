@@ -68,6 +68,11 @@ struct Book {
     /// Covers the task that found the old driver still counted just before
     /// it went, and started its operation after the waiters were woken.
     orphaned: bool,
+    /// The targets of the requests queued when a relay thread's turn
+    /// began ([`CallerRing::relay_turn`]), which that thread submitted:
+    /// those still in flight keep it ([`CallerRing::awaited`]).
+    #[cfg(feature = "tokio")]
+    relayed: Vec<std::sync::Weak<dyn Complete>>,
 }
 
 impl Book {
@@ -75,29 +80,6 @@ impl Book {
     fn queued(&self) -> bool {
         !self.ops.backlog.is_empty() || !self.cancels.is_empty()
     }
-}
-
-#[cfg(feature = "tokio")]
-thread_local! {
-    /// Whether this thread is a relay thread ([`set_on_relay`]).
-    static ON_RELAY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Marks this thread as a relay thread: the operations it pushes (and so
-/// submits) are counted apart, since the kernel cancels a thread's
-/// waiting operations when the thread exits, and the relay thread stays
-/// until they complete ([`CallerRing::awaited`]).
-#[cfg(feature = "tokio")]
-pub(crate) fn set_on_relay() {
-    ON_RELAY.set(true);
-}
-
-/// Whether this thread is a relay thread.
-fn on_relay() -> bool {
-    #[cfg(feature = "tokio")]
-    return ON_RELAY.get();
-    #[cfg(not(feature = "tokio"))]
-    false
 }
 
 /// Whether the kernel holds completions that overflowed the completion
@@ -148,6 +130,8 @@ impl RingCore {
                 cancels: Vec::new(),
                 driving_task: None,
                 orphaned: false,
+                #[cfg(feature = "tokio")]
+                relayed: Vec::new(),
             }),
         })
     }
@@ -169,8 +153,7 @@ impl RingCore {
                 .push_cancels(&mut sq, &mut book.cancels, &mut out.done);
         }
         if !book.ops.backlog.is_empty() {
-            book.ops
-                .fill(&mut sq, self.depth, &mut out.dropped, on_relay());
+            book.ops.fill(&mut sq, self.depth, &mut out.dropped);
         }
         if sq.is_empty() {
             Pushed::Nothing
@@ -378,23 +361,58 @@ impl CallerRing {
     }
 
     /// Whether requests wait to be pushed, or an operation in flight is
-    /// [awaited](Complete::awaited) or was pushed by a relay thread (whose
-    /// exit would have the kernel cancel it): what a relay thread must
-    /// drive to its end. The targets are asked with the ring unlocked
-    /// (each takes a lock of its own).
+    /// [awaited](Complete::awaited) or was submitted by a relay thread
+    /// (whose exit would have the kernel cancel it, see
+    /// [`relay_turn`](Self::relay_turn)): what a relay thread must drive
+    /// to its end. The targets are asked with the ring unlocked (each
+    /// takes a lock of its own).
     #[cfg(feature = "tokio")]
     pub(crate) fn awaited(&self) -> bool {
-        let targets = {
-            let book = self.core.lock();
-            if book.queued() || book.ops.relayed > 0 {
+        let (targets, relayed) = {
+            let mut book = self.core.lock();
+            if book.queued() {
                 return true;
             }
             if book.ops.count == 0 {
+                book.relayed.clear();
                 return false;
             }
-            book.ops.targets()
+            (book.ops.targets(), std::mem::take(&mut book.relayed))
         };
-        targets.iter().any(|t| t.awaited())
+        // The relay's requests still in flight (a `Weak` keeps its target's
+        // allocation, so no other target has its address).
+        let in_flight = |w: &std::sync::Weak<dyn Complete>| {
+            let at = w.as_ptr() as *const ();
+            targets
+                .iter()
+                .any(|t| std::ptr::eq(Arc::as_ptr(t) as *const (), at))
+        };
+        let relayed: Vec<_> = relayed.into_iter().filter(in_flight).collect();
+        let submitted = !relayed.is_empty();
+        self.core.lock().relayed.extend(relayed);
+        submitted || targets.iter().any(|t| t.awaited())
+    }
+
+    /// [`turn`](Self::turn) made by a relay thread. The requests queued
+    /// now are submitted by that thread, and the kernel cancels a thread's
+    /// waiting operations when it exits: their targets are noted, and the
+    /// relay thread stays until they complete ([`awaited`](Self::awaited)).
+    /// (A request queued during the turn is a dropped stream's send,
+    /// which keeps the relay until its stream is done anyway, or one that
+    /// a task refused off tokio never starts.)
+    #[cfg(feature = "tokio")]
+    pub(crate) fn relay_turn(&self, driving_task: &Waker) {
+        {
+            let mut book = self.core.lock();
+            let queued: Vec<_> = book
+                .ops
+                .backlog
+                .iter()
+                .map(|r| Arc::downgrade(&r.done))
+                .collect();
+            book.relayed.extend(queued);
+        }
+        self.turn(Some(driving_task));
     }
 
     /// Cancels `target` in the kernel, now; if the queue is full, the

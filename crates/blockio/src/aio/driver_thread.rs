@@ -283,8 +283,7 @@ impl Thread {
                 self.wake_read = WakeRead::Armed;
             }
         }
-        self.ops
-            .fill(&mut sq, self.limit, &mut self.out.dropped, false);
+        self.ops.fill(&mut sq, self.limit, &mut self.out.dropped);
         // After `fill`: a cancel then follows the request it names.
         if !self.cancels.is_empty() {
             self.ops

@@ -48,12 +48,6 @@ pub(crate) struct InFlight {
     /// (see `may_fill`).
     socket_slot: Vec<bool>,
     sockets: usize,
-    /// Which slots hold operations a caller-driven ring's relay thread
-    /// pushed (and so submitted), and how many do: the kernel cancels
-    /// them if that thread exits first, so it stays until they complete
-    /// (see `CallerRing::awaited`).
-    relay_slot: Vec<bool>,
-    pub relayed: usize,
 }
 
 impl InFlight {
@@ -78,14 +72,12 @@ impl InFlight {
     /// Pushes backlog requests onto `sq` while [`may_fill`](Self::may_fill)
     /// lets them and the queue has room. Abandoned requests go to
     /// `dropped`, for the caller to let go of with no lock held (dropping
-    /// one drops its buffer: user code). `by_relay`: the pushing thread is
-    /// a relay thread (see [`relayed`](Self::relayed)).
+    /// one drops its buffer: user code).
     pub(crate) fn fill(
         &mut self,
         sq: &mut SubmissionQueue<'_>,
         limit: usize,
         dropped: &mut Vec<Request>,
-        by_relay: bool,
     ) {
         while self.may_fill(limit) {
             let Some(req) = self.backlog.pop_front() else {
@@ -117,13 +109,6 @@ impl InFlight {
             }
             self.socket_slot[slot] = socket;
             self.sockets += usize::from(socket);
-            if by_relay {
-                if self.relay_slot.len() <= slot {
-                    self.relay_slot.resize(slot + 1, false);
-                }
-                self.relay_slot[slot] = true;
-                self.relayed += 1;
-            }
             self.count += 1;
         }
     }
@@ -188,9 +173,6 @@ impl InFlight {
         self.count -= 1;
         if std::mem::take(&mut self.socket_slot[slot]) {
             self.sockets -= 1;
-        }
-        if self.relay_slot.get_mut(slot).is_some_and(std::mem::take) {
-            self.relayed -= 1;
         }
         Some(done)
     }

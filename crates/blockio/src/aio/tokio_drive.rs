@@ -336,7 +336,6 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
         {
             let _entered = rt.enter();
             ON_RELAY.set(true);
-            super::caller_ring::set_on_relay();
             let stop = |cx: &mut std::task::Context<'_>| {
                 let drivers = relayed.tokio_drivers();
                 // The waker first, so that a change after the check
@@ -352,7 +351,7 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
             // An error of tokio's reactor leaves the queues to their
             // linger, as with no relay.
             if let Ok(watched) = watch(&relayed) {
-                let _ = rt.block_on(drive_while(watched, relayed.downgrade(), stop));
+                let _ = rt.block_on(drive_while(watched, relayed.downgrade(), true, stop));
             }
         }
         let drivers = relayed.tokio_drivers();
@@ -495,7 +494,7 @@ async fn drive_counted(mut hold: Hold) -> io::Result<()> {
     };
     let _live = Live::new(&engine);
     drop(engine);
-    drive_while(watched, weak, |_| false).await
+    drive_while(watched, weak, false, |_| false).await
 }
 
 /// A `drive_on_tokio` task that is driving, counted in
@@ -522,10 +521,13 @@ impl Drop for Live {
 
 /// Drives `engine`, whose ring `watched` is, until `stop` says so (asked
 /// each time the task is polled, with its context) or the engine is gone
-/// (its ring, when it drops, wakes the task that drove it last).
+/// (its ring, when it drops, wakes the task that drove it last). `relay`:
+/// the task is a relay thread's, whose turns count what they submit
+/// ([`Driver::relay_turn`](super::driver::Driver::relay_turn)).
 async fn drive_while(
     watched: AsyncFd<RingFd>,
     engine: WeakEngine,
+    relay: bool,
     mut stop: impl FnMut(&mut std::task::Context<'_>) -> bool,
 ) -> io::Result<()> {
     poll_fn(|cx| loop {
@@ -533,6 +535,7 @@ async fn drive_while(
             return Poll::Ready(Ok(()));
         }
         match engine.upgrade() {
+            Some(engine) if relay => engine.driver().relay_turn(cx.waker()),
             Some(engine) => {
                 let _ = engine.poll_drive(cx);
             }
