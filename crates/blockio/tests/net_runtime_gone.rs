@@ -1147,3 +1147,27 @@ fn a_dropped_streams_queued_bytes_are_sent_then_the_relay_ends() {
     });
     assert_eq!(&one, b"z");
 }
+
+/// A stream whose read timed out (its future dropped while it waited,
+/// its task's waker left with the receive) when its runtime went keeps no
+/// relay thread either: the driver's going takes that waker, whose task
+/// never polls again. The stream then reads on a new runtime.
+#[test]
+fn a_stream_whose_read_timed_out_keeps_no_relay_thread() {
+    for submit in [Submit::OnStart, Submit::PerRound] {
+        let engine = caller_engine(submit);
+        let (mut stream, mut peer) = stream_from_a_dropped_runtime(&engine);
+        common::wait_until("the relay thread ended", || !engine.relaying());
+        peer.write_all(b"late").unwrap();
+        let got = runtime().block_on(async {
+            let mut got = [0u8; 4];
+            let s = &mut stream;
+            tokio::time::timeout(GUARD, s.read_exact(&mut got))
+                .await
+                .expect("the read on the new runtime never ended")
+                .unwrap();
+            got
+        });
+        assert_eq!(&got, b"late", "{submit:?}");
+    }
+}
