@@ -957,6 +957,25 @@ fn relay_threads() -> usize {
         .count()
 }
 
+/// Relay threads that other tests of this binary may have running at the
+/// same moment (each relays one engine of its own, for a moment): the
+/// tests of kept streams keep 20 or more engines, so one relay thread per
+/// engine is far above it.
+const OTHER_RELAYS: usize = 4;
+
+/// Waits until no engine of `engines` is relayed (the event `relaying()`
+/// false on each), then until the process has no more relay threads
+/// than other tests may have (a relay thread lowers its flag just before
+/// it exits).
+fn relays_end<'a>(engines: impl Iterator<Item = &'a AsyncEngine> + Clone) {
+    common::wait_until("every kept stream's engine stopped being relayed", || {
+        engines.clone().all(|e| !e.relaying())
+    });
+    common::wait_until("the relay threads ended", || {
+        relay_threads() <= OTHER_RELAYS
+    });
+}
+
 /// Streams kept idle past the runtimes that made them (a receive armed
 /// in each runtime's ring, nobody waiting on it) keep no relay thread:
 /// the relay of each engine, started when its runtime went, ends once
@@ -966,14 +985,7 @@ fn relay_threads() -> usize {
 #[test]
 fn idle_kept_streams_keep_no_relay_thread_per_runtime_gone() {
     let mut kept: Vec<Kept> = (0..IDLE_RUNTIMES).map(|_| idle_kept_stream()).collect();
-    common::wait_until("every relay thread of an idle kept stream ended", || {
-        kept.iter().all(|k| !k.engine.relaying())
-    });
-    // Process-wide (other tests of this binary may relay meanwhile).
-    eprintln!(
-        "{} relay threads with {IDLE_RUNTIMES} idle kept streams",
-        relay_threads()
-    );
+    relays_end(kept.iter().map(|k| &k.engine));
     let rt = runtime();
     for (i, k) in kept.iter_mut().enumerate() {
         k.peer.write_all(&[i as u8]).unwrap();
@@ -1170,4 +1182,202 @@ fn a_stream_whose_read_timed_out_keeps_no_relay_thread() {
         });
         assert_eq!(&got, b"late", "{submit:?}");
     }
+}
+
+/// Runtimes made and dropped in the tests of reads left pending.
+const PENDING_RUNTIMES: usize = 20;
+
+/// How a stream's trait read is left when its runtime goes, in
+/// [`a_read_left_pending_as_its_runtime_went_keeps_no_relay_thread`].
+#[derive(Clone, Copy, Debug)]
+enum LeftPending {
+    /// Polled once (`Pending`), its future dropped.
+    PolledOnce,
+    /// Through `timeout(Duration::ZERO, read)`, which polls it once.
+    ZeroTimeout,
+}
+
+/// On a current-thread runtime of its own, dropped at once after: a
+/// stream connected (on the runtime's default engine) to a std peer that
+/// has sent nothing, a trait read left as `left` says. Its receive is
+/// still queued, not yet in the kernel, when the runtime goes.
+fn kept_with_a_read_left_pending(left: LeftPending) -> Kept {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = runtime();
+    let (stream, peer, engine) = rt.block_on(async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let engine = AsyncEngine::current().unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let s = &mut stream;
+        let mut one = [0u8; 1];
+        match left {
+            LeftPending::PolledOnce => {
+                let mut read = std::pin::pin!(s.read(&mut one));
+                assert!(
+                    futures::poll!(read.as_mut()).is_pending(),
+                    "the read found bytes nobody sent"
+                );
+            }
+            LeftPending::ZeroTimeout => {
+                let read = tokio::time::timeout(Duration::ZERO, s.read(&mut one)).await;
+                assert!(read.is_err(), "the read found bytes nobody sent");
+            }
+        }
+        (stream, peer, engine)
+    });
+    drop(rt);
+    Kept {
+        stream,
+        peer,
+        engine,
+    }
+}
+
+/// A trait read polled once, its future dropped and its runtime dropped
+/// at once, leaves its receive queued, with no task waiting on it: no
+/// relay thread drives it (once submitted by one, a multishot receive
+/// stays in the kernel for as long as the peer may send, and that
+/// thread with it). The peer's next byte is then read on a new runtime.
+#[test]
+fn a_read_left_pending_as_its_runtime_went_keeps_no_relay_thread() {
+    for left in [LeftPending::PolledOnce, LeftPending::ZeroTimeout] {
+        let mut kept: Vec<Kept> = (0..PENDING_RUNTIMES)
+            .map(|_| kept_with_a_read_left_pending(left))
+            .collect();
+        relays_end(kept.iter().map(|k| &k.engine));
+        let rt = runtime();
+        for (i, k) in kept.iter_mut().enumerate() {
+            k.peer.write_all(&[i as u8]).unwrap();
+            let s = &mut k.stream;
+            let got = rt.block_on(async {
+                let mut one = [0u8; 1];
+                tokio::time::timeout(GUARD, s.read_exact(&mut one))
+                    .await
+                    .expect("a kept stream's read on the new runtime never ended")
+                    .unwrap();
+                one[0]
+            });
+            assert_eq!(got, i as u8, "{left:?}, stream {i}");
+        }
+    }
+}
+
+/// A receive stream polled once (`Pending`) and kept when its runtime
+/// goes keeps no relay thread either, and yields what the peer sends
+/// next on a new runtime.
+#[test]
+fn a_receive_stream_left_pending_as_its_runtime_went_keeps_no_relay_thread() {
+    use futures::StreamExt;
+    let mut runtimes = Vec::new();
+    let mut made = Vec::new();
+    for _ in 0..PENDING_RUNTIMES {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let rt = runtime();
+        made.push(rt.block_on(async {
+            let stream = TcpStream::connect(addr).await.unwrap();
+            let (peer, _) = listener.accept().unwrap();
+            (stream, peer, AsyncEngine::current().unwrap())
+        }));
+        runtimes.push(rt);
+    }
+    let mut receives: Vec<_> = made
+        .iter()
+        .map(|(s, ..)| Box::pin(s.recv_stream()))
+        .collect();
+    for (rt, rs) in runtimes.iter().zip(&mut receives) {
+        rt.block_on(async {
+            assert!(
+                futures::poll!(rs.next()).is_pending(),
+                "the receive found bytes nobody sent"
+            );
+        });
+    }
+    drop(runtimes);
+    relays_end(made.iter().map(|(_, _, e)| e));
+    let rt = runtime();
+    for (i, ((_, peer, _), rs)) in made.iter().zip(&mut receives).enumerate() {
+        (&*peer).write_all(&[i as u8]).unwrap();
+        let got = rt.block_on(async {
+            tokio::time::timeout(GUARD, rs.next())
+                .await
+                .expect("a kept receive stream on the new runtime never yielded")
+                .expect("the receive stream ended")
+                .unwrap()
+        });
+        assert_eq!(&got[..], &[i as u8], "stream {i}");
+    }
+}
+
+/// A write the kernel holds (to a peer that does not read) when its
+/// runtime goes, its future dropped by a timeout, keeps the engine's
+/// relay thread until the kernel completes it, so that its bytes go out
+/// with no runtime, as a dropped stream's do; once the peer reads them
+/// the relay ends, and the stream writes on a new runtime.
+#[test]
+fn a_write_held_by_the_kernel_keeps_the_relay_until_the_peer_reads() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = runtime();
+    let (mut stream, mut peer, engine) = rt.block_on(async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let engine = AsyncEngine::current().unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let data = vec![7u8; 1 << 20];
+        let s = &mut stream;
+        let mut written = 0;
+        loop {
+            match tokio::time::timeout(Duration::from_millis(20), s.write(&data)).await {
+                Ok(n) => written += n.unwrap(),
+                Err(_) => break,
+            }
+            assert!(written < 1 << 30, "a peer that does not read took 1 GiB");
+        }
+        (stream, peer, engine)
+    });
+    drop(rt);
+    peer.set_nonblocking(true).unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    // Reads what the peer has, keeping its last three bytes in `tail`.
+    let mut tail = Vec::new();
+    let mut drain = |peer: &mut std::net::TcpStream, tail: &mut Vec<u8>| loop {
+        match peer.read(&mut sink) {
+            Ok(0) => panic!("the stream closed"),
+            Ok(n) => {
+                tail.extend_from_slice(&sink[n.saturating_sub(3)..n]);
+                let extra = tail.len().saturating_sub(3);
+                tail.drain(..extra);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    common::wait_until("the relay ended once the peer read", || {
+        drain(&mut peer, &mut tail);
+        !engine.relaying()
+    });
+    runtime().block_on(async {
+        let s = &mut stream;
+        tokio::time::timeout(GUARD, async {
+            // The held write, its future dropped, is reported by the next
+            // write: every byte of it went (the kernel completed it).
+            if let Err(e) = s.write(b"end").await {
+                let dropped = blockio::net::WriteDropped::of(&e);
+                assert!(
+                    dropped.is_some_and(|d| d.sent == d.len),
+                    "the held write did not go out whole: {e}"
+                );
+                s.write_all(b"end").await?;
+            }
+            s.flush().await
+        })
+        .await
+        .expect("a write on the new runtime never ended")
+        .unwrap();
+    });
+    common::wait_until("the new runtime's bytes reached the peer", || {
+        drain(&mut peer, &mut tail);
+        tail.ends_with(b"end")
+    });
 }

@@ -68,11 +68,6 @@ struct Book {
     /// Covers the task that found the old driver still counted just before
     /// it went, and started its operation after the waiters were woken.
     orphaned: bool,
-    /// The targets of the requests queued when a relay thread's turn
-    /// began ([`CallerRing::relay_turn`]), which that thread submitted:
-    /// those still in flight keep it ([`CallerRing::awaited`]).
-    #[cfg(feature = "tokio")]
-    relayed: Vec<std::sync::Weak<dyn Complete>>,
 }
 
 impl Book {
@@ -130,8 +125,6 @@ impl RingCore {
                 cancels: Vec::new(),
                 driving_task: None,
                 orphaned: false,
-                #[cfg(feature = "tokio")]
-                relayed: Vec::new(),
             }),
         })
     }
@@ -360,59 +353,27 @@ impl CallerRing {
         resume(panic);
     }
 
-    /// Whether requests wait to be pushed, or an operation in flight is
-    /// [awaited](Complete::awaited) or was submitted by a relay thread
-    /// (whose exit would have the kernel cancel it, see
-    /// [`relay_turn`](Self::relay_turn)): what a relay thread must drive
-    /// to its end. The targets are asked with the ring unlocked (each
-    /// takes a lock of its own).
+    /// Whether a cancel waits to be pushed, or a request queued or an
+    /// operation in flight is [awaited](Complete::awaited): what a relay
+    /// thread must drive to its end. A receive kept armed with no task
+    /// waiting on it is neither, queued or in flight, even one the relay
+    /// thread submitted (which the kernel cancels when that thread exits:
+    /// the stream's next read arms it again, see `net::read_side`). The
+    /// targets are asked with the ring unlocked (each takes a lock of its
+    /// own).
     #[cfg(feature = "tokio")]
     pub(crate) fn awaited(&self) -> bool {
-        let (targets, relayed) = {
-            let mut book = self.core.lock();
-            if book.queued() {
+        let targets = {
+            let book = self.core.lock();
+            if !book.cancels.is_empty() {
                 return true;
             }
-            if book.ops.count == 0 {
-                book.relayed.clear();
+            if book.ops.count == 0 && book.ops.backlog.is_empty() {
                 return false;
             }
-            (book.ops.targets(), std::mem::take(&mut book.relayed))
+            book.ops.targets()
         };
-        // The relay's requests still in flight (a `Weak` keeps its target's
-        // allocation, so no other target has its address).
-        let in_flight = |w: &std::sync::Weak<dyn Complete>| {
-            let at = w.as_ptr() as *const ();
-            targets
-                .iter()
-                .any(|t| std::ptr::eq(Arc::as_ptr(t) as *const (), at))
-        };
-        let relayed: Vec<_> = relayed.into_iter().filter(in_flight).collect();
-        let submitted = !relayed.is_empty();
-        self.core.lock().relayed.extend(relayed);
-        submitted || targets.iter().any(|t| t.awaited())
-    }
-
-    /// [`turn`](Self::turn) made by a relay thread. The requests queued
-    /// now are submitted by that thread, and the kernel cancels a thread's
-    /// waiting operations when it exits: their targets are noted, and the
-    /// relay thread stays until they complete ([`awaited`](Self::awaited)).
-    /// (A request queued during the turn is a dropped stream's send,
-    /// which keeps the relay until its stream is done anyway, or one that
-    /// a task refused off tokio never starts.)
-    #[cfg(feature = "tokio")]
-    pub(crate) fn relay_turn(&self, driving_task: &Waker) {
-        {
-            let mut book = self.core.lock();
-            let queued: Vec<_> = book
-                .ops
-                .backlog
-                .iter()
-                .map(|r| Arc::downgrade(&r.done))
-                .collect();
-            book.relayed.extend(queued);
-        }
-        self.turn(Some(driving_task));
+        targets.iter().any(|t| t.awaited())
     }
 
     /// Cancels `target` in the kernel, now; if the queue is full, the

@@ -126,17 +126,6 @@ impl Driver {
         }
     }
 
-    /// A relay thread's turn of a caller-driven ring
-    /// ([`CallerRing::relay_turn`]); the other drivers have nothing to do
-    /// here.
-    #[cfg(feature = "tokio")]
-    pub(crate) fn relay_turn(&self, driving_task: &Waker) {
-        match self {
-            Driver::Caller(r) => r.relay_turn(driving_task),
-            Driver::Thread(_) | Driver::Pool(_) => {}
-        }
-    }
-
     /// A caller-driven ring whose driving task is gone wakes the tasks
     /// of its operations ([`CallerRing::wake_waiters`]); the other drivers
     /// complete operations on their own threads.

@@ -17,12 +17,12 @@
 //! complete without such a task: the bytes dropped streams still have
 //! queued, and operations a task waits for (on an executor that cannot
 //! drive the engine). A receive kept armed for a stream's next read with
-//! no task waiting on it is not such work: what it posts waits in the
-//! ring until that read, whose task has the engine driven again. So
-//! streams kept idle past their runtimes keep no thread (300 runtimes
-//! made and dropped, each keeping one such stream, left 0 relay threads,
-//! not 300), and the relay thread of an engine exits once its dropped
-//! streams' queues are sent.
+//! no task waiting on it is not such work, whether queued or in the
+//! kernel: what it posts waits in the ring until that read, whose task
+//! has the engine driven again. So streams kept idle past their runtimes
+//! keep no thread, and the relay thread of an engine exits once its
+//! dropped streams' queues are sent and the operations tasks wait for
+//! (a write the kernel holds included) have completed.
 
 use std::future::poll_fn;
 use std::io;
@@ -310,9 +310,10 @@ pub fn drive_on_tokio(
 /// own drives the engine until no dropped stream has bytes queued and no
 /// request is queued or operation in flight that must complete (see
 /// [`Complete::awaited`](super::request::Complete::awaited): a receive
-/// kept armed with no task waiting on it need not, unless the relay
-/// thread submitted it: the kernel cancels a thread's waiting operations
-/// when the thread exits), or a `drive_on_tokio` task drives it again. Operations in flight when the
+/// kept armed with no task waiting on it need not, queued or in flight;
+/// one the relay thread submitted is cancelled by the kernel when the
+/// thread exits, and the stream's next read arms it again), or a
+/// `drive_on_tokio` task drives it again. Operations in flight when the
 /// last driving task went complete so (a task awaiting one on another
 /// executor gets its result, not a hang; one the kernel cancelled, as it
 /// does a thread's waiting operations when the thread exits, is then
@@ -351,7 +352,7 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
             // An error of tokio's reactor leaves the queues to their
             // linger, as with no relay.
             if let Ok(watched) = watch(&relayed) {
-                let _ = rt.block_on(drive_while(watched, relayed.downgrade(), true, stop));
+                let _ = rt.block_on(drive_while(watched, relayed.downgrade(), stop));
             }
         }
         let drivers = relayed.tokio_drivers();
@@ -494,7 +495,7 @@ async fn drive_counted(mut hold: Hold) -> io::Result<()> {
     };
     let _live = Live::new(&engine);
     drop(engine);
-    drive_while(watched, weak, false, |_| false).await
+    drive_while(watched, weak, |_| false).await
 }
 
 /// A `drive_on_tokio` task that is driving, counted in
@@ -521,13 +522,10 @@ impl Drop for Live {
 
 /// Drives `engine`, whose ring `watched` is, until `stop` says so (asked
 /// each time the task is polled, with its context) or the engine is gone
-/// (its ring, when it drops, wakes the task that drove it last). `relay`:
-/// the task is a relay thread's, whose turns count what they submit
-/// ([`Driver::relay_turn`](super::driver::Driver::relay_turn)).
+/// (its ring, when it drops, wakes the task that drove it last).
 async fn drive_while(
     watched: AsyncFd<RingFd>,
     engine: WeakEngine,
-    relay: bool,
     mut stop: impl FnMut(&mut std::task::Context<'_>) -> bool,
 ) -> io::Result<()> {
     poll_fn(|cx| loop {
@@ -535,7 +533,6 @@ async fn drive_while(
             return Poll::Ready(Ok(()));
         }
         match engine.upgrade() {
-            Some(engine) if relay => engine.driver().relay_turn(cx.waker()),
             Some(engine) => {
                 let _ = engine.poll_drive(cx);
             }
