@@ -1381,3 +1381,30 @@ fn a_write_held_by_the_kernel_keeps_the_relay_until_the_peer_reads() {
         tail.ends_with(b"end")
     });
 }
+
+/// Idle kept streams dropped once their runtimes are gone, no bytes
+/// queued: their peers see them closed. The receive each kept armed is
+/// cancelled as it drops, and the relay thread reaps that cancel's end,
+/// which lets go of the socket; then it ends.
+#[test]
+fn an_idle_kept_stream_dropped_after_its_runtime_closes_its_socket() {
+    let kept: Vec<Kept> = (0..PENDING_RUNTIMES).map(|_| idle_kept_stream()).collect();
+    relays_end(kept.iter().map(|k| &k.engine));
+    let mut rest = Vec::new();
+    for k in kept {
+        let Kept {
+            stream,
+            peer,
+            engine,
+        } = k;
+        drop(stream);
+        rest.push((peer, engine));
+    }
+    for (i, (peer, _)) in rest.iter_mut().enumerate() {
+        peer.set_read_timeout(Some(GUARD)).unwrap();
+        let mut one = [0u8; 1];
+        let got = peer.read(&mut one).map_err(|e| e.kind());
+        assert_eq!(got, Ok(0), "stream {i}: its peer did not see it closed");
+    }
+    relays_end(rest.iter().map(|(_, e)| e));
+}
