@@ -1408,3 +1408,79 @@ fn an_idle_kept_stream_dropped_after_its_runtime_closes_its_socket() {
     }
     relays_end(rest.iter().map(|(_, e)| e));
 }
+
+/// A read a task on a second runtime waits on, its stream made (and its
+/// kept receive armed) on a first runtime that then goes, completes when
+/// the peer sends after that: the first runtime's going hands the read
+/// over to the second runtime, which drives the engine from then on. Once
+/// with the first runtime's thread gone too, once with it still there.
+#[test]
+fn a_read_waiting_on_another_runtime_completes_after_the_first_goes() {
+    for exits in [true, false] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (made_tx, made_rx) = std::sync::mpsc::channel();
+        let (polled_tx, polled_rx) = std::sync::mpsc::channel::<()>();
+        let (dropped_tx, dropped_rx) = std::sync::mpsc::channel::<()>();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let mut first = Some(std::thread::spawn(move || {
+            let rt = runtime();
+            let (mut stream, mut peer) = rt.block_on(async {
+                let stream = TcpStream::connect(addr).await.unwrap();
+                (stream, listener.accept().unwrap().0)
+            });
+            // A first read arms the stream's kept receive on this runtime.
+            peer.write_all(b"0").unwrap();
+            rt.block_on(async {
+                let mut one = [0u8; 1];
+                let s = &mut stream;
+                tokio::time::timeout(GUARD, s.read_exact(&mut one))
+                    .await
+                    .expect("the first read never ended")
+                    .unwrap();
+            });
+            made_tx.send((stream, peer)).unwrap();
+            // Running (its driver too) while the second runtime's read
+            // starts waiting.
+            rt.block_on(async {
+                while polled_rx.try_recv().is_err() {
+                    tokio::task::yield_now().await;
+                }
+            });
+            drop(rt);
+            dropped_tx.send(()).unwrap();
+            if !exits {
+                let _ = end_rx.recv();
+            }
+        }));
+        let (mut stream, mut peer) = made_rx.recv().unwrap();
+        let (read_tx, read_rx) = std::sync::mpsc::channel();
+        let second = std::thread::spawn(move || {
+            let got = runtime().block_on(async {
+                let mut got = [0u8; 4];
+                let s = &mut stream;
+                let mut read = std::pin::pin!(s.read(&mut got));
+                assert!(futures::poll!(read.as_mut()).is_pending());
+                polled_tx.send(()).unwrap();
+                let n = read.await.unwrap();
+                got[..n].to_vec()
+            });
+            let _ = read_tx.send(got);
+        });
+        dropped_rx.recv().unwrap();
+        if exits {
+            first.take().unwrap().join().unwrap();
+        }
+        peer.write_all(b"wxyz").unwrap();
+        let got = read_rx
+            .recv_timeout(GUARD)
+            .unwrap_or_else(|_| panic!("the read never ended (first thread exits: {exits})"));
+        assert!(!got.is_empty() && b"wxyz".starts_with(&got), "{got:?}");
+        drop(end_tx);
+        drop(peer);
+        second.join().unwrap();
+        if let Some(first) = first {
+            first.join().unwrap();
+        }
+    }
+}
