@@ -900,3 +900,602 @@ fn a_lone_accept_on_no_tokio_runtime_gets_an_error_not_a_hang() {
     assert_eq!(err.kind(), std::io::ErrorKind::Other);
     assert!(err.to_string().contains("is gone"), "unclear error: {err}");
 }
+
+/// Runtimes made and dropped in the tests of idle kept streams.
+const IDLE_RUNTIMES: usize = 50;
+
+/// A stream kept past the current-thread runtime that made it, on that
+/// runtime's default engine, and what goes with it.
+struct Kept {
+    stream: TcpStream,
+    peer: std::net::TcpStream,
+    engine: AsyncEngine,
+}
+
+/// On a current-thread runtime of its own, dropped once done: a stream
+/// connected (on the runtime's default engine) to a std peer, read once
+/// through the I/O traits while the peer had sent nothing (so that its
+/// receive is armed in the ring and stays armed, kept for the next read,
+/// with no task waiting on it when the runtime goes), then fed one byte.
+fn idle_kept_stream() -> Kept {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = runtime();
+    let (stream, peer, engine) = rt.block_on(async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let engine = AsyncEngine::current().unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let s = &mut stream;
+        let mut one = [0u8; 1];
+        let mut read = std::pin::pin!(s.read(&mut one));
+        assert!(
+            futures::poll!(read.as_mut()).is_pending(),
+            "the read found bytes nobody sent"
+        );
+        peer.write_all(b"a").unwrap();
+        let n = tokio::time::timeout(GUARD, read)
+            .await
+            .expect("the first read never ended")
+            .unwrap();
+        assert_eq!((n, one), (1, *b"a"));
+        (stream, peer, engine)
+    });
+    drop(rt);
+    Kept {
+        stream,
+        peer,
+        engine,
+    }
+}
+
+/// How many threads of this process are relay threads.
+fn relay_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "blockio-relay")
+        .count()
+}
+
+/// Relay threads that other tests of this binary may have running at the
+/// same moment (each relays one engine of its own, for a moment): the
+/// tests of kept streams keep 20 or more engines, so one relay thread per
+/// engine is far above it.
+const OTHER_RELAYS: usize = 4;
+
+/// Waits until no engine of `engines` is relayed (the event `relaying()`
+/// false on each), then until the process has no more relay threads
+/// than other tests may have (a relay thread lowers its flag just before
+/// it exits).
+fn relays_end<'a>(engines: impl Iterator<Item = &'a AsyncEngine> + Clone) {
+    common::wait_until("every kept stream's engine stopped being relayed", || {
+        engines.clone().all(|e| !e.relaying())
+    });
+    common::wait_until("the relay threads ended", || {
+        relay_threads() <= OTHER_RELAYS
+    });
+}
+
+/// Streams kept idle past the runtimes that made them (a receive armed
+/// in each runtime's ring, nobody waiting on it) keep no relay thread:
+/// the relay of each engine, started when its runtime went, ends once
+/// nothing that must complete is left, rather than one thread per
+/// runtime for as long as the streams live. Every stream then still
+/// reads and writes from a new runtime.
+#[test]
+fn idle_kept_streams_keep_no_relay_thread_per_runtime_gone() {
+    let mut kept: Vec<Kept> = (0..IDLE_RUNTIMES).map(|_| idle_kept_stream()).collect();
+    relays_end(kept.iter().map(|k| &k.engine));
+    let rt = runtime();
+    for (i, k) in kept.iter_mut().enumerate() {
+        k.peer.write_all(&[i as u8]).unwrap();
+        let s = &mut k.stream;
+        let got = rt.block_on(async {
+            let mut one = [0u8; 1];
+            tokio::time::timeout(GUARD, s.read_exact(&mut one))
+                .await
+                .expect("a kept stream's read on the new runtime never ended")
+                .unwrap();
+            tokio::time::timeout(GUARD, s.write_all(b"b"))
+                .await
+                .expect("a kept stream's write on the new runtime never ended")
+                .unwrap();
+            one[0]
+        });
+        assert_eq!(got, i as u8, "stream {i}");
+        let mut back = [0u8; 1];
+        k.peer.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"b", "stream {i}");
+    }
+}
+
+/// The bytes `i` of the peer's stream in [`bytes_sent_while_no_runtime_existed_arrive_in_order`].
+fn nth_byte(i: usize) -> u8 {
+    (i % 253) as u8
+}
+
+/// A peer writes to idle kept streams, in several writes, while no
+/// runtime exists (the first before anything reads; in all more than
+/// the engine's receive buffers and the socket hold, so that the rest
+/// comes once a read takes some): a new runtime reads every byte, in
+/// order. On no tokio runtime
+/// (`futures::executor::block_on`) a read is refused with the error
+/// saying the engine's runtime is gone (the thread pool, which needs no
+/// driving, serves it), and takes no byte: the new runtime still reads
+/// them all, in order.
+#[test]
+fn bytes_sent_while_no_runtime_existed_arrive_in_order() {
+    const LEN: usize = 4 << 20;
+    const STREAMS: usize = 3;
+    let mut kept: Vec<Kept> = (0..STREAMS).map(|_| idle_kept_stream()).collect();
+    let (first_tx, first_rx) = std::sync::mpsc::channel();
+    let writers: Vec<_> = kept
+        .iter()
+        .map(|k| {
+            let mut peer = k.peer.try_clone().unwrap();
+            let first_tx = first_tx.clone();
+            std::thread::spawn(move || {
+                let data: Vec<u8> = (0..LEN).map(nth_byte).collect();
+                for (i, chunk) in data.chunks(64 << 10).enumerate() {
+                    peer.write_all(chunk).unwrap();
+                    if i == 0 {
+                        first_tx.send(()).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for _ in 0..STREAMS {
+        first_rx
+            .recv_timeout(GUARD)
+            .expect("a peer's first write never returned");
+    }
+    let mut at = vec![0usize; STREAMS];
+    for (k, at) in kept.iter_mut().zip(&mut at) {
+        let threads = k.engine.poll_fd().is_none();
+        let s = &mut k.stream;
+        let read = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    futures::executor::block_on(async {
+                        let mut buf = [0u8; 1000];
+                        s.read(&mut buf).await.map(|n| buf[..n].to_vec())
+                    })
+                })
+                .join()
+                .unwrap()
+        });
+        if threads {
+            let got = read.expect("a read on no tokio runtime on the thread pool");
+            assert!(!got.is_empty());
+            let wrong = got.iter().enumerate().find(|&(i, &b)| b != nth_byte(i));
+            assert_eq!(wrong, None, "a wrong byte read off tokio");
+            *at = got.len();
+        } else {
+            let err = read.expect_err("a read on no runtime driving the engine");
+            assert!(err.to_string().contains("is gone"), "unclear error: {err}");
+        }
+    }
+    let rt = runtime();
+    for (i, (k, at)) in kept.iter_mut().zip(at).enumerate() {
+        let s = &mut k.stream;
+        let mut got = vec![0u8; LEN - at];
+        rt.block_on(async {
+            tokio::time::timeout(GUARD, s.read_exact(&mut got))
+                .await
+                .expect("a kept stream's read on the new runtime never ended")
+                .unwrap();
+        });
+        let wrong = (0..got.len()).find(|&j| got[j] != nth_byte(at + j));
+        assert_eq!(wrong, None, "stream {i}: a wrong byte after {at} read");
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+}
+
+/// A stream dropped with bytes queued after its runtime went, on an
+/// engine that also has an idle kept stream: every byte reaches the peer
+/// (the relay drives the engine while they are sent), then the relay
+/// ends though the idle stream's receive is still armed, and that
+/// stream still works on a new runtime.
+#[test]
+fn a_dropped_streams_queued_bytes_are_sent_then_the_relay_ends() {
+    const LEN: usize = 8 << 20;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = runtime();
+    let (idle, mut idle_peer, engine, mut writing_peer) = rt.block_on(async {
+        let engine = AsyncEngine::current().unwrap();
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        let (mut idle_peer, _) = listener.accept().unwrap();
+        let s = &mut idle;
+        let mut one = [0u8; 1];
+        let mut read = std::pin::pin!(s.read(&mut one));
+        assert!(futures::poll!(read.as_mut()).is_pending());
+        idle_peer.write_all(b"a").unwrap();
+        tokio::time::timeout(GUARD, read)
+            .await
+            .expect("the first read never ended")
+            .unwrap();
+        let mut writing = TcpStream::connect(addr).await.unwrap();
+        let (writing_peer, _) = listener.accept().unwrap();
+        // More than the socket buffers hold while the peer does not read:
+        // most of it is still queued when the stream is dropped.
+        let data: Vec<u8> = (0..LEN).map(nth_byte).collect();
+        let w = &mut writing;
+        let mut at = 0;
+        while at < LEN {
+            match tokio::time::timeout(Duration::from_millis(50), w.write(&data[at..])).await {
+                Ok(n) => at += n.unwrap(),
+                Err(_) => break,
+            }
+        }
+        assert!(at > 0);
+        drop(writing);
+        (idle, idle_peer, engine, writing_peer)
+    });
+    drop(rt);
+    writing_peer.set_read_timeout(Some(GUARD)).unwrap();
+    let mut got = Vec::new();
+    let res = writing_peer.read_to_end(&mut got).map_err(|e| e.kind());
+    assert_eq!(res, Ok(got.len()), "an error after {} bytes", got.len());
+    assert!(got.len() >= 1 << 20, "only {} bytes arrived", got.len());
+    let wrong = (0..got.len()).find(|&i| got[i] != nth_byte(i));
+    assert_eq!(wrong, None, "a wrong byte");
+    common::wait_until("the relay ended once the queue was sent", || {
+        !engine.relaying()
+    });
+    idle_peer.write_all(b"z").unwrap();
+    let mut idle = idle;
+    let one = runtime().block_on(async {
+        let mut one = [0u8; 1];
+        let s = &mut idle;
+        tokio::time::timeout(GUARD, s.read_exact(&mut one))
+            .await
+            .expect("the idle stream's read on a new runtime never ended")
+            .unwrap();
+        one
+    });
+    assert_eq!(&one, b"z");
+}
+
+/// A stream whose read timed out (its future dropped while it waited,
+/// its task's waker left with the receive) when its runtime went keeps no
+/// relay thread either: the driver's going takes that waker, whose task
+/// never polls again. The stream then reads on a new runtime.
+#[test]
+fn a_stream_whose_read_timed_out_keeps_no_relay_thread() {
+    for submit in [Submit::OnStart, Submit::PerRound] {
+        let engine = caller_engine(submit);
+        let (mut stream, mut peer) = stream_from_a_dropped_runtime(&engine);
+        common::wait_until("the relay thread ended", || !engine.relaying());
+        peer.write_all(b"late").unwrap();
+        let got = runtime().block_on(async {
+            let mut got = [0u8; 4];
+            let s = &mut stream;
+            tokio::time::timeout(GUARD, s.read_exact(&mut got))
+                .await
+                .expect("the read on the new runtime never ended")
+                .unwrap();
+            got
+        });
+        assert_eq!(&got, b"late", "{submit:?}");
+    }
+}
+
+/// Runtimes made and dropped in the tests of reads left pending.
+const PENDING_RUNTIMES: usize = 20;
+
+/// How a stream's trait read is left when its runtime goes, in
+/// [`a_read_left_pending_as_its_runtime_went_keeps_no_relay_thread`].
+#[derive(Clone, Copy, Debug)]
+enum LeftPending {
+    /// Polled once (`Pending`), its future dropped.
+    PolledOnce,
+    /// Through `timeout(Duration::ZERO, read)`, which polls it once.
+    ZeroTimeout,
+}
+
+/// On a current-thread runtime of its own, dropped at once after: a
+/// stream connected (on the runtime's default engine) to a std peer that
+/// has sent nothing, a trait read left as `left` says. Its receive is
+/// still queued, not yet in the kernel, when the runtime goes.
+fn kept_with_a_read_left_pending(left: LeftPending) -> Kept {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = runtime();
+    let (stream, peer, engine) = rt.block_on(async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let engine = AsyncEngine::current().unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let s = &mut stream;
+        let mut one = [0u8; 1];
+        match left {
+            LeftPending::PolledOnce => {
+                let mut read = std::pin::pin!(s.read(&mut one));
+                assert!(
+                    futures::poll!(read.as_mut()).is_pending(),
+                    "the read found bytes nobody sent"
+                );
+            }
+            LeftPending::ZeroTimeout => {
+                let read = tokio::time::timeout(Duration::ZERO, s.read(&mut one)).await;
+                assert!(read.is_err(), "the read found bytes nobody sent");
+            }
+        }
+        (stream, peer, engine)
+    });
+    drop(rt);
+    Kept {
+        stream,
+        peer,
+        engine,
+    }
+}
+
+/// A trait read polled once, its future dropped and its runtime dropped
+/// at once, leaves its receive queued, with no task waiting on it: no
+/// relay thread drives it (once submitted by one, a multishot receive
+/// stays in the kernel for as long as the peer may send, and that
+/// thread with it). The peer's next byte is then read on a new runtime.
+#[test]
+fn a_read_left_pending_as_its_runtime_went_keeps_no_relay_thread() {
+    for left in [LeftPending::PolledOnce, LeftPending::ZeroTimeout] {
+        let mut kept: Vec<Kept> = (0..PENDING_RUNTIMES)
+            .map(|_| kept_with_a_read_left_pending(left))
+            .collect();
+        relays_end(kept.iter().map(|k| &k.engine));
+        let rt = runtime();
+        for (i, k) in kept.iter_mut().enumerate() {
+            k.peer.write_all(&[i as u8]).unwrap();
+            let s = &mut k.stream;
+            let got = rt.block_on(async {
+                let mut one = [0u8; 1];
+                tokio::time::timeout(GUARD, s.read_exact(&mut one))
+                    .await
+                    .expect("a kept stream's read on the new runtime never ended")
+                    .unwrap();
+                one[0]
+            });
+            assert_eq!(got, i as u8, "{left:?}, stream {i}");
+        }
+    }
+}
+
+/// A receive stream polled once (`Pending`) and kept when its runtime
+/// goes keeps no relay thread either, and yields what the peer sends
+/// next on a new runtime.
+#[test]
+fn a_receive_stream_left_pending_as_its_runtime_went_keeps_no_relay_thread() {
+    use futures::StreamExt;
+    let mut runtimes = Vec::new();
+    let mut made = Vec::new();
+    for _ in 0..PENDING_RUNTIMES {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let rt = runtime();
+        made.push(rt.block_on(async {
+            let stream = TcpStream::connect(addr).await.unwrap();
+            let (peer, _) = listener.accept().unwrap();
+            (stream, peer, AsyncEngine::current().unwrap())
+        }));
+        runtimes.push(rt);
+    }
+    let mut receives: Vec<_> = made
+        .iter()
+        .map(|(s, ..)| Box::pin(s.recv_stream()))
+        .collect();
+    for (rt, rs) in runtimes.iter().zip(&mut receives) {
+        rt.block_on(async {
+            assert!(
+                futures::poll!(rs.next()).is_pending(),
+                "the receive found bytes nobody sent"
+            );
+        });
+    }
+    drop(runtimes);
+    relays_end(made.iter().map(|(_, _, e)| e));
+    let rt = runtime();
+    for (i, ((_, peer, _), rs)) in made.iter().zip(&mut receives).enumerate() {
+        (&*peer).write_all(&[i as u8]).unwrap();
+        let got = rt.block_on(async {
+            tokio::time::timeout(GUARD, rs.next())
+                .await
+                .expect("a kept receive stream on the new runtime never yielded")
+                .expect("the receive stream ended")
+                .unwrap()
+        });
+        assert_eq!(&got[..], &[i as u8], "stream {i}");
+    }
+}
+
+/// A write the kernel holds (to a peer that does not read) when its
+/// runtime goes, its future dropped by a timeout, keeps the engine's
+/// relay thread until the kernel completes it, so that its bytes go out
+/// with no runtime, as a dropped stream's do; once the peer reads them
+/// the relay ends, and the stream writes on a new runtime.
+#[test]
+fn a_write_held_by_the_kernel_keeps_the_relay_until_the_peer_reads() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = runtime();
+    let (mut stream, mut peer, engine) = rt.block_on(async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let engine = AsyncEngine::current().unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let data = vec![7u8; 1 << 20];
+        let s = &mut stream;
+        let mut written = 0;
+        loop {
+            match tokio::time::timeout(Duration::from_millis(20), s.write(&data)).await {
+                Ok(n) => written += n.unwrap(),
+                Err(_) => break,
+            }
+            assert!(written < 1 << 30, "a peer that does not read took 1 GiB");
+        }
+        (stream, peer, engine)
+    });
+    drop(rt);
+    // On io_uring the driver's going started the relay for the write the
+    // kernel holds (the thread pool's engine completes it on its own
+    // threads and never relays).
+    assert_eq!(
+        engine.relaying(),
+        engine.backend() == blockio::Backend::IoUring,
+        "a relay for a write the kernel holds only on io_uring"
+    );
+    peer.set_nonblocking(true).unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    // Reads what the peer has, keeping its last three bytes in `tail`.
+    let mut tail = Vec::new();
+    let mut drain = |peer: &mut std::net::TcpStream, tail: &mut Vec<u8>| loop {
+        match peer.read(&mut sink) {
+            Ok(0) => panic!("the stream closed"),
+            Ok(n) => {
+                tail.extend_from_slice(&sink[n.saturating_sub(3)..n]);
+                let extra = tail.len().saturating_sub(3);
+                tail.drain(..extra);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    common::wait_until("the relay ended once the peer read", || {
+        drain(&mut peer, &mut tail);
+        !engine.relaying()
+    });
+    runtime().block_on(async {
+        let s = &mut stream;
+        tokio::time::timeout(GUARD, async {
+            // The held write, its future dropped, is reported by the next
+            // write: every byte of it went (the kernel completed it).
+            if let Err(e) = s.write(b"end").await {
+                let dropped = blockio::net::WriteDropped::of(&e);
+                assert!(
+                    dropped.is_some_and(|d| d.sent == d.len),
+                    "the held write did not go out whole: {e}"
+                );
+                s.write_all(b"end").await?;
+            }
+            s.flush().await
+        })
+        .await
+        .expect("a write on the new runtime never ended")
+        .unwrap();
+    });
+    common::wait_until("the new runtime's bytes reached the peer", || {
+        drain(&mut peer, &mut tail);
+        tail.ends_with(b"end")
+    });
+}
+
+/// Idle kept streams dropped once their runtimes are gone, no bytes
+/// queued: their peers see them closed. The receive each kept armed is
+/// cancelled as it drops, and the relay thread reaps that cancel's end,
+/// which lets go of the socket; then it ends.
+#[test]
+fn an_idle_kept_stream_dropped_after_its_runtime_closes_its_socket() {
+    let kept: Vec<Kept> = (0..PENDING_RUNTIMES).map(|_| idle_kept_stream()).collect();
+    relays_end(kept.iter().map(|k| &k.engine));
+    let mut rest = Vec::new();
+    for k in kept {
+        let Kept {
+            stream,
+            peer,
+            engine,
+        } = k;
+        drop(stream);
+        rest.push((peer, engine));
+    }
+    for (i, (peer, _)) in rest.iter_mut().enumerate() {
+        peer.set_read_timeout(Some(GUARD)).unwrap();
+        let mut one = [0u8; 1];
+        // A blocking read with a timeout is not restarted after a signal
+        // or the ring's task work interrupts it: read again then.
+        let got = loop {
+            match peer.read(&mut one) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r.map_err(|e| e.kind()),
+            }
+        };
+        assert_eq!(got, Ok(0), "stream {i}: its peer did not see it closed");
+    }
+    relays_end(rest.iter().map(|(_, e)| e));
+}
+
+/// A read a task on a second runtime waits on, its stream made (and its
+/// kept receive armed) on a first runtime that then goes, completes when
+/// the peer sends after that: the first runtime's going hands the read
+/// over to the second runtime, which drives the engine from then on. Once
+/// with the first runtime's thread gone too, once with it still there.
+#[test]
+fn a_read_waiting_on_another_runtime_completes_after_the_first_goes() {
+    for exits in [true, false] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (made_tx, made_rx) = std::sync::mpsc::channel();
+        let (polled_tx, polled_rx) = std::sync::mpsc::channel::<()>();
+        let (dropped_tx, dropped_rx) = std::sync::mpsc::channel::<()>();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let mut first = Some(std::thread::spawn(move || {
+            let rt = runtime();
+            let (mut stream, mut peer) = rt.block_on(async {
+                let stream = TcpStream::connect(addr).await.unwrap();
+                (stream, listener.accept().unwrap().0)
+            });
+            // A first read arms the stream's kept receive on this runtime.
+            peer.write_all(b"0").unwrap();
+            rt.block_on(async {
+                let mut one = [0u8; 1];
+                let s = &mut stream;
+                tokio::time::timeout(GUARD, s.read_exact(&mut one))
+                    .await
+                    .expect("the first read never ended")
+                    .unwrap();
+            });
+            made_tx.send((stream, peer)).unwrap();
+            // Running (its driver too) while the second runtime's read
+            // starts waiting.
+            rt.block_on(async {
+                while polled_rx.try_recv().is_err() {
+                    tokio::task::yield_now().await;
+                }
+            });
+            drop(rt);
+            dropped_tx.send(()).unwrap();
+            if !exits {
+                let _ = end_rx.recv();
+            }
+        }));
+        let (mut stream, mut peer) = made_rx.recv().unwrap();
+        let (read_tx, read_rx) = std::sync::mpsc::channel();
+        let second = std::thread::spawn(move || {
+            let got = runtime().block_on(async {
+                let mut got = [0u8; 4];
+                let s = &mut stream;
+                let mut read = std::pin::pin!(s.read(&mut got));
+                assert!(futures::poll!(read.as_mut()).is_pending());
+                polled_tx.send(()).unwrap();
+                let n = read.await.unwrap();
+                got[..n].to_vec()
+            });
+            let _ = read_tx.send(got);
+        });
+        dropped_rx.recv().unwrap();
+        if exits {
+            first.take().unwrap().join().unwrap();
+        }
+        peer.write_all(b"wxyz").unwrap();
+        let got = read_rx
+            .recv_timeout(GUARD)
+            .unwrap_or_else(|_| panic!("the read never ended (first thread exits: {exits})"));
+        assert!(!got.is_empty() && b"wxyz".starts_with(&got), "{got:?}");
+        drop(end_tx);
+        drop(peer);
+        second.join().unwrap();
+        if let Some(first) = first {
+            first.join().unwrap();
+        }
+    }
+}

@@ -353,10 +353,27 @@ impl CallerRing {
         resume(panic);
     }
 
-    /// Whether operations are in flight or wait to be pushed.
+    /// Whether a cancel waits to be pushed, or a request queued or an
+    /// operation in flight is [awaited](Complete::awaited): what a relay
+    /// thread must drive to its end. A receive kept armed with no task
+    /// waiting on it is neither, queued or in flight, even one the relay
+    /// thread submitted (which the kernel cancels when that thread exits:
+    /// the stream's next read arms it again, see `net::read_side`). The
+    /// targets are asked with the ring unlocked (each takes a lock of its
+    /// own).
     #[cfg(feature = "tokio")]
-    pub(crate) fn busy(&self) -> bool {
-        self.core.busy()
+    pub(crate) fn awaited(&self) -> bool {
+        let targets = {
+            let book = self.core.lock();
+            if !book.cancels.is_empty() {
+                return true;
+            }
+            if book.ops.count == 0 && book.ops.backlog.is_empty() {
+                return false;
+            }
+            book.ops.targets()
+        };
+        targets.iter().any(|t| t.awaited())
     }
 
     /// Cancels `target` in the kernel, now; if the queue is full, the

@@ -95,12 +95,14 @@ impl Driver {
         }
     }
 
-    /// Whether a caller-driven ring has operations in flight or queued (the
-    /// other drivers complete theirs on their own threads: `false`).
+    /// Whether a caller-driven ring has requests queued or an operation in
+    /// flight that must complete ([`CallerRing::awaited`]; an idle kept
+    /// receive need not). The other drivers complete theirs on their own
+    /// threads: `false`.
     #[cfg(feature = "tokio")]
-    pub(crate) fn busy(&self) -> bool {
+    pub(crate) fn awaited(&self) -> bool {
         match self {
-            Driver::Caller(r) => r.busy(),
+            Driver::Caller(r) => r.awaited(),
             Driver::Thread(_) | Driver::Pool(_) => false,
         }
     }

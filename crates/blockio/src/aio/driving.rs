@@ -93,7 +93,10 @@ pub enum Driving {
     ///
     /// When the `drive_on_tokio` task is gone, the next task that uses the
     /// engine on a tokio runtime spawns a new one there; meanwhile a thread
-    /// of the engine's completes what is in flight. From no tokio runtime
+    /// of the engine's completes what tasks wait for and what dropped
+    /// streams still send, then exits (a receive kept armed for an idle
+    /// stream's next read, with no task waiting, keeps no thread: what it
+    /// receives waits for that read). From no tokio runtime
     /// (or one without I/O), an operation not yet in the kernel, and a
     /// stream read, write or flush, fails with an error of kind
     /// [`Other`](std::io::ErrorKind::Other) saying why; a read that was

@@ -955,6 +955,18 @@ impl AsyncEngine {
         &self.core.driver
     }
 
+    /// Whether a relay thread drives this engine now (its
+    /// `drive_on_tokio` task gone, with work left that must complete), for
+    /// tests.
+    #[doc(hidden)]
+    #[cfg(feature = "tokio")]
+    pub fn relaying(&self) -> bool {
+        self.core
+            .tokio_drivers
+            .relaying
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The `drive_on_tokio` tasks of this engine.
     #[cfg(feature = "tokio")]
     pub(crate) fn tokio_drivers(&self) -> &relay::TokioDrivers {
@@ -963,7 +975,8 @@ impl AsyncEngine {
 
     /// Starts the relay thread of a caller-driven engine that a
     /// `drive_on_tokio` task drove, that none drives now, and whose
-    /// dropped streams still have bytes queued (see [`Driving::Caller`]).
+    /// dropped streams still have bytes queued or whose operations must
+    /// complete (see [`Driving::Caller`]).
     #[cfg(feature = "tokio")]
     pub(crate) fn relay_if_undriven(&self) {
         tokio_drive::relay_if_undriven(self);

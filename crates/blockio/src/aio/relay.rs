@@ -1,6 +1,10 @@
 //! The bookkeeping of the tasks that drive a caller-driven engine on
 //! tokio ([`TokioDrivers`]), and of the dropped streams that still need
-//! driving ([`Lingering`]). Kept apart from the public [`Driving`]
+//! driving ([`Lingering`]). With no such task left, a relay thread drives
+//! the engine while a dropped stream lingers or an operation must
+//! complete (see `tokio_drive::relay_if_undriven`), and exits once none
+//! is left: streams merely kept, their receives armed with nobody
+//! waiting, keep no thread. Kept apart from the public [`Driving`]
 //! setting so that the setting's module, which the caller-driven ring
 //! uses, depends on nothing in `aio` (and so on no driver).
 //!

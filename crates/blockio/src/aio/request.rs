@@ -61,6 +61,18 @@ pub(crate) trait Complete: Send + Sync {
     /// `Admission::admit`). Called with no lock held.
     fn wake_waiters(&self) {}
 
+    /// Whether the operation must be completed even while no task drives
+    /// the engine: a task may wait for it (on an executor that cannot
+    /// drive the engine, it waits for the relay thread, see
+    /// `tokio_drive::relay_if_undriven`), or it must finish for its own
+    /// sake. False only for a receive kept armed with no task waiting on
+    /// it: what it posts waits in the ring for the next read, whose task
+    /// has the engine driven again (or is refused).
+    #[cfg(feature = "tokio")]
+    fn awaited(&self) -> bool {
+        true
+    }
+
     /// Keeps `hold` until the operation's completion has woken its task
     /// (a hold on tokio's paused clock, see `aio::paused_clock`); dropped
     /// at once by a target that wakes no task.

@@ -9,6 +9,20 @@
 //! descriptor's readiness is the completion queue's state, so the task
 //! reaps after clearing it and nothing is lost to a completion that races
 //! the clearing.
+//!
+//! When the runtime goes (or its driving task is aborted), the engine is
+//! driven again by the next task that uses it on a tokio runtime
+//! ([`ensure_driven`]). Meanwhile a relay thread (`blockio-relay`, a
+//! current-thread runtime of its own) drives it only while something must
+//! complete without such a task: the bytes dropped streams still have
+//! queued, and operations a task waits for (on an executor that cannot
+//! drive the engine). A receive kept armed for a stream's next read with
+//! no task waiting on it is not such work, whether queued or in the
+//! kernel: what it posts waits in the ring until that read, whose task
+//! has the engine driven again. So streams kept idle past their runtimes
+//! keep no thread, and the relay thread of an engine exits once its
+//! dropped streams' queues are sent and the operations tasks wait for
+//! (a write the kernel holds included) have completed.
 
 use std::future::poll_fn;
 use std::io;
@@ -294,16 +308,24 @@ pub fn drive_on_tokio(
 
 /// See [`AsyncEngine::relay_if_undriven`]: a thread with a runtime of its
 /// own drives the engine until no dropped stream has bytes queued and no
-/// operation is in flight, or a `drive_on_tokio` task drives it again.
-/// Operations in flight when the last driving task went complete so
-/// (a task awaiting one on another executor gets its result, not a hang;
-/// one the kernel cancelled, as it does a thread's waiting operations when
-/// the thread exits, is then refused as any new operation there is).
+/// request is queued or operation in flight that must complete (see
+/// [`Complete::awaited`](super::request::Complete::awaited): a receive
+/// kept armed with no task waiting on it need not, queued or in flight;
+/// one the relay thread submitted is cancelled by the kernel when the
+/// thread exits, and the stream's next read arms it again), or a
+/// `drive_on_tokio` task drives it again. Operations in flight when the
+/// last driving task went complete so (a task awaiting one on another
+/// executor gets its result, not a hang; one the kernel cancelled, as it
+/// does a thread's waiting operations when the thread exits, is then
+/// refused as any new operation there is). Called again when such a task
+/// parks on a kept receive after the driver went
+/// (`Sock::parked_undriven`), and by the relay thread as it exits, so
+/// that a task that starts waiting while the relay stops is still served.
 pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
     let drivers = engine.tokio_drivers();
     let undriven = drivers.ever.load(Ordering::Acquire)
         && drivers.running.load(Ordering::Acquire) == 0
-        && (drivers.lingering.load(Ordering::Acquire) > 0 || engine.driver().busy());
+        && (drivers.lingering.load(Ordering::Acquire) > 0 || engine.driver().awaited());
     if !undriven || drivers.relaying.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -324,7 +346,8 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
                 drivers.live.load(Ordering::Acquire) > 0
-                    || (drivers.lingering.load(Ordering::Acquire) == 0 && !relayed.driver().busy())
+                    || (drivers.lingering.load(Ordering::Acquire) == 0
+                        && !relayed.driver().awaited())
             };
             // An error of tokio's reactor leaves the queues to their
             // linger, as with no relay.

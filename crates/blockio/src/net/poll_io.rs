@@ -190,6 +190,15 @@ struct Registered {
     /// there: its waker is in `fd`, whose drop would forget it without a
     /// wake, so an operation of the other direction from another runtime
     /// does not move the registration then (see [`Reactor::on`]).
+    /// A trait read (write) whose future is dropped while it waits (a
+    /// `select!` whose other branch won) leaves its flag set: that future
+    /// is tokio's (`AsyncReadExt::read`), whose drop runs nothing of the
+    /// stream's, and the waker left in `fd` cannot tell a task that will
+    /// poll again from one that will not. The next poll of that direction
+    /// sets the flag anew; until then an operation of the other direction
+    /// from another runtime takes the path without the reactor (slower,
+    /// nothing lost), where clearing the flag on a guess could drop a
+    /// live task's waker unwoken.
     parked: [bool; 2],
 }
 
@@ -428,7 +437,9 @@ impl PollIo {
         if out.room() == 0 {
             return Poll::Ready(Ok(0));
         }
-        if let Err(e) = core.sock.admit() {
+        let admitted = core.sock.admit();
+        let undriven = admitted.is_err();
+        if let Err(e) = admitted {
             // A read that was waiting, its receive in the kernel, when the
             // last driving task went is completed by the relay thread,
             // which took the driving over: it goes on waiting, as an owned
@@ -464,6 +475,9 @@ impl PollIo {
             },
             Poll::Ready(_) => None,
         };
+        if undriven && read.is_pending() {
+            core.sock.parked_undriven();
+        }
         read
     }
 

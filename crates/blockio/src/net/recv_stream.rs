@@ -188,6 +188,10 @@ struct MultiState {
     armed: bool,
     /// Its cancel for the share has been sent.
     capped: bool,
+    /// Its keeper is gone (the stream dropped, or the receive stream
+    /// that armed it) and its cancel sent: its last completion must be
+    /// reaped, which lets go of the socket (see [`Multi::withdraw`]).
+    withdrawn: bool,
     /// The last receive ended for want of buffers.
     ran_out: bool,
     waker: Option<Waker>,
@@ -241,6 +245,20 @@ impl Complete for Multi {
         drop(hold);
     }
 
+    /// Only while a task waits on the receive (its waker is here), or
+    /// its keeper is gone and its cancelled receive's last completion is
+    /// still to come (reaping it closes a dropped stream's socket): an
+    /// idle one, armed for its stream's next read with nobody waiting,
+    /// needs no relay thread. A waker is taken by the completion that
+    /// wakes it and by [`wake_waiters`](Self::wake_waiters), which runs
+    /// when the last driving task goes: a task of the runtime that went
+    /// never polls again to put one back.
+    #[cfg(feature = "tokio")]
+    fn awaited(&self) -> bool {
+        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.waker.is_some() || (g.withdrawn && g.armed)
+    }
+
     fn wake_waiters(&self) {
         let waker = self
             .state
@@ -271,6 +289,21 @@ pub(super) enum Took {
 }
 
 impl Multi {
+    /// Cancels this receive in the kernel, on `engine`, its keeper gone;
+    /// an engine whose driving task is gone has its relay thread reap
+    /// the cancel's end, which lets go of the socket (the peer of a
+    /// dropped stream sees it closed).
+    fn withdraw(self: &Arc<Multi>, engine: &crate::aio::AsyncEngine) {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .withdrawn = true;
+        let weak = Arc::downgrade(self);
+        engine.driver().cancel(Cancel(weak));
+        #[cfg(feature = "tokio")]
+        engine.relay_if_undriven();
+    }
+
     /// The state of a receive on `core`'s socket into the engine's `ring`
     /// (not armed yet).
     /// `capped`: whether its receive is cancelled once the buffers queued
@@ -319,6 +352,7 @@ impl Multi {
         let replaced = {
             let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
             g.armed = true;
+            g.withdrawn = false;
             waker.and_then(|w| g.waker.replace(w.clone()))
         };
         drop(replaced);
@@ -624,6 +658,21 @@ impl<'a> RecvStream<'a> {
         // received, and a receive already armed (driven to its end by the
         // engine's relay thread), still arrive.
         let driven = self.core.sock.admit();
+        let undriven = driven.is_err();
+        let polled = self.poll_recv_admitted(cx, driven);
+        if undriven && polled.is_pending() {
+            self.core.sock.parked_undriven();
+        }
+        polled
+    }
+
+    /// [`poll_recv`](Self::poll_recv) once asked whether the engine is
+    /// driven (`driven`).
+    fn poll_recv_admitted(
+        &mut self,
+        cx: &mut Context<'_>,
+        driven: io::Result<()>,
+    ) -> Poll<Option<io::Result<RecvBuf>>> {
         if let How::Single(..) = self.how {
             return self.poll_single(cx);
         }
@@ -838,8 +887,7 @@ impl Drop for RecvStream<'_> {
             self.core.reads.dropped_pending();
         }
         if armed && multishot {
-            let weak = Arc::downgrade(&r.multi);
-            self.core.sock.engine().driver().cancel(Cancel(weak));
+            r.multi.withdraw(self.core.sock.engine());
         } else if armed {
             keep = Some(Box::new(KeepArmed {
                 multi: r.multi.clone(),
@@ -877,8 +925,7 @@ impl Drop for KeepArmed {
             .unwrap_or_else(|e| e.into_inner())
             .armed;
         if armed {
-            let weak = Arc::downgrade(&self.multi);
-            self.engine.driver().cancel(Cancel(weak));
+            self.multi.withdraw(&self.engine);
         }
     }
 }

@@ -123,6 +123,16 @@ impl Sock {
         self.admission.admit()
     }
 
+    /// A task that [`admit`](Self::admit) refused (the engine undriven,
+    /// and nothing here to drive it) went on waiting for a receive already
+    /// in the kernel, its waker now registered: the relay thread completes
+    /// it. Asked again after the registration, since a kept receive with
+    /// no task waiting needs no relay, and admit's own ask came before.
+    pub(crate) fn parked_undriven(&self) {
+        #[cfg(feature = "tokio")]
+        self.engine().relay_if_undriven();
+    }
+
     /// The operation on this socket over memory owned by `buf`.
     ///
     /// # Safety
