@@ -8,24 +8,7 @@ use std::io::{Read, Write};
 use blockio::net::TcpListener;
 use blockio::Backend;
 
-/// The open descriptors, each with what it is (`/proc/self/fd`'s links),
-/// but the one reading them.
-fn open_fds() -> Vec<String> {
-    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let to = std::fs::read_link(e.path()).ok()?;
-            // The listing's own descriptor.
-            if to.ends_with("fd") && to.starts_with("/proc") {
-                return None;
-            }
-            Some(format!("{} -> {}", e.file_name().to_str()?, to.display()))
-        })
-        .collect();
-    fds.sort();
-    fds
-}
+mod common;
 
 /// A server on the default engine, on a current-thread tokio runtime,
 /// with one connection whose read waited in the engine (so that whatever
@@ -42,7 +25,7 @@ fn the_default_engine_costs_its_sets_and_its_ring() {
         .enable_all()
         .build()
         .unwrap();
-    let before = open_fds();
+    let before = common::named_fds();
     let (backend, during) = rt.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
@@ -61,7 +44,7 @@ fn the_default_engine_costs_its_sets_and_its_ring() {
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
-        let during = open_fds();
+        let during = common::named_fds();
         client.write_all(b"ping").unwrap();
         let (s, listener) = server.await.unwrap();
         let mut pong = [0u8; 4];

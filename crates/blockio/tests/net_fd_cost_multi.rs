@@ -10,24 +10,7 @@ use std::io::{Read, Write};
 use blockio::net::TcpListener;
 use blockio::Backend;
 
-/// The open descriptors, each with what it is (`/proc/self/fd`'s links),
-/// but the one reading them.
-fn open_fds() -> Vec<String> {
-    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let to = std::fs::read_link(e.path()).ok()?;
-            // The listing's own descriptor.
-            if to.ends_with("fd") && to.starts_with("/proc") {
-                return None;
-            }
-            Some(format!("{} -> {}", e.file_name().to_str()?, to.display()))
-        })
-        .collect();
-    fds.sort();
-    fds
-}
+mod common;
 
 /// On io_uring no readiness thread is started, so no eventfd to stop it
 /// and no set of its own: the ring and the runtime's set. The thread
@@ -60,7 +43,7 @@ fn on_a_multi_thread_runtime_the_engine_costs_its_ring_and_one_set() {
 /// The backend of `rt`'s default engine, and the descriptors it holds
 /// (each named) while a server's read waits in it.
 fn engine_fds(rt: &tokio::runtime::Runtime) -> (Backend, Vec<String>) {
-    let before = open_fds();
+    let before = common::named_fds();
     let (backend, during) = rt.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
@@ -97,7 +80,7 @@ fn engine_fds(rt: &tokio::runtime::Runtime) -> (Backend, Vec<String>) {
         client.read_exact(&mut pong).unwrap();
         assert_eq!(&pong, b"pong");
         // Everything still open: what the engine made for the waits too.
-        let during = open_fds();
+        let during = common::named_fds();
         let backend = blockio::aio::AsyncEngine::current().unwrap().backend();
         drop((s, listener, client));
         (backend, during)

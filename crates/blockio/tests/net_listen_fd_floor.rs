@@ -59,6 +59,21 @@ fn hold_every_descriptor() -> Vec<File> {
     }
 }
 
+/// A new engine, a one-worker multi-thread runtime, and a listener of the
+/// engine bound on it (its accepts' set the runtime's own).
+fn bound_on_one_worker() -> (AsyncEngine, tokio::runtime::Runtime, TcpListener) {
+    let engine = AsyncEngine::new().unwrap();
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = multi
+        .block_on(TcpListener::bind_with(&engine, "127.0.0.1:0"))
+        .unwrap();
+    (engine, multi, listener)
+}
+
 #[test]
 fn a_listener_that_could_never_accept_fails_at_bind_and_recovers() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
@@ -127,15 +142,7 @@ fn a_listener_that_could_never_accept_fails_at_bind_and_recovers() {
 fn an_accept_that_cannot_make_its_set_names_it_and_the_next_one_works() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let limit = fd_limit();
-    let engine = AsyncEngine::new().unwrap();
-    let multi = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = multi
-        .block_on(TcpListener::bind_with(&engine, "127.0.0.1:0"))
-        .unwrap();
+    let (engine, _multi, listener) = bound_on_one_worker();
     let addr = listener.local_addr().unwrap();
     let mut client = std::net::TcpStream::connect(addr).unwrap();
     set_fd_limit(open_fds() + 16);
@@ -184,15 +191,7 @@ fn an_accept_that_cannot_make_its_set_names_it_and_the_next_one_works() {
 fn an_accept_left_by_a_runtime_at_the_limit_fails_with_the_kernels_error() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let limit = fd_limit();
-    let engine = AsyncEngine::new().unwrap();
-    let multi = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = multi
-        .block_on(TcpListener::bind_with(&engine, "127.0.0.1:0"))
-        .unwrap();
+    let (engine, multi, listener) = bound_on_one_worker();
     let addr = listener.local_addr().unwrap();
     let mut accept = Box::pin(listener.accept());
     // Polled once on the runtime: the accept waits in its set.

@@ -1579,6 +1579,12 @@ mod tests {
         drop(kept);
     }
 
+    /// How many `epoll_ctl` calls the readiness thread's set has made.
+    fn set_ctls(r: &Readiness) -> usize {
+        let place = r.watcher.thread_place().unwrap();
+        place.set.ctls.load(Ordering::Relaxed)
+    }
+
     /// The event mask the set holds for `fd`, from its `fdinfo`.
     fn mask_in_set(r: &Readiness, fd: RawFd) -> Option<u32> {
         let epfd = r.watcher.thread_place().unwrap().set.as_fd().as_raw_fd();
@@ -1621,15 +1627,7 @@ mod tests {
             assert_eq!(settled(&t), 1);
             assert_eq!(t.buf[0], i);
         }
-        assert_eq!(
-            r.watcher
-                .thread_place()
-                .unwrap()
-                .set
-                .ctls
-                .load(Ordering::Relaxed),
-            1
-        );
+        assert_eq!(set_ctls(&r), 1);
         let mask = mask_in_set(&r, n).expect("not in the set");
         assert_eq!(mask, edge(libc::EPOLLIN), "mask {mask:#x}");
 
@@ -1659,15 +1657,7 @@ mod tests {
         assert_eq!(settled(&t), 1);
 
         // Added, then watched for writing too: nothing more.
-        assert_eq!(
-            r.watcher
-                .thread_place()
-                .unwrap()
-                .set
-                .ctls
-                .load(Ordering::Relaxed),
-            2
-        );
+        assert_eq!(set_ctls(&r), 2);
         let mask = mask_in_set(&r, n).expect("not in the set");
         assert_eq!(mask, edge(libc::EPOLLIN | libc::EPOLLOUT), "mask {mask:#x}");
         drop(kept);

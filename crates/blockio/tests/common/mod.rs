@@ -283,3 +283,22 @@ fn workers(n: usize) -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// The open descriptors, each with what it is (`/proc/self/fd`'s links),
+/// but the one reading them, sorted.
+pub fn named_fds() -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let to = std::fs::read_link(e.path()).ok()?;
+            // The listing's own descriptor.
+            if to.ends_with("fd") && to.starts_with("/proc") {
+                return None;
+            }
+            Some(format!("{} -> {}", e.file_name().to_str()?, to.display()))
+        })
+        .collect();
+    fds.sort();
+    fds
+}
