@@ -904,6 +904,26 @@ fn a_lone_accept_on_no_tokio_runtime_gets_an_error_not_a_hang() {
 /// Runtimes made and dropped in the tests of idle kept streams.
 const IDLE_RUNTIMES: usize = 50;
 
+/// Sends `byte` from `peer` and reads it from `stream` on `rt` through
+/// the I/O traits, failing after `GUARD` with `what` never ended.
+fn one_byte_on(
+    rt: &tokio::runtime::Runtime,
+    stream: &mut TcpStream,
+    peer: &mut std::net::TcpStream,
+    byte: u8,
+    what: &str,
+) -> u8 {
+    peer.write_all(&[byte]).unwrap();
+    rt.block_on(async {
+        let mut one = [0u8; 1];
+        tokio::time::timeout(GUARD, stream.read_exact(&mut one))
+            .await
+            .unwrap_or_else(|_| panic!("{what} never ended"))
+            .unwrap();
+        one[0]
+    })
+}
+
 /// A stream kept past the current-thread runtime that made it, on that
 /// runtime's default engine, and what goes with it.
 struct Kept {
@@ -988,19 +1008,14 @@ fn idle_kept_streams_keep_no_relay_thread_per_runtime_gone() {
     relays_end(kept.iter().map(|k| &k.engine));
     let rt = runtime();
     for (i, k) in kept.iter_mut().enumerate() {
-        k.peer.write_all(&[i as u8]).unwrap();
+        let read = "a kept stream's read on the new runtime";
+        let got = one_byte_on(&rt, &mut k.stream, &mut k.peer, i as u8, read);
         let s = &mut k.stream;
-        let got = rt.block_on(async {
-            let mut one = [0u8; 1];
-            tokio::time::timeout(GUARD, s.read_exact(&mut one))
-                .await
-                .expect("a kept stream's read on the new runtime never ended")
-                .unwrap();
+        rt.block_on(async {
             tokio::time::timeout(GUARD, s.write_all(b"b"))
                 .await
                 .expect("a kept stream's write on the new runtime never ended")
                 .unwrap();
-            one[0]
         });
         assert_eq!(got, i as u8, "stream {i}");
         let mut back = [0u8; 1];
@@ -1105,7 +1120,7 @@ fn a_dropped_streams_queued_bytes_are_sent_then_the_relay_ends() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let rt = runtime();
-    let (idle, mut idle_peer, engine, mut writing_peer) = rt.block_on(async {
+    let (idle, idle_peer, engine, mut writing_peer) = rt.block_on(async {
         let engine = AsyncEngine::current().unwrap();
         let mut idle = TcpStream::connect(addr).await.unwrap();
         let (mut idle_peer, _) = listener.accept().unwrap();
@@ -1146,18 +1161,10 @@ fn a_dropped_streams_queued_bytes_are_sent_then_the_relay_ends() {
     common::wait_until("the relay ended once the queue was sent", || {
         !engine.relaying()
     });
-    idle_peer.write_all(b"z").unwrap();
-    let mut idle = idle;
-    let one = runtime().block_on(async {
-        let mut one = [0u8; 1];
-        let s = &mut idle;
-        tokio::time::timeout(GUARD, s.read_exact(&mut one))
-            .await
-            .expect("the idle stream's read on a new runtime never ended")
-            .unwrap();
-        one
-    });
-    assert_eq!(&one, b"z");
+    let (mut idle, mut idle_peer) = (idle, idle_peer);
+    let read = "the idle stream's read on a new runtime";
+    let one = one_byte_on(&runtime(), &mut idle, &mut idle_peer, b'z', read);
+    assert_eq!(one, b'z');
 }
 
 /// A stream whose read timed out (its future dropped while it waited,
@@ -1248,16 +1255,8 @@ fn a_read_left_pending_as_its_runtime_went_keeps_no_relay_thread() {
         relays_end(kept.iter().map(|k| &k.engine));
         let rt = runtime();
         for (i, k) in kept.iter_mut().enumerate() {
-            k.peer.write_all(&[i as u8]).unwrap();
-            let s = &mut k.stream;
-            let got = rt.block_on(async {
-                let mut one = [0u8; 1];
-                tokio::time::timeout(GUARD, s.read_exact(&mut one))
-                    .await
-                    .expect("a kept stream's read on the new runtime never ended")
-                    .unwrap();
-                one[0]
-            });
+            let read = "a kept stream's read on the new runtime";
+            let got = one_byte_on(&rt, &mut k.stream, &mut k.peer, i as u8, read);
             assert_eq!(got, i as u8, "{left:?}, stream {i}");
         }
     }
@@ -1445,15 +1444,7 @@ fn a_read_waiting_on_another_runtime_completes_after_the_first_goes() {
                 (stream, listener.accept().unwrap().0)
             });
             // A first read arms the stream's kept receive on this runtime.
-            peer.write_all(b"0").unwrap();
-            rt.block_on(async {
-                let mut one = [0u8; 1];
-                let s = &mut stream;
-                tokio::time::timeout(GUARD, s.read_exact(&mut one))
-                    .await
-                    .expect("the first read never ended")
-                    .unwrap();
-            });
+            one_byte_on(&rt, &mut stream, &mut peer, b'0', "the first read");
             made_tx.send((stream, peer)).unwrap();
             // Running (its driver too) while the second runtime's read
             // starts waiting.
