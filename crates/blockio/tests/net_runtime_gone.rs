@@ -104,16 +104,7 @@ fn a_dropped_streams_queued_bytes_reach_the_peer_once_driven_again() {
         // More than the socket buffers hold while the peer does not read:
         // most of it is still queued in the stream when it is dropped.
         let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
-        let s = &mut stream;
-        let mut at = 0;
-        while at < LEN {
-            match tokio::time::timeout(Duration::from_millis(50), s.write(&data[at..])).await {
-                Ok(n) => at += n.unwrap(),
-                // The queue is full: the rest stays unwritten.
-                Err(_) => break,
-            }
-        }
-        assert!(at > 0);
+        assert!(write_until_it_waits(&mut stream, &data).await > 0);
         drop(stream);
     });
     drop(rt);
@@ -179,16 +170,7 @@ fn drop_a_writing_stream_with_its_runtime(
             stream.set_drop_linger(limit);
         }
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-        let s = &mut stream;
-        let mut at = 0;
-        while at < len {
-            match tokio::time::timeout(Duration::from_millis(50), s.write(&data[at..])).await {
-                Ok(n) => at += n.unwrap(),
-                // The queue is full: the rest stays unwritten.
-                Err(_) => break,
-            }
-        }
-        assert!(at > 0);
+        assert!(write_until_it_waits(&mut stream, &data).await > 0);
     });
     drop(rt);
     peer
@@ -924,6 +906,21 @@ fn one_byte_on(
     })
 }
 
+/// Writes `data` through the traits until a write waits (the socket and
+/// the stream's queue full while the peer does not read: 50 ms without
+/// progress), or all of it is written; the bytes written.
+async fn write_until_it_waits(stream: &mut TcpStream, data: &[u8]) -> usize {
+    let mut at = 0;
+    while at < data.len() {
+        match tokio::time::timeout(Duration::from_millis(50), stream.write(&data[at..])).await {
+            Ok(n) => at += n.unwrap(),
+            // The queue is full: the rest stays unwritten.
+            Err(_) => break,
+        }
+    }
+    at
+}
+
 /// A stream kept past the current-thread runtime that made it, on that
 /// runtime's default engine, and what goes with it.
 struct Kept {
@@ -1138,15 +1135,7 @@ fn a_dropped_streams_queued_bytes_are_sent_then_the_relay_ends() {
         // More than the socket buffers hold while the peer does not read:
         // most of it is still queued when the stream is dropped.
         let data: Vec<u8> = (0..LEN).map(nth_byte).collect();
-        let w = &mut writing;
-        let mut at = 0;
-        while at < LEN {
-            match tokio::time::timeout(Duration::from_millis(50), w.write(&data[at..])).await {
-                Ok(n) => at += n.unwrap(),
-                Err(_) => break,
-            }
-        }
-        assert!(at > 0);
+        assert!(write_until_it_waits(&mut writing, &data).await > 0);
         drop(writing);
         (idle, idle_peer, engine, writing_peer)
     });
