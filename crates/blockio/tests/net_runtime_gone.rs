@@ -1117,7 +1117,7 @@ fn a_dropped_streams_queued_bytes_are_sent_then_the_relay_ends() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let rt = runtime();
-    let (idle, idle_peer, engine, mut writing_peer) = rt.block_on(async {
+    let (idle, idle_peer, engine, mut writing_peer, written) = rt.block_on(async {
         let engine = AsyncEngine::current().unwrap();
         let mut idle = TcpStream::connect(addr).await.unwrap();
         let (mut idle_peer, _) = listener.accept().unwrap();
@@ -1135,16 +1135,23 @@ fn a_dropped_streams_queued_bytes_are_sent_then_the_relay_ends() {
         // More than the socket buffers hold while the peer does not read:
         // most of it is still queued when the stream is dropped.
         let data: Vec<u8> = (0..LEN).map(nth_byte).collect();
-        assert!(write_until_it_waits(&mut writing, &data).await > 0);
+        let written = write_until_it_waits(&mut writing, &data).await;
+        assert!(written > 0);
         drop(writing);
-        (idle, idle_peer, engine, writing_peer)
+        (idle, idle_peer, engine, writing_peer, written)
     });
     drop(rt);
     writing_peer.set_read_timeout(Some(GUARD)).unwrap();
     let mut got = Vec::new();
     let res = writing_peer.read_to_end(&mut got).map_err(|e| e.kind());
     assert_eq!(res, Ok(got.len()), "an error after {} bytes", got.len());
-    assert!(got.len() >= 1 << 20, "only {} bytes arrived", got.len());
+    // At least what the writes took (a write dropped in flight reaches the
+    // peer too).
+    assert!(
+        got.len() >= written,
+        "{} of {written} bytes arrived",
+        got.len()
+    );
     let wrong = (0..got.len()).find(|&i| got[i] != nth_byte(i));
     assert_eq!(wrong, None, "a wrong byte");
     common::wait_until("the relay ended once the queue was sent", || {
