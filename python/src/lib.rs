@@ -47,7 +47,10 @@
 //! whether or not Python runs again), `stream` (reads of an unbuffered pipe
 //! or socket that never wait: a line, a byte at a time, or up to a size),
 //! `event_loop` (the ring of `blockio.new_event_loop()`'s proactor: socket
-//! and pipe operations as completions), `bench` (a benchmark baseline).
+//! and pipe operations as completions), `gil` (releasing the GIL in a way
+//! that survives interpreter exit), `turns` (when calls served without
+//! suspending take a turn of the event loop), `inline_write` (writes
+//! served inline), `bench` (a benchmark baseline).
 //!
 //! Locks: a mutex poisoned by a panic is taken back
 //! (`unwrap_or_else(PoisonError::into_inner)`), never unwrapped, so that

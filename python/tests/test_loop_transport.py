@@ -1287,11 +1287,11 @@ def test_a_message_whose_rest_comes_after_its_first_piece_reaches_the_protocol_w
     """A 100 KiB message sent in two pieces (64 KiB, then 36 KiB) in one
     step of the loop reaches ``data_received`` in one call, as on asyncio's
     selector loop, whose ``recv`` runs after both. On blockio's io_uring
-    loop the connection's receive lends the kernel 128 KiB (grown after a
-    first 100 KiB message) and takes the first piece as its send returns
-    (before the second is sent): it took half its buffer, likely the
-    first piece of a message, so it takes what its socket holds by the
-    time it is dispatched, into the rest of the same ``bytes``. Every
+    loop the connection's next receive (grown to 128 KiB after a first
+    100 KiB message) waits for readiness, lending nothing, and receives
+    as it is dispatched; if that takes only the first piece (half its
+    buffer, likely part of a message) it takes what the socket holds by
+    then into the rest of the same ``bytes``. Every
     byte arrives once and in order."""
     _two_sends_after_a_grown_receive(kind, 19, 64 * 1024, 36 * 1024)
 

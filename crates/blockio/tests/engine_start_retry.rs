@@ -1,6 +1,6 @@
 //! The process-wide default engine, refused at a descriptor limit, is
-//! built by a later look-up once descriptors are free, instead of the
-//! refusal being kept for the life of the process (its own test binary:
+//! built by a later look-up once descriptors are free: a lack of
+//! descriptors or memory is not kept (its own test binary:
 //! the limit and the engine are the whole process's).
 
 use std::fs::File;

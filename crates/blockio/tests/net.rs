@@ -23,10 +23,9 @@ fn assert_sync<T: Sync>(_: &T) {}
 
 /// A stream is a few words, its state on the heap: a program's task holds
 /// its streams inline (an `async move` block that hands its stream on
-/// holds it twice, captured and moved), and hyper's task for a
-/// connection of 5,000 went from 2 KiB to 1 KiB when the stream went
-/// from 568 bytes to 48 (`docs/benchmarks.md`, "Memory a hyper server
-/// keeps after 5,000 connections"). The same on every backend: the state
+/// holds it twice, captured and moved), so its size counts twice per
+/// connection (`docs/benchmarks.md`, "Memory a hyper server keeps after
+/// 5,000 connections"). The same on every backend: the state
 /// is boxed whatever drives it.
 #[test]
 fn a_stream_is_a_few_words() {

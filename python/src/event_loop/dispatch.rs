@@ -117,9 +117,11 @@ pub(crate) struct StreamRx {
     /// The context the callback runs in.
     #[pyo3(get)]
     context: PyObject,
-    /// The first buffer its next receive lends the kernel on a stream
-    /// socket, in bytes: 2 KiB, grown after a message that filled it and
-    /// shrunk after small ones (`ring::next_first`), so that a large
+    /// The first buffer of its next receive on a stream socket, in bytes:
+    /// 2 KiB, lent to the kernel while it waits; grown after a message
+    /// that filled it (then a readiness poll, its `bytes` made at the
+    /// dispatch: `ring::recv_op`) and shrunk after small ones
+    /// (`ring::next_first`), so that a large
     /// message is taken by one receive, without `FIONREAD` and a second
     /// `recv` for its rest.
     #[pyo3(get)]

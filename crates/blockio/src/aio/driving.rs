@@ -93,8 +93,10 @@ pub enum Driving {
     ///
     /// When the `drive_on_tokio` task is gone, the next task that uses the
     /// engine on a tokio runtime spawns a new one there; meanwhile a thread
-    /// of the engine's completes what tasks wait for and what dropped
-    /// streams still send, then exits (a receive kept armed for an idle
+    /// of the engine's completes what must complete (operations a task
+    /// waits for, a write the kernel holds, dropped streams' queued bytes
+    /// and the cancel of a dropped stream's kept receive), then exits (a
+    /// receive kept armed for an idle
     /// stream's next read, with no task waiting, keeps no thread: what it
     /// receives waits for that read). From no tokio runtime
     /// (or one without I/O), an operation not yet in the kernel, and a

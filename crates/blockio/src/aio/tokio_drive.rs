@@ -21,8 +21,9 @@
 //! kernel: what it posts waits in the ring until that read, whose task
 //! has the engine driven again. So streams kept idle past their runtimes
 //! keep no thread, and the relay thread of an engine exits once its
-//! dropped streams' queues are sent and the operations tasks wait for
-//! (a write the kernel holds included) have completed.
+//! dropped streams' queues are sent, the operations tasks wait for (a
+//! write the kernel holds included) have completed, and a dropped
+//! stream's kept receive has had its cancel reaped.
 
 use std::future::poll_fn;
 use std::io;

@@ -35,9 +35,10 @@ pub(crate) fn cancelled_by_the_kernel(res: &io::Result<usize>, cancels: &mut u32
 /// together they are about 530 bytes, which a program's task would
 /// otherwise carry inline for each
 /// connection, twice in an `async move` block that hands its stream on
-/// (captured, then moved into hyper's connection). Boxed, hyper's task
-/// for a connection took 1 KiB rather than 2, and a server kept less
-/// after 5,000 connections (`docs/benchmarks.md`).
+/// (captured, then moved into hyper's connection). Boxed, a stream is a
+/// few words and hyper's task for a connection about 1 KiB
+/// (`docs/benchmarks.md`, "Memory a hyper server keeps after 5,000
+/// connections").
 pub(crate) struct StreamCore {
     pub(crate) sock: Sock,
     pub(crate) reads: ReadSide,

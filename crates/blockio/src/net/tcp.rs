@@ -168,8 +168,9 @@ impl TcpListenerOptions {
     /// `bind` or `listen` failed on every address (the last address's
     /// error, the kernel's, `raw_os_error()` set: `EADDRINUSE`, `EACCES`
     /// below port 1024, ...), or what the listener's accepts wait in could
-    /// not be made (on io_uring, the engine's epoll set, made by its first
-    /// listener), named with the kernel's reason: "accepting on
+    /// not be made (on io_uring, the epoll set its accepts wait in: the
+    /// caller's multi-thread runtime's, else the readiness thread's with
+    /// its eventfd and thread; made by the first bind from each), named with the kernel's reason: "accepting on
     /// 127.0.0.1:3200: cannot make blockio's readiness set (epoll): Too
     /// many open files (os error 24)", of the kernel's error's kind.
     ///
@@ -422,8 +423,10 @@ impl TcpListener {
         Ok(listener)
     }
 
-    /// Makes now what the listener's accepts wait in (the engine's epoll
-    /// set, on io_uring, made at the first listener), so that a listener
+    /// Makes now what the listener's accepts wait in (on io_uring, the
+    /// epoll set of the caller's multi-thread runtime, else the readiness
+    /// thread's with its eventfd and thread; made by the first bind from
+    /// each), so that a listener
     /// that could never accept fails at its bind, naming what could not be
     /// made ("accepting on 127.0.0.1:3200: cannot make blockio's readiness
     /// set (epoll): Too many open files (os error 24)"), rather than
