@@ -271,11 +271,14 @@ pub(crate) fn setup_err(e: io::Error, what: &str, needs: usize, part: Part) -> P
         Part::Later => ("kept while the engine is open", ""),
     };
     let sep = if total.is_empty() { "" } else { "; " };
+    // The kernel's words alone: `what` names the part (the error may
+    // name it too, as the engine's own setup errors do).
+    let kernel = io::Error::from_raw_os_error(code);
     PyOSError::new_err((
         code,
         format!(
             "{}: blockio's engine could not make {what} ({needs} descriptor{plural}, {held}){sep}{total}",
-            message(&e, code)
+            message(&kernel, code)
         ),
     ))
 }
