@@ -7,22 +7,12 @@ use std::fs::File;
 
 use blockio::aio::AsyncEngine;
 
-/// Sets the soft limit on descriptors to `n`.
-fn set_fd_limit(n: u64) {
-    // SAFETY: zeroed is a valid rlimit; getrlimit and setrlimit read and
-    // write only the struct passed.
-    unsafe {
-        let mut lim = std::mem::zeroed::<libc::rlimit>();
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
-        lim.rlim_cur = n.min(lim.rlim_max);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
-    }
-}
+mod common;
 
 #[test]
 fn a_default_engine_refused_for_descriptors_starts_once_they_are_free() {
     let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
-    set_fd_limit(open + 16);
+    common::set_fd_limit(open + 16);
     let mut held = Vec::new();
     while let Ok(f) = File::open("/dev/null") {
         held.push(f);

@@ -18,17 +18,6 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-fn set_fd_limit(n: u64) {
-    // SAFETY: zeroed is a valid rlimit; getrlimit and setrlimit read and
-    // write only the struct passed.
-    unsafe {
-        let mut lim = std::mem::zeroed::<libc::rlimit>();
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
-        lim.rlim_cur = n.min(lim.rlim_max);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
-    }
-}
-
 const CONNS: usize = 100;
 
 #[test]
@@ -52,7 +41,7 @@ fn waiting_operations_open_no_descriptors_and_survive_the_limit() {
     }
     // Each stream waits in a read, and in a write its peer does not take.
     let armed = open_fds();
-    set_fd_limit(armed as u64 + 2);
+    common::set_fd_limit(armed as u64 + 2);
     let (tx, rx) = std::sync::mpsc::channel();
     let (waits_tx, waits) = std::sync::mpsc::channel();
     for (i, s) in streams.into_iter().enumerate() {
@@ -66,7 +55,7 @@ fn waiting_operations_open_no_descriptors_and_survive_the_limit() {
             .recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|e| panic!("{n} of {} operations reached their wait: {e}", 2 * CONNS));
     }
-    set_fd_limit(4096);
+    common::set_fd_limit(4096);
     let waiting = open_fds();
     assert!(
         waiting <= armed + 2,

@@ -10,20 +10,10 @@ use blockio::aio::AsyncEngine;
 use blockio::net::TcpListener;
 use futures_core::Stream;
 
+mod common;
+
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-/// Sets the soft limit on descriptors to `n`.
-fn set_fd_limit(n: u64) {
-    // SAFETY: zeroed is a valid rlimit; getrlimit and setrlimit read and
-    // write only the struct passed.
-    unsafe {
-        let mut lim = std::mem::zeroed::<libc::rlimit>();
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
-        lim.rlim_cur = n.min(lim.rlim_max);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
-    }
 }
 
 /// Polls `incoming` once as a `Stream`.
@@ -53,7 +43,7 @@ fn an_accept_storm_past_the_descriptor_limit_recovers() {
             .spawn()
             .expect("python3 runs");
         // Room for 40 more descriptors than are open now.
-        set_fd_limit((open_fds() + 40) as u64);
+        common::set_fd_limit((open_fds() + 40) as u64);
         let (mut accepted, mut emfile, mut held) = (0usize, 0usize, Vec::new());
         let mut incoming = listener.incoming();
         futures::executor::block_on(async {
@@ -77,7 +67,7 @@ fn an_accept_storm_past_the_descriptor_limit_recovers() {
             emfile > 0,
             "the limit was never reached: the test proved nothing"
         );
-        set_fd_limit(4096);
+        common::set_fd_limit(4096);
         drop(held);
         clients.stdin.take().unwrap().write_all(b"done").unwrap();
         assert!(clients.wait().unwrap().success());

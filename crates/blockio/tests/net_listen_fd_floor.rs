@@ -14,6 +14,8 @@ use blockio::aio::AsyncEngine;
 use blockio::net::TcpListener;
 use blockio::Backend;
 
+mod common;
+
 /// Held by each test: the limit is the process's.
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -31,18 +33,6 @@ fn fd_limit() -> u64 {
 /// The descriptors open now.
 fn open_fds() -> u64 {
     std::fs::read_dir("/proc/self/fd").unwrap().count() as u64
-}
-
-/// Sets the soft limit on descriptors to `n`.
-fn set_fd_limit(n: u64) {
-    // SAFETY: zeroed is a valid rlimit; getrlimit and setrlimit read and
-    // write only the struct passed.
-    unsafe {
-        let mut lim = std::mem::zeroed::<libc::rlimit>();
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
-        lim.rlim_cur = n.min(lim.rlim_max);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
-    }
 }
 
 /// Opens `/dev/null` until the limit refuses: every descriptor left.
@@ -85,7 +75,7 @@ fn a_listener_that_could_never_accept_fails_at_bind_and_recovers() {
     rt.block_on(async {
         // The runtime's engine (its ring, on io_uring) is made first.
         let backend = AsyncEngine::current().unwrap().backend();
-        set_fd_limit(open_fds() + 16);
+        common::set_fd_limit(open_fds() + 16);
         let mut held = hold_every_descriptor();
         // Room for the socket alone, then for the socket and the set.
         let emfile = std::io::Error::from_raw_os_error(libc::EMFILE);
@@ -128,7 +118,7 @@ fn a_listener_that_could_never_accept_fails_at_bind_and_recovers() {
         s.write_all(b"pong".to_vec()).await.0.unwrap();
         assert_eq!(&client.join().unwrap(), b"pong");
     });
-    set_fd_limit(limit);
+    common::set_fd_limit(limit);
 }
 
 /// A listener bound on a multi-thread runtime, whose set is that
@@ -145,7 +135,7 @@ fn an_accept_that_cannot_make_its_set_names_it_and_the_next_one_works() {
     let (engine, _multi, listener) = bound_on_one_worker();
     let addr = listener.local_addr().unwrap();
     let mut client = std::net::TcpStream::connect(addr).unwrap();
-    set_fd_limit(open_fds() + 16);
+    common::set_fd_limit(open_fds() + 16);
     let mut held = hold_every_descriptor();
     // One free: room for the connection, not for the set and its eventfd.
     drop(held.pop());
@@ -179,7 +169,7 @@ fn an_accept_that_cannot_make_its_set_names_it_and_the_next_one_works() {
     client.write_all(b"ping").unwrap();
     let (n, buf) = futures::executor::block_on(s.read(vec![0u8; 4]));
     assert_eq!(&buf[..n.unwrap()], b"ping");
-    set_fd_limit(limit);
+    common::set_fd_limit(limit);
 }
 
 /// An accept waiting in a multi-thread runtime's set when that runtime is
@@ -198,12 +188,12 @@ fn an_accept_left_by_a_runtime_at_the_limit_fails_with_the_kernels_error() {
     multi.block_on(async {
         assert!(futures::poll!(accept.as_mut()).is_pending());
     });
-    set_fd_limit(open_fds() + 16);
+    common::set_fd_limit(open_fds() + 16);
     let held = hold_every_descriptor();
     drop(multi);
     let mut client = std::net::TcpStream::connect(addr);
     drop(held);
-    set_fd_limit(limit);
+    common::set_fd_limit(limit);
     let first = futures::executor::block_on(accept);
     let s = match (engine.backend(), first) {
         (Backend::IoUring, Err(e)) => {

@@ -302,3 +302,15 @@ pub fn named_fds() -> Vec<String> {
     fds.sort();
     fds
 }
+
+/// Sets the soft limit on descriptors to `n`.
+pub fn set_fd_limit(n: u64) {
+    // SAFETY: zeroed is a valid rlimit; getrlimit and setrlimit read and
+    // write only the struct passed.
+    unsafe {
+        let mut lim = std::mem::zeroed::<libc::rlimit>();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = n.min(lim.rlim_max);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+}
