@@ -568,6 +568,22 @@ impl LoopRing {
         ))
     }
 
+    /// Accepts a connection already waiting on the listening socket `fd`
+    /// with `accept4` in the loop's thread, not on the ring: `(descriptor,
+    /// address)` as [`LoopRing::accept`]'s value, or None when none waits.
+    /// A server whose accept completed takes the rest of its backlog so,
+    /// in the same turn of the loop, as asyncio's selector loop and uvloop
+    /// do on a readiness, instead of one connection per turn (each turn
+    /// serving every connection made before: `docs/benchmarks.md`).
+    /// `OSError` for what the kernel refuses (`EMFILE`...).
+    fn accept_now(&self, py: Python<'_>, fd: RawFd) -> PyResult<Option<(RawFd, PyObject)>> {
+        let mut slot = addr_slot();
+        match super::inline::accept_inline(fd, &mut slot).map_err(crate::errors::io_err)? {
+            Some(conn) => Ok(Some((conn, sockaddr::to_python(py, &slot)?))),
+            None => Ok(None),
+        }
+    }
+
     /// Waits (once) until `fd` has one of the `mask` poll events; the value
     /// is the events it has.
     fn poll(&self, fd: RawFd, mask: u32) -> PyResult<u64> {

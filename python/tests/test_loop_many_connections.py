@@ -1,0 +1,110 @@
+"""A server's event loop with many connections at once: the connections
+waiting in a listener's backlog are taken within a few turns of the loop
+(asyncio's selector loop accepts up to the server's ``backlog`` per
+readiness), not one per turn. Turns are counted by a callback that puts
+itself back on the loop's ready queue at each turn, never by time; every
+loop kind runs the same tests (asyncio's is the reference)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+import loops as loop_kinds
+
+#: Connections made before the server accepts.
+WAITING = 64
+
+#: The most turns of the loop from its first until every one of them is a
+#: transport whose protocol was made: an accept, its dispatch, the
+#: transports' ``connection_made`` (scheduled by each transport) and a few
+#: to spare; one connection per turn takes at least ``WAITING``.
+TURN_BOUND = 8
+
+
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.transport.write(data)
+
+
+def _served_turns(kind: str, backlog: int) -> tuple[list[int], list[bytes]]:
+    """Makes ``WAITING`` connections to a listener, then serves it with an
+    echo server on a ``kind`` loop (``create_server(sock=..., backlog=)``);
+    returns the turn at which each protocol's ``connection_made`` ran
+    (counted from the first turn after ``create_server``) and what each
+    client got back for its message."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=WAITING * 2)
+    # Each connect returns once the handshake is done: the connection waits
+    # in the listener's backlog.
+    clients = [socket.create_connection(listener.getsockname()) for _ in range(WAITING)]
+    made: list[int] = []
+
+    async def main() -> list[bytes]:
+        loop = asyncio.get_running_loop()
+        all_made = loop.create_future()
+        turns = 0
+
+        def tick() -> None:
+            nonlocal turns
+            turns += 1
+            if not all_made.done():
+                loop.call_soon(tick)
+
+        class Counted(Echo):
+            def connection_made(self, transport):
+                super().connection_made(transport)
+                made.append(turns)
+                if len(made) == WAITING and not all_made.done():
+                    all_made.set_result(None)
+
+        server = await loop.create_server(Counted, sock=listener, backlog=backlog)
+        loop.call_soon(tick)
+        await asyncio.wait_for(all_made, 30)
+        got = []
+        for i, c in enumerate(clients):
+            c.setblocking(False)
+            await loop.sock_sendall(c, b"%02d" % i)
+            got.append(await loop.sock_recv(c, 2))
+        server.close()
+        await server.wait_closed()
+        return got
+
+    try:
+        got = loop_kinds.run_on(kind, main())
+    finally:
+        for c in clients:
+            c.close()
+        listener.close()
+    return made, got
+
+
+#: The loops held to :data:`TURN_BOUND`: uvloop takes one connection per
+#: turn (64 connections, made at turns 1 to 64), as blockio's io_uring
+#: loop did; it is run by the next test only.
+BOUNDED = [kind for kind in loop_kinds.NAMES if kind != "uvloop"]
+
+
+@pytest.mark.parametrize("kind", BOUNDED)
+def test_connections_waiting_in_the_backlog_are_made_within_a_few_turns(kind):
+    """64 connections waiting in the backlog when the server starts are
+    all made into transports within 8 turns of the loop, and each is then
+    served (its message echoed)."""
+    made, got = _served_turns(kind, backlog=100)
+    assert len(made) == WAITING
+    assert max(made) <= TURN_BOUND, f"connections made at turns {sorted(made)}"
+    assert got == [b"%02d" % i for i in range(WAITING)]
+
+
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_a_server_s_backlog_bounds_what_one_accept_takes_and_every_connection_is_served(kind):
+    """With ``backlog=8`` (asyncio's bound on the connections taken per
+    readiness) the 64 waiting connections are still all made and served:
+    a completion that stops at the bound arms the next accept."""
+    made, got = _served_turns(kind, backlog=8)
+    assert len(made) == WAITING
+    assert got == [b"%02d" % i for i in range(WAITING)]
