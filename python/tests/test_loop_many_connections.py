@@ -8,11 +8,14 @@ loop kind runs the same tests (asyncio's is the reference)."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import socket
 
 import pytest
 
 import loops as loop_kinds
+from blockio import _blockio, _proactor
 
 #: Connections made before the server accepts.
 WAITING = 64
@@ -108,3 +111,87 @@ def test_a_server_s_backlog_bounds_what_one_accept_takes_and_every_connection_is
     made, got = _served_turns(kind, backlog=8)
     assert len(made) == WAITING
     assert got == [b"%02d" % i for i in range(WAITING)]
+
+
+def test_accept_now_takes_a_waiting_connection_non_blocking_or_says_none_waits():
+    """``LoopRing.accept_now``: None on a listener with no connection
+    waiting; a waiting one as ``(descriptor, address)``, the descriptor
+    non-blocking and close-on-exec (as the ring's accept makes it) and the
+    address the client's own; ``OSError`` (EINVAL) for a socket that is
+    not listening."""
+    ring = _blockio.LoopRing()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    try:
+        assert ring.accept_now(listener.fileno()) is None
+        with socket.create_connection(listener.getsockname()) as client:
+            got = ring.accept_now(listener.fileno())
+            assert got is not None
+            fd, addr = got
+            try:
+                assert addr == client.getsockname()
+                assert not os.get_blocking(fd)
+                assert not os.get_inheritable(fd)
+            finally:
+                os.close(fd)
+        with socket.socket() as plain:
+            with pytest.raises(OSError) as raised:
+                ring.accept_now(plain.fileno())
+            assert raised.value.errno == errno.EINVAL
+    finally:
+        listener.close()
+        ring.close()
+
+
+def test_a_failed_accept_of_the_waiting_connections_reports_and_accepts_again(monkeypatch):
+    """On the io_uring loop, the first accept of the connections waiting
+    behind a completed one fails with EMFILE: the loop's exception handler
+    is told (asyncio's "socket.accept() out of system resource"), the
+    server accepts again after asyncio's retry delay, and every connection
+    is served."""
+    calls = []
+    waiting = _proactor.RingProactor.accept_waiting
+
+    def failing_once(self, listener):
+        calls.append(listener)
+        if len(calls) == 1:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return waiting(self, listener)
+
+    monkeypatch.setattr(_proactor.RingProactor, "accept_waiting", failing_once)
+    listener = socket.create_server(("127.0.0.1", 0), backlog=32)
+    clients = [socket.create_connection(listener.getsockname()) for _ in range(8)]
+    reported = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, ctx: reported.append(ctx["message"]))
+        made = []
+        all_made = loop.create_future()
+
+        class Counted(Echo):
+            def connection_made(self, transport):
+                super().connection_made(transport)
+                made.append(transport)
+                if len(made) == len(clients):
+                    all_made.set_result(None)
+
+        server = await loop.create_server(Counted, sock=listener)
+        await asyncio.wait_for(all_made, 30)
+        got = []
+        for i, c in enumerate(clients):
+            c.setblocking(False)
+            await loop.sock_sendall(c, b"%d" % i)
+            got.append(await loop.sock_recv(c, 1))
+        server.close()
+        await server.wait_closed()
+        return got
+
+    try:
+        got = loop_kinds.run_on("blockio-uring", main())
+    finally:
+        for c in clients:
+            c.close()
+        listener.close()
+    assert reported == ["socket.accept() out of system resource"]
+    assert got == [b"%d" % i for i in range(len(clients))]
