@@ -195,3 +195,71 @@ def test_a_failed_accept_of_the_waiting_connections_reports_and_accepts_again(mo
         listener.close()
     assert reported == ["socket.accept() out of system resource"]
     assert got == [b"%d" % i for i in range(len(clients))]
+
+
+#: Connections each sent one message at once: more than the io_uring
+#: loop's submission queue holds (256 entries), so that re-arming their
+#: receives flushes it in the middle of a dispatch.
+SENDING = 300
+
+
+@pytest.mark.parametrize("kind", loop_kinds.NAMES)
+def test_every_connection_with_a_message_waiting_is_answered_within_a_few_turns(kind):
+    """300 connections, made and idle, are each sent one message in one
+    step of the loop: every one of them gets its ``data_received`` within
+    4 turns (one turn reaps and dispatches what the kernel finished, with
+    no connection left for later turns) and its echo back."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=SENDING)
+    clients = [socket.create_connection(listener.getsockname()) for _ in range(SENDING)]
+    received: list[int] = []
+
+    async def main() -> list[bytes]:
+        loop = asyncio.get_running_loop()
+        made, all_received = [], loop.create_future()
+        all_made = loop.create_future()
+        turns = 0
+
+        def tick() -> None:
+            nonlocal turns
+            turns += 1
+            if not all_received.done():
+                loop.call_soon(tick)
+
+        class Counted(Echo):
+            def connection_made(self, transport):
+                super().connection_made(transport)
+                made.append(transport)
+                if len(made) == SENDING:
+                    all_made.set_result(None)
+
+            def data_received(self, data):
+                super().data_received(data)
+                received.append(turns)
+                if len(received) == SENDING:
+                    all_received.set_result(None)
+
+        server = await loop.create_server(Counted, sock=listener, backlog=SENDING)
+        await asyncio.wait_for(all_made, 30)
+        # A turn for the receives armed with the last transports.
+        await asyncio.sleep(0)
+        for i, c in enumerate(clients):
+            c.sendall(b"%03d" % i)
+        loop.call_soon(tick)
+        await asyncio.wait_for(all_received, 30)
+        got = []
+        for c in clients:
+            c.setblocking(False)
+            got.append(await loop.sock_recv(c, 3))
+        server.close()
+        await server.wait_closed()
+        return got
+
+    try:
+        got = loop_kinds.run_on(kind, main())
+    finally:
+        for c in clients:
+            c.close()
+        listener.close()
+    assert len(received) == SENDING
+    assert max(received) <= 4, f"messages dispatched at turns {sorted(set(received))}"
+    assert got == [b"%03d" % i for i in range(SENDING)]
