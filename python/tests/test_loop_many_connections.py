@@ -263,3 +263,57 @@ def test_every_connection_with_a_message_waiting_is_answered_within_a_few_turns(
     assert len(received) == SENDING
     assert max(received) <= 4, f"messages dispatched at turns {sorted(set(received))}"
     assert got == [b"%03d" % i for i in range(SENDING)]
+
+
+def _kernel_tells_nonempty() -> bool:
+    """Whether accept completions say when more connections wait
+    (``IORING_CQE_F_SOCK_NONEMPTY``, Linux 6.10 and later)."""
+    major, minor = (int(p) for p in os.uname().release.split(".")[:2] if p.isdigit())
+    return (major, minor) >= (6, 10)
+
+
+def test_accept_now_after_a_ring_accept_takes_the_kernel_s_word_on_the_backlog():
+    """Right after a ring accept finished with no connection behind it,
+    ``accept_now`` answers None without asking the kernel (where the
+    kernel says so: 6.10 and later), even for a connection made since, which
+    the next call takes; after one that finished with another behind it,
+    it takes that one. Elsewhere every call asks the kernel."""
+    ring = _blockio.LoopRing()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    fd = listener.fileno()
+    clients, accepted = [], []
+
+    def ring_accept() -> None:
+        token = ring.accept(fd)
+        done = ring.wait(None)
+        assert [(t, res >= 0) for t, res, _ in done] == [(token, True)]
+        accepted.append(done[0][2][0])
+
+    def connect() -> tuple[str, int]:
+        clients.append(socket.create_connection(listener.getsockname()))
+        return clients[-1].getsockname()
+
+    try:
+        connect()
+        ring_accept()
+        late = connect()
+        got = ring.accept_now(fd)
+        if _kernel_tells_nonempty():
+            assert got is None
+            got = ring.accept_now(fd)
+        assert got is not None and got[1] == late
+        accepted.append(got[0])
+        connect()
+        behind = connect()
+        ring_accept()
+        got = ring.accept_now(fd)
+        assert got is not None and got[1] == behind
+        accepted.append(got[0])
+    finally:
+        for conn in accepted:
+            os.close(conn)
+        for c in clients:
+            c.close()
+        listener.close()
+        ring.close()

@@ -217,6 +217,16 @@ struct State {
     peer_receives: Vec<(RawFd, u64)>,
     /// First buffers of finished socket receives, kept for the next ones.
     spare: Spares,
+    /// The listening sockets whose accept finished since the last wait
+    /// with the kernel's word that no connection waited behind it (no
+    /// `IORING_CQE_F_SOCK_NONEMPTY`): [`LoopRing::accept_now`] answers
+    /// None for them without an `accept4` that would fail (`EAGAIN`).
+    /// Only where the kernel is known to set the flag: 6.10 and later
+    /// ([`kernel_tells_nonempty`]), or once some accept of this ring has had
+    /// it; elsewhere every `accept_now` asks the kernel.
+    accepts_alone: Vec<RawFd>,
+    /// The kernel sets the flag (see `accepts_alone`).
+    nonempty_told: bool,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -260,6 +270,8 @@ impl LoopRing {
                 scratch: Vec::new(),
                 peer_receives: Vec::new(),
                 spare: Spares::default(),
+                accepts_alone: Vec::new(),
+                nonempty_told: kernel_tells_nonempty(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
             file_reads: AtomicU64::new(0),
@@ -575,8 +587,22 @@ impl LoopRing {
     /// in the same turn of the loop, as asyncio's selector loop and uvloop
     /// do on a readiness, instead of one connection per turn (each turn
     /// serving every connection made before: `docs/benchmarks.md`).
+    /// When the accept that finished on `fd` since the last wait came with
+    /// the kernel's word that none waited behind it, None is answered at
+    /// once, without the `accept4` (see `State::accepts_alone`).
     /// `OSError` for what the kernel refuses (`EMFILE`...).
     fn accept_now(&self, py: Python<'_>, fd: RawFd) -> PyResult<Option<(RawFd, PyObject)>> {
+        {
+            let mut guard = self.lock()?;
+            let st = guard.as_mut().ok_or_else(closed)?;
+            if let Some(i) = st.accepts_alone.iter().position(|&l| l == fd) {
+                // (said once: a connection that came since is asked for)
+                st.accepts_alone.swap_remove(i);
+                if st.nonempty_told {
+                    return Ok(None);
+                }
+            }
+        }
         let mut slot = addr_slot();
         match super::inline::accept_inline(fd, &mut slot).map_err(crate::errors::io_err)? {
             Some(conn) => Ok(Some((conn, sockaddr::to_python(py, &slot)?))),
@@ -1262,16 +1288,20 @@ impl State {
     fn reap(&mut self, py: Python<'_>) -> PyResult<()> {
         // (their completions are reaped now)
         self.peer_receives.clear();
-        let cqes: Vec<(u64, i32)> = self
+        self.accepts_alone.clear();
+        let cqes: Vec<(u64, i32, u32)> = self
             .ring
             .completion()
-            .map(|c| (c.user_data(), c.result()))
+            .map(|c| (c.user_data(), c.result(), c.flags()))
             .collect();
-        for (token, res) in cqes {
+        for (token, res, flags) in cqes {
             if token == CANCEL_TOKEN {
                 continue;
             }
             if let Some((op, res, rest)) = self.advance(token, res)? {
+                if op.kind == Kind::Accept && res >= 0 {
+                    self.accepted(op.fd, flags);
+                }
                 if op.owner.is_some() && op.kind == Kind::Recv {
                     self.pending.push_back(Reaped::Receive {
                         token,
@@ -1302,6 +1332,16 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// Notes what the kernel said of listening socket `fd`'s queue as its
+    /// accept finished with completion `flags` (see `accepts_alone`).
+    fn accepted(&mut self, fd: RawFd, flags: u32) {
+        if io_uring::cqueue::sock_nonempty(flags) {
+            self.nonempty_told = true;
+        } else {
+            self.accepts_alone.push(fd);
+        }
     }
 
     /// Moves operation `token` on after a completion with `res`: the next
@@ -1661,6 +1701,23 @@ fn build_ring(entries: u32) -> io::Result<IoUring> {
             IoUring::builder().setup_cqsize(cq).build(entries)
         }
         made => made,
+    }
+}
+
+/// Whether the running kernel's accept completions say when more
+/// connections wait (`IORING_CQE_F_SOCK_NONEMPTY`, set by accepts since
+/// Linux 6.10); a release it cannot read says no.
+fn kernel_tells_nonempty() -> bool {
+    let uname = rustix::system::uname();
+    let release = uname.release().to_bytes();
+    let mut parts = release.split(|&b| !b.is_ascii_digit()).map(|p| {
+        std::str::from_utf8(p)
+            .ok()
+            .and_then(|p| p.parse::<u32>().ok())
+    });
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (6, 10),
+        _ => false,
     }
 }
 
