@@ -584,8 +584,8 @@ impl LoopRing {
     /// with `accept4` in the loop's thread, not on the ring: `(descriptor,
     /// address)` as [`LoopRing::accept`]'s value, or None when none waits.
     /// A server whose accept completed takes the rest of its backlog so,
-    /// in the same turn of the loop, as asyncio's selector loop and uvloop
-    /// do on a readiness, instead of one connection per turn (each turn
+    /// in the same turn of the loop, as asyncio's selector loop does on a
+    /// readiness, instead of one connection per turn (each turn
     /// serving every connection made before: `docs/benchmarks.md`).
     /// When the accept that finished on `fd` since the last wait came with
     /// the kernel's word that none waited behind it, None is answered at
