@@ -579,7 +579,14 @@ class RingProactor:
         fd = listener.fileno()
         if fd in self._kept_conns:
             return None
-        got = self._ring.accept_now(fd)
+        # The kernel says that no connection waits behind a ring accept for
+        # TCP listeners only (an AF_UNIX accept never says that more wait).
+        tcp = (
+            listener.family in (socket.AF_INET, socket.AF_INET6)
+            and listener.type == socket.SOCK_STREAM
+            and listener.proto in (0, socket.IPPROTO_TCP)
+        )
+        got = self._ring.accept_now(fd, tcp)
         if got is None:
             return None
         return _accepted(listener, got[0]), got[1]

@@ -8,9 +8,12 @@ loop kind runs the same tests (asyncio's is the reference)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import socket
+import tempfile
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -35,16 +38,55 @@ class Echo(asyncio.Protocol):
         self.transport.write(data)
 
 
-def _served_turns(kind: str, backlog: int) -> tuple[list[int], list[bytes]]:
-    """Makes ``WAITING`` connections to a listener, then serves it with an
-    echo server on a ``kind`` loop (``create_server(sock=..., backlog=)``);
-    returns the turn at which each protocol's ``connection_made`` ran
-    (counted from the first turn after ``create_server``) and what each
-    client got back for its message."""
-    listener = socket.create_server(("127.0.0.1", 0), backlog=WAITING * 2)
-    # Each connect returns once the handshake is done: the connection waits
-    # in the listener's backlog.
-    clients = [socket.create_connection(listener.getsockname()) for _ in range(WAITING)]
+#: The listeners' families: the kernel tells a ring accept whether more
+#: connections wait for TCP only, never for ``AF_UNIX``.
+FAMILIES = ["tcp", "unix"]
+
+
+@contextlib.contextmanager
+def _listening(family: str, backlog: int) -> Iterator[tuple[socket.socket, Callable[[], socket.socket]]]:
+    """A listener of ``family`` (``"tcp"`` on the loopback, ``"unix"`` at a
+    path in a new directory) and a function connecting a client to it;
+    each connect returns once the connection waits in the backlog."""
+    if family == "tcp":
+        listener = socket.create_server(("127.0.0.1", 0), backlog=backlog)
+        with listener:
+            yield listener, lambda: socket.create_connection(listener.getsockname())
+        return
+    with tempfile.TemporaryDirectory() as where:
+        path = os.path.join(where, "s")
+        listener = socket.socket(socket.AF_UNIX)
+        with listener:
+            listener.bind(path)
+            listener.listen(backlog)
+
+            def connect() -> socket.socket:
+                client = socket.socket(socket.AF_UNIX)
+                client.connect(path)
+                return client
+
+            yield listener, connect
+
+
+def _served_turns(kind: str, backlog: int, family: str = "tcp") -> tuple[list[int], list[bytes]]:
+    """Makes ``WAITING`` connections to a ``family`` listener, then serves
+    it with an echo server on a ``kind`` loop (``create_server(sock=...,
+    backlog=)``); returns the turn at which each protocol's
+    ``connection_made`` ran (counted from the first turn after
+    ``create_server``) and what each client got back for its message."""
+    with _listening(family, WAITING * 2) as (listener, connect):
+        clients = [connect() for _ in range(WAITING)]
+        try:
+            return _serve_counting(kind, backlog, listener, clients)
+        finally:
+            for c in clients:
+                c.close()
+
+
+def _serve_counting(
+    kind: str, backlog: int, listener: socket.socket, clients: list[socket.socket]
+) -> tuple[list[int], list[bytes]]:
+    """:func:`_served_turns`' serving, of ``clients`` waiting on ``listener``."""
     made: list[int] = []
 
     async def main() -> list[bytes]:
@@ -77,12 +119,7 @@ def _served_turns(kind: str, backlog: int) -> tuple[list[int], list[bytes]]:
         await server.wait_closed()
         return got
 
-    try:
-        got = loop_kinds.run_on(kind, main())
-    finally:
-        for c in clients:
-            c.close()
-        listener.close()
+    got = loop_kinds.run_on(kind, main())
     return made, got
 
 
@@ -92,23 +129,30 @@ def _served_turns(kind: str, backlog: int) -> tuple[list[int], list[bytes]]:
 BOUNDED = [kind for kind in loop_kinds.NAMES if kind != "uvloop"]
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("kind", BOUNDED)
-def test_connections_waiting_in_the_backlog_are_made_within_a_few_turns(kind):
-    """64 connections waiting in the backlog when the server starts are
-    all made into transports within 8 turns of the loop, and each is then
-    served (its message echoed)."""
-    made, got = _served_turns(kind, backlog=100)
+def test_connections_waiting_in_the_backlog_are_made_within_a_few_turns(kind, family):
+    """64 connections waiting in the backlog of a TCP or a Unix listener
+    when the server starts are all made into transports within 8 turns of
+    the loop, and each is then served (its message echoed)."""
+    made, got = _served_turns(kind, backlog=100, family=family)
     assert len(made) == WAITING
     assert max(made) <= TURN_BOUND, f"connections made at turns {sorted(made)}"
     assert got == [b"%02d" % i for i in range(WAITING)]
 
 
+#: The server's backlog in the next test: asyncio's bound on the
+#: connections taken per readiness.
+SMALL_BACKLOG = 8
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("kind", loop_kinds.NAMES)
-def test_a_server_s_backlog_bounds_what_one_accept_takes_and_every_connection_is_served(kind):
+def test_a_server_s_backlog_bounds_what_one_accept_takes_and_every_connection_is_served(kind, family):
     """With ``backlog=8`` (asyncio's bound on the connections taken per
     readiness) the 64 waiting connections are still all made and served:
     a completion that stops at the bound arms the next accept."""
-    made, got = _served_turns(kind, backlog=8)
+    made, got = _served_turns(kind, backlog=SMALL_BACKLOG, family=family)
     assert len(made) == WAITING
     assert got == [b"%02d" % i for i in range(WAITING)]
 
@@ -273,9 +317,9 @@ def _kernel_tells_nonempty() -> bool:
 
 
 def test_accept_now_after_a_ring_accept_takes_the_kernel_s_word_on_the_backlog():
-    """Right after a ring accept finished with no connection behind it,
-    ``accept_now`` answers None without asking the kernel (where the
-    kernel says so: 6.10 and later), even for a connection made since, which
+    """Right after a ring accept on a TCP listener finished with no
+    connection behind it, ``accept_now(fd, tcp=True)`` answers None
+    without asking the kernel (where the kernel says so: 6.10 and later), even for a connection made since, which
     the next call takes; after one that finished with another behind it,
     it takes that one. Elsewhere every call asks the kernel."""
     ring = _blockio.LoopRing()
@@ -298,16 +342,16 @@ def test_accept_now_after_a_ring_accept_takes_the_kernel_s_word_on_the_backlog()
         connect()
         ring_accept()
         late = connect()
-        got = ring.accept_now(fd)
+        got = ring.accept_now(fd, True)
         if _kernel_tells_nonempty():
             assert got is None
-            got = ring.accept_now(fd)
+            got = ring.accept_now(fd, True)
         assert got is not None and got[1] == late
         accepted.append(got[0])
         connect()
         behind = connect()
         ring_accept()
-        got = ring.accept_now(fd)
+        got = ring.accept_now(fd, True)
         assert got is not None and got[1] == behind
         accepted.append(got[0])
     finally:
@@ -317,3 +361,31 @@ def test_accept_now_after_a_ring_accept_takes_the_kernel_s_word_on_the_backlog()
             c.close()
         listener.close()
         ring.close()
+
+
+def test_accept_now_asks_the_kernel_for_a_unix_listener_whatever_a_tcp_accept_said():
+    """The kernel never says that connections wait behind an ``AF_UNIX``
+    accept: after a ring accept on a Unix listener with another connection
+    waiting, ``accept_now(fd, tcp=False)`` takes that one, also on a ring
+    whose TCP accept had the kernel's word that more waited."""
+    ring = _blockio.LoopRing()
+    accepted: list[int] = []
+    with _listening("tcp", 8) as (tcp, tcp_connect), _listening("unix", 8) as (unix, unix_connect):
+        clients = [tcp_connect(), tcp_connect(), unix_connect(), unix_connect()]
+        try:
+            for listener in (tcp, unix):
+                listener.setblocking(False)
+                token = ring.accept(listener.fileno())
+                done = ring.wait(None)
+                assert [(t, res >= 0) for t, res, _ in done] == [(token, True)]
+                accepted.append(done[0][2][0])
+            got = ring.accept_now(unix.fileno(), False)
+            assert got is not None
+            accepted.append(got[0])
+            assert ring.accept_now(unix.fileno(), False) is None
+        finally:
+            for conn in accepted:
+                os.close(conn)
+            for c in clients:
+                c.close()
+            ring.close()

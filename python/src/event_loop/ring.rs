@@ -218,14 +218,17 @@ struct State {
     /// First buffers of finished socket receives, kept for the next ones.
     spare: Spares,
     /// The listening sockets whose accept finished since the last wait
-    /// with the kernel's word that no connection waited behind it (no
-    /// `IORING_CQE_F_SOCK_NONEMPTY`): [`LoopRing::accept_now`] answers
-    /// None for them without an `accept4` that would fail (`EAGAIN`).
-    /// Only where the kernel is known to set the flag: 6.10 and later
-    /// ([`kernel_tells_nonempty`]), or once some accept of this ring has had
-    /// it; elsewhere every `accept_now` asks the kernel.
+    /// without `IORING_CQE_F_SOCK_NONEMPTY`. For a TCP listener that is
+    /// the kernel's word that no connection waited behind it, and
+    /// [`LoopRing::accept_now`] answers None without an `accept4` that
+    /// would fail (`EAGAIN`): only where the kernel is known to set the
+    /// flag, 6.10 and later ([`kernel_tells_nonempty`]) or once some
+    /// accept of this ring has had it. The kernel sets it only for TCP
+    /// (`inet_csk_accept`): an `AF_UNIX` accept never has it, even with
+    /// connections waiting, so for any other listener every `accept_now`
+    /// asks the kernel.
     accepts_alone: Vec<RawFd>,
-    /// The kernel sets the flag (see `accepts_alone`).
+    /// The kernel sets the flag on TCP accepts (see `accepts_alone`).
     nonempty_told: bool,
 }
 
@@ -587,18 +590,27 @@ impl LoopRing {
     /// in the same turn of the loop, as asyncio's selector loop does on a
     /// readiness, instead of one connection per turn (each turn
     /// serving every connection made before: `docs/benchmarks.md`).
-    /// When the accept that finished on `fd` since the last wait came with
-    /// the kernel's word that none waited behind it, None is answered at
-    /// once, without the `accept4` (see `State::accepts_alone`).
+    /// `tcp` says that `fd` is a TCP listener (`AF_INET`/`AF_INET6`,
+    /// `SOCK_STREAM`, TCP): when the accept that finished on it since the
+    /// last wait came with the kernel's word that none waited behind it,
+    /// None is answered at once, without the `accept4` (see
+    /// `State::accepts_alone`). The kernel gives that word for TCP only,
+    /// so any other listener (`AF_UNIX`...) is always asked.
     /// `OSError` for what the kernel refuses (`EMFILE`...).
-    fn accept_now(&self, py: Python<'_>, fd: RawFd) -> PyResult<Option<(RawFd, PyObject)>> {
+    #[pyo3(signature = (fd, tcp = false))]
+    fn accept_now(
+        &self,
+        py: Python<'_>,
+        fd: RawFd,
+        tcp: bool,
+    ) -> PyResult<Option<(RawFd, PyObject)>> {
         {
             let mut guard = self.lock()?;
             let st = guard.as_mut().ok_or_else(closed)?;
             if let Some(i) = st.accepts_alone.iter().position(|&l| l == fd) {
                 // (said once: a connection that came since is asked for)
                 st.accepts_alone.swap_remove(i);
-                if st.nonempty_told {
+                if tcp && st.nonempty_told {
                     return Ok(None);
                 }
             }
