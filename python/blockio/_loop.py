@@ -1547,9 +1547,6 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             else:
                 self._make_socket_transport(conn, protocol, extra={"peername": addr}, server=server)
 
-        # Each accept's completion calls `accepted` from the dispatch of the
-        # batch (ServerAccept: no future, no call_soon hop per connection),
-        # which serves the connection and arms the next accept.
         def arm() -> None:
             try:
                 if self._closed or acc.stopped:
@@ -1560,43 +1557,86 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             else:
                 self._accept_futures[sock.fileno()] = acc
 
+        # Each accept's completion calls `accepted` from the dispatch of the
+        # batch, which serves the connections and arms the next accept.
         def accepted(conn: Any, exc: BaseException | None) -> None:
-            try:
-                if exc is not None:
-                    raise exc
-            except OSError as error:
-                self._accept_failed(sock, error, arm)
-                return
-            except exceptions.CancelledError:
-                sock.close()
-                return
-            if sock.fileno() == -1 or acc.stopped:
-                # The server was closed after the kernel completed this
-                # accept and before its completion was dispatched (in the
-                # same batch; the listener may still have its number while
-                # a file object made from it lives): nothing serves the
-                # connection, which is reset as the backlog's are.
-                _proactor.reset(conn[0])
-                return
-            try:
-                serve(*conn)
-            except BaseException as error:
-                # The protocol factory or the transport's setup failed:
-                # that connection is closed and the server accepts on, as
-                # in asyncio's selector loop (_accept_connection2).
-                conn[0].close()
-                if isinstance(error, (SystemExit, KeyboardInterrupt)):
-                    raise
-                if self._debug:
-                    self.call_exception_handler(
-                        {"message": "Error on transport creation for incoming connection", "exception": error}
-                    )
-            finally:
-                arm()
+            self._accepted(acc, backlog, serve, arm, conn, exc)
 
         acc = _proactor.ServerAccept(self._proactor, sock, accepted)
         self._server_accepts.add(acc)
         self.call_soon(arm)
+
+    def _accepted(
+        self,
+        acc: _proactor.ServerAccept,
+        backlog: int,
+        serve: Callable[[socket.socket, Any], None],
+        arm: Callable[[], None],
+        conn: Any,
+        exc: BaseException | None,
+    ) -> None:
+        """A server's accept completed with ``conn`` (or failed with
+        ``exc``), called from the dispatch of the batch (ServerAccept: no
+        future, no call_soon hop per connection): serves the connection and
+        those waiting behind it, then arms the next accept (``arm``)."""
+        sock = acc.listener
+        try:
+            if exc is not None:
+                raise exc
+        except OSError as error:
+            self._accept_failed(sock, error, arm)
+            return
+        except exceptions.CancelledError:
+            sock.close()
+            return
+        if sock.fileno() == -1 or acc.stopped:
+            # The server was closed after the kernel completed this
+            # accept and before its completion was dispatched (in the
+            # same batch; the listener may still have its number while
+            # a file object made from it lives): nothing serves the
+            # connection, which is reset as the backlog's are.
+            _proactor.reset(conn[0])
+            return
+        failed = None
+        try:
+            self._take_connection(serve, conn)
+            # The connections waiting behind it are taken now, up to
+            # `backlog` per completion as asyncio's selector loop takes
+            # them per readiness: one per turn, 1,000 connections made
+            # at once waited up to 1,000 turns, each serving every
+            # connection accepted before (docs/benchmarks.md).
+            for _ in range(backlog - 1):
+                if sock.fileno() == -1 or acc.stopped or self._closed:
+                    break
+                try:
+                    more = self._proactor.accept_waiting(sock)
+                except OSError as error:
+                    failed = error
+                    break
+                if more is None:
+                    break
+                self._take_connection(serve, more)
+        finally:
+            if failed is None:
+                arm()
+        if failed is not None:
+            self._accept_failed(sock, failed, arm)
+
+    def _take_connection(self, serve: Callable[[socket.socket, Any], None], conn: Any) -> None:
+        """Serves an accepted ``conn`` (``(socket, address)``); when the
+        protocol factory or the transport's setup fails, that connection is
+        closed and the server accepts on, as in asyncio's selector loop
+        (_accept_connection2)."""
+        try:
+            serve(*conn)
+        except BaseException as error:
+            conn[0].close()
+            if isinstance(error, (SystemExit, KeyboardInterrupt)):
+                raise
+            if self._debug:
+                self.call_exception_handler(
+                    {"message": "Error on transport creation for incoming connection", "exception": error}
+                )
 
     def _accept_failed(self, sock: socket.socket, exc: OSError, again: Callable[[], None]) -> None:
         """Reports a server's failed accept: retried after a delay when it

@@ -570,6 +570,27 @@ class RingProactor:
         self._ops[token] = (acc, _SERVE, (fd, listener))
         self._hold(token, listener)
 
+    def accept_waiting(self, listener: socket.socket) -> tuple[socket.socket, Any] | None:
+        """A connection already waiting in ``listener``'s backlog, accepted
+        at once (``LoopRing.accept_now``: no turn of the loop), or None when
+        none waits or connections kept for the listener by a cancelled
+        accept are still to be handed on (they go first, through
+        :meth:`serve_accept`). ``OSError`` for what the kernel refuses."""
+        fd = listener.fileno()
+        if fd in self._kept_conns:
+            return None
+        # The kernel says that no connection waits behind a ring accept for
+        # TCP listeners only (an AF_UNIX accept never says that more wait).
+        tcp = (
+            listener.family in (socket.AF_INET, socket.AF_INET6)
+            and listener.type == socket.SOCK_STREAM
+            and listener.proto in (0, socket.IPPROTO_TCP)
+        )
+        got = self._ring.accept_now(fd, tcp)
+        if got is None:
+            return None
+        return _accepted(listener, got[0]), got[1]
+
     def _deliver_kept_conn(self, acc: ServerAccept, marker: object, conn: tuple[socket.socket, Any]) -> None:
         if acc.token is not marker:
             return  # armed again meanwhile

@@ -9,6 +9,8 @@ use std::os::fd::{BorrowedFd, RawFd};
 
 use rustix::net::{RecvFlags, SendFlags};
 
+use super::ops::AddrSlot;
+
 /// Writes what `fd` takes of `data` now; 0 when it would block (or cannot
 /// say without blocking). Other errors are the caller's (`EPIPE`...).
 pub(crate) fn write_inline(fd: RawFd, data: &[u8], socket: bool) -> io::Result<usize> {
@@ -78,5 +80,42 @@ pub(crate) fn recv_inline(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>
             Err(e) if e == rustix::io::Errno::AGAIN => Ok(None),
             Err(e) => Err(e.into()),
         };
+    }
+}
+
+/// Accepts a connection waiting on listening socket `fd` without waiting,
+/// its descriptor non-blocking and close-on-exec as the ring's accept
+/// makes it, and its peer's address in `slot` (its `len` the room on the
+/// way in, the length used on the way out); `Ok(None)` when none waits.
+/// A connection aborted while it waited is skipped, as the next one may
+/// be served. Other errors (`EMFILE`...) are the caller's.
+pub(crate) fn accept_inline(fd: RawFd, slot: &mut AddrSlot) -> io::Result<Option<RawFd>> {
+    let room = slot.len;
+    loop {
+        slot.len = room;
+        // libc, not rustix: the address goes into the slot the ring's
+        // accept fills, so that one conversion (`sockaddr::to_python`)
+        // reads both.
+        // SAFETY: `slot.storage` is `slot.len` bytes of room for the
+        // address and `slot.len` a socklen_t, both alive and written by the
+        // kernel only during the call; `fd` is the caller's, and a closed
+        // one fails with EBADF.
+        let n = unsafe {
+            libc::accept4(
+                fd,
+                std::ptr::addr_of_mut!(slot.storage).cast::<libc::sockaddr>(),
+                &mut slot.len,
+                libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            )
+        };
+        if n >= 0 {
+            return Ok(Some(n));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR | libc::ECONNABORTED) => continue,
+            Some(libc::EAGAIN) => return Ok(None),
+            _ => return Err(e),
+        }
     }
 }

@@ -217,6 +217,19 @@ struct State {
     peer_receives: Vec<(RawFd, u64)>,
     /// First buffers of finished socket receives, kept for the next ones.
     spare: Spares,
+    /// The listening sockets whose accept finished since the last wait
+    /// without `IORING_CQE_F_SOCK_NONEMPTY`. For a TCP listener that is
+    /// the kernel's word that no connection waited behind it, and
+    /// [`LoopRing::accept_now`] answers None without an `accept4` that
+    /// would fail (`EAGAIN`): only where the kernel is known to set the
+    /// flag, 6.10 and later ([`kernel_tells_nonempty`]) or once some
+    /// accept of this ring has had it. The kernel sets it only for TCP
+    /// (`inet_csk_accept`): an `AF_UNIX` accept never has it, even with
+    /// connections waiting, so for any other listener every `accept_now`
+    /// asks the kernel.
+    accepts_alone: Vec<RawFd>,
+    /// The kernel sets the flag on TCP accepts (see `accepts_alone`).
+    nonempty_told: bool,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -260,6 +273,8 @@ impl LoopRing {
                 scratch: Vec::new(),
                 peer_receives: Vec::new(),
                 spare: Spares::default(),
+                accepts_alone: Vec::new(),
+                nonempty_told: kernel_tells_nonempty(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
             file_reads: AtomicU64::new(0),
@@ -566,6 +581,45 @@ impl LoopRing {
             Memory::Addr(addr_slot()),
             0,
         ))
+    }
+
+    /// Accepts a connection already waiting on the listening socket `fd`
+    /// with `accept4` in the loop's thread, not on the ring: `(descriptor,
+    /// address)` as [`LoopRing::accept`]'s value, or None when none waits.
+    /// A server whose accept completed takes the rest of its backlog so,
+    /// in the same turn of the loop, as asyncio's selector loop does on a
+    /// readiness, instead of one connection per turn (each turn
+    /// serving every connection made before: `docs/benchmarks.md`).
+    /// `tcp` says that `fd` is a TCP listener (`AF_INET`/`AF_INET6`,
+    /// `SOCK_STREAM`, TCP): when the accept that finished on it since the
+    /// last wait came with the kernel's word that none waited behind it,
+    /// None is answered at once, without the `accept4` (see
+    /// `State::accepts_alone`). The kernel gives that word for TCP only,
+    /// so any other listener (`AF_UNIX`...) is always asked.
+    /// `OSError` for what the kernel refuses (`EMFILE`...).
+    #[pyo3(signature = (fd, tcp = false))]
+    fn accept_now(
+        &self,
+        py: Python<'_>,
+        fd: RawFd,
+        tcp: bool,
+    ) -> PyResult<Option<(RawFd, PyObject)>> {
+        {
+            let mut guard = self.lock()?;
+            let st = guard.as_mut().ok_or_else(closed)?;
+            if let Some(i) = st.accepts_alone.iter().position(|&l| l == fd) {
+                // (said once: a connection that came since is asked for)
+                st.accepts_alone.swap_remove(i);
+                if tcp && st.nonempty_told {
+                    return Ok(None);
+                }
+            }
+        }
+        let mut slot = addr_slot();
+        match super::inline::accept_inline(fd, &mut slot).map_err(crate::errors::io_err)? {
+            Some(conn) => Ok(Some((conn, sockaddr::to_python(py, &slot)?))),
+            None => Ok(None),
+        }
     }
 
     /// Waits (once) until `fd` has one of the `mask` poll events; the value
@@ -1246,16 +1300,20 @@ impl State {
     fn reap(&mut self, py: Python<'_>) -> PyResult<()> {
         // (their completions are reaped now)
         self.peer_receives.clear();
-        let cqes: Vec<(u64, i32)> = self
+        self.accepts_alone.clear();
+        let cqes: Vec<(u64, i32, u32)> = self
             .ring
             .completion()
-            .map(|c| (c.user_data(), c.result()))
+            .map(|c| (c.user_data(), c.result(), c.flags()))
             .collect();
-        for (token, res) in cqes {
+        for (token, res, flags) in cqes {
             if token == CANCEL_TOKEN {
                 continue;
             }
             if let Some((op, res, rest)) = self.advance(token, res)? {
+                if op.kind == Kind::Accept && res >= 0 {
+                    self.accepted(op.fd, flags);
+                }
                 if op.owner.is_some() && op.kind == Kind::Recv {
                     self.pending.push_back(Reaped::Receive {
                         token,
@@ -1286,6 +1344,16 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// Notes what the kernel said of listening socket `fd`'s queue as its
+    /// accept finished with completion `flags` (see `accepts_alone`).
+    fn accepted(&mut self, fd: RawFd, flags: u32) {
+        if io_uring::cqueue::sock_nonempty(flags) {
+            self.nonempty_told = true;
+        } else {
+            self.accepts_alone.push(fd);
+        }
     }
 
     /// Moves operation `token` on after a completion with `res`: the next
@@ -1645,6 +1713,23 @@ fn build_ring(entries: u32) -> io::Result<IoUring> {
             IoUring::builder().setup_cqsize(cq).build(entries)
         }
         made => made,
+    }
+}
+
+/// Whether the running kernel's accept completions say when more
+/// connections wait (`IORING_CQE_F_SOCK_NONEMPTY`, set by accepts since
+/// Linux 6.10); a release it cannot read says no.
+fn kernel_tells_nonempty() -> bool {
+    let uname = rustix::system::uname();
+    let release = uname.release().to_bytes();
+    let mut parts = release.split(|&b| !b.is_ascii_digit()).map(|p| {
+        std::str::from_utf8(p)
+            .ok()
+            .and_then(|p| p.parse::<u32>().ok())
+    });
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (6, 10),
+        _ => false,
     }
 }
 
