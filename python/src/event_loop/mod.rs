@@ -87,6 +87,7 @@
 mod dispatch;
 mod inline;
 mod ops;
+mod pool;
 mod ring;
 mod slots;
 mod sockaddr;
