@@ -414,14 +414,6 @@ class LoopRing:
         grown one is made as the receive is dispatched, not lent while it
         waits); None when it is not a receive in flight."""
     @property
-    def pool_buffers(self) -> int:
-        """Buffers in the ring's pool of small receive buffers (a
-        provided buffer ring); 0 when the kernel has none."""
-    @property
-    def pool_misses(self) -> int:
-        """Small receives that found the pool empty and lent a buffer
-        of their own instead."""
-    @property
     def file_reads(self) -> int: ...
     def pwrite(self, fd: int, offset: int, data: Buffer) -> int: ...
     @property

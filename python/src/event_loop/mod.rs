@@ -87,7 +87,6 @@
 mod dispatch;
 mod inline;
 mod ops;
-mod pool;
 mod ring;
 mod slots;
 mod sockaddr;

@@ -70,9 +70,6 @@ pub(crate) enum Memory {
     Addr(Box<AddrSlot>),
     /// A path, NUL-terminated (an open).
     Path(std::ffi::CString),
-    /// A buffer of the ring's pool (`pool::Pool`), picked by the kernel as
-    /// the data arrives: None until the completion names it.
-    Pool(Option<u16>),
 }
 
 impl Memory {
@@ -228,12 +225,6 @@ impl InFlight {
                 .user_data(token);
         }
         let e = match self.kind {
-            Kind::Recv if matches!(self.memory, Memory::Pool(None)) => {
-                opcode::Recv::new(fd, std::ptr::null_mut(), clamp_len(self.len))
-                    .buf_group(super::pool::GROUP)
-                    .build()
-                    .flags(squeue::Flags::BUFFER_SELECT)
-            }
             Kind::Recv | Kind::RecvInto => {
                 let (ptr, len) = self.recv_target();
                 if self.socket {

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::gc::PyVisit;
@@ -26,7 +26,6 @@ use pyo3::PyTraverseError;
 
 use super::dispatch::release_conn;
 use super::ops::{addr_slot, InFlight, Kind, Memory, Owner};
-use super::pool::Pool;
 use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
 
@@ -112,15 +111,6 @@ fn likely_piece(lent: usize, got: usize) -> bool {
 struct Spares {
     /// Buffers of [`RECV_FIRST`] bytes (at most [`SPARE_MAX`]).
     small: Vec<Vec<u8>>,
-    /// The ring's pool of small receive buffers, which a small receive
-    /// uses instead of lending one of its own (see [`Pool`]); None when
-    /// the kernel has no buffer rings. Dropped after the ring (a field of
-    /// [`State`] declared after it), or leaked with the operations the
-    /// kernel has not answered (see [`State::shut_down`]).
-    pool: Option<Pool>,
-    /// Small receives that found the pool empty (see
-    /// [`LoopRing::pool_misses`]).
-    misses: u64,
 }
 
 /// What a socket receive into new bytes asks for (see [`recv_op`]).
@@ -260,7 +250,6 @@ impl LoopRing {
                 format!("io_uring_setup: {e}"),
             ))
         })?;
-        let pool = Pool::new(&ring);
         Ok(LoopRing {
             state: Mutex::new(Some(State {
                 ring,
@@ -270,11 +259,7 @@ impl LoopRing {
                 queued: false,
                 scratch: Vec::new(),
                 peer_receives: Vec::new(),
-                spare: Spares {
-                    small: Vec::new(),
-                    pool,
-                    misses: 0,
-                },
+                spare: Spares::default(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
             file_reads: AtomicU64::new(0),
@@ -479,29 +464,6 @@ impl LoopRing {
             .get_mut(token)
             .filter(|op| op.kind == Kind::Recv)
             .map(|op| op.len))
-    }
-
-    /// How many buffers the ring's pool of small receive buffers has
-    /// (see [`Pool`]); 0 when the kernel has no buffer rings and small
-    /// receives lend their own.
-    #[getter]
-    fn pool_buffers(&self) -> PyResult<u16> {
-        let guard = self.lock()?;
-        let st = guard.as_ref().ok_or_else(closed)?;
-        Ok(if st.spare.pool.is_some() {
-            super::pool::COUNT
-        } else {
-            0
-        })
-    }
-
-    /// How many small receives found the pool empty (`ENOBUFS`) and
-    /// lent a buffer of their own instead.
-    #[getter]
-    fn pool_misses(&self) -> PyResult<u64> {
-        let guard = self.lock()?;
-        let st = guard.as_ref().ok_or_else(closed)?;
-        Ok(st.spare.misses)
     }
 
     /// How many file reads ([`LoopRing::pread`], [`LoopRing::pread_into`])
@@ -1208,16 +1170,11 @@ impl State {
             let start = match &op.memory {
                 Memory::Owned(v) => Some(v.as_ptr()),
                 Memory::Bytes(_, at) => Some(*at as *const u8),
-                Memory::Pool(_) => cqueue::buffer_select(cqe.flags())
-                    .zip(self.spare.pool.as_ref())
-                    .map(|(bid, pool)| pool.buf(bid).cast_const()),
                 _ => None,
             };
             if let Some(start) = start {
                 // SAFETY: `start` is the receive's memory (its own buffer,
-                // a `bytes` object it holds, or the pool's buffer its
-                // completion names, out of the pool's ring until the
-                // receive is finished), lent to the kernel as
+                // or a `bytes` object it holds), lent to the kernel as
                 // `op.len` bytes of room for this receive, and its
                 // completion, posted, says the kernel wrote `n` < `op.len`
                 // bytes from its start and is done with it; they are only
@@ -1289,16 +1246,16 @@ impl State {
     fn reap(&mut self, py: Python<'_>) -> PyResult<()> {
         // (their completions are reaped now)
         self.peer_receives.clear();
-        let cqes: Vec<(u64, i32, u32)> = self
+        let cqes: Vec<(u64, i32)> = self
             .ring
             .completion()
-            .map(|c| (c.user_data(), c.result(), c.flags()))
+            .map(|c| (c.user_data(), c.result()))
             .collect();
-        for (token, res, flags) in cqes {
+        for (token, res) in cqes {
             if token == CANCEL_TOKEN {
                 continue;
             }
-            if let Some((op, res, rest)) = self.advance(token, res, flags)? {
+            if let Some((op, res, rest)) = self.advance(token, res)? {
                 if op.owner.is_some() && op.kind == Kind::Recv {
                     self.pending.push_back(Reaped::Receive {
                         token,
@@ -1337,42 +1294,10 @@ impl State {
     /// poll answered is queued for its dispatch, or the finished operation
     /// is returned with its result, and whether it is a socket receive
     /// that takes what more its socket holds ([`State::recv_rest`]).
-    fn advance(
-        &mut self,
-        token: u64,
-        res: i32,
-        flags: u32,
-    ) -> io::Result<Option<(InFlight, i32, bool)>> {
+    fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<(InFlight, i32, bool)>> {
         let Some(op) = self.ops.get_mut(token) else {
             return Ok(None);
         };
-        if let Memory::Pool(picked) = &mut op.memory {
-            match (cqueue::buffer_select(flags), self.spare.pool.as_mut()) {
-                (Some(bid), Some(pool)) if res < 0 => pool.give_back(bid),
-                (Some(bid), _) => *picked = Some(bid),
-                (None, _) => {}
-            }
-            if res == -libc::ENOBUFS {
-                if op.cancelled {
-                    return Ok(self
-                        .ops
-                        .remove(token)
-                        .map(|op| (op, -libc::ECANCELED, false)));
-                }
-                // The pool is empty (the kernel took nothing): this
-                // receive lends its own buffer, as without a pool.
-                self.spare.misses += 1;
-                let own = self
-                    .spare
-                    .small
-                    .pop()
-                    .unwrap_or_else(|| Vec::with_capacity(RECV_FIRST));
-                op.memory = Memory::Owned(own);
-                let entry = op.entry(token);
-                self.push(entry)?;
-                return Ok(None);
-            }
-        }
         if op.waiting_ready && !op.cancelled && res >= 0 && op.deferred() {
             self.queue_ready(token);
             return Ok(None);
@@ -1485,14 +1410,6 @@ impl State {
                 (got, held) = (got + n, held - n);
             }
         }
-        if let (Memory::Pool(Some(bid)), Some(pool)) = (&op.memory, self.spare.pool.as_mut()) {
-            if got < op.len && held > 0 {
-                let room = pool.room(*bid, got);
-                let want = (op.len - got).min(held).min(room.len());
-                let n = recv_now(op.fd, &mut room[..want]);
-                (got, held) = (got + n, held - n);
-            }
-        }
         if got == op.len && op.rest > 0 && held > 0 {
             // After room for the first buffer's bytes, which `finish`
             // copies in front: the message's bytes are then one slice,
@@ -1566,15 +1483,9 @@ impl State {
                 }
             }
         }
-        let left = !self.ops.is_empty();
         for mut op in self.ops.drain() {
             owners.extend(op.owner.take());
             std::mem::forget(op);
-        }
-        if left {
-            // The kernel may still pick a buffer of the pool for what it
-            // has not answered: its memory stays mapped.
-            std::mem::forget(self.spare.pool.take());
         }
         owners
     }
@@ -1690,27 +1601,6 @@ fn finish(
             }
             obj.into_any().unbind()
         }
-        // A buffer of the pool (see `Pool`), then (when it filled) what
-        // `recv_rest` added; the buffer goes back to the pool's ring.
-        (Kind::Recv, Memory::Pool(picked)) => {
-            let obj = match (picked, spare.pool.as_mut()) {
-                (Some(bid), Some(pool)) => {
-                    let head = pool.bytes(bid, n.min(op.len));
-                    let obj = if op.done > 0 {
-                        let h = head.len();
-                        scratch[..h].copy_from_slice(head);
-                        PyBytes::new(py, &scratch[..h + op.done])
-                    } else {
-                        PyBytes::new(py, head)
-                    };
-                    pool.give_back(bid);
-                    obj
-                }
-                // (the end of the stream: the kernel picked no buffer)
-                _ => PyBytes::new(py, &[]),
-            };
-            obj.into_any().unbind()
-        }
         // A grown first buffer (see `recv_op`) that filled, with the rest
         // `recv_rest` put after its length: its bytes go in front, and the
         // whole is copied once.
@@ -1793,8 +1683,6 @@ fn recv_op(ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
         let first = want.min(first.clamp(RECV_FIRST, RECV_MAX));
         let memory = if first > RECV_FIRST {
             Memory::Nothing
-        } else if first == RECV_FIRST && spare.pool.is_some() {
-            Memory::Pool(None)
         } else {
             match spare.small.pop() {
                 Some(v) if first == RECV_FIRST => Memory::Owned(v),
