@@ -126,10 +126,12 @@ def _as_descriptor_number(file: Any) -> Any:
 
 
 async def _open_descriptor(file: Any, mode: str, closefd: bool, opener: Optional[Callable[[Any, int], int]],
-                           eng: Engine) -> Tuple[int, Any]:
-    """The descriptor (handed in, or opened here) and the file's name."""
+                           eng: Engine) -> Tuple[int, Any, Optional[os.stat_result]]:
+    """The descriptor (handed in, or opened here), the file's name, and
+    the file's ``fstat`` when the open made one (see ``Engine._aopen_stat``)."""
     fd: int
     name: Any
+    st: Optional[os.stat_result] = None
     if isinstance(file, int):
         if file not in _C_INT:
             # (the built-in's FileIO takes a number past a C int for a
@@ -151,7 +153,7 @@ async def _open_descriptor(file: Any, mode: str, closefd: bool, opener: Optional
         # now too.
         eng._core.prepare(-1, opener is not None)
         if opener is None:
-            fd = await eng._aopen(file, _flags(mode), 0o666)
+            fd, st = await eng._aopen_stat(file, _flags(mode), 0o666)
         else:
             # A Python callable: run on the loop's default executor, never
             # on the loop's own thread.
@@ -164,21 +166,32 @@ async def _open_descriptor(file: Any, mode: str, closefd: bool, opener: Optional
             if got < 0:
                 raise ValueError(f"opener returned {got}")
             fd = got
-    return fd, name
+    return fd, name, st
 
 
 async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: int, encoding: Optional[str],
                            errors: Optional[str], newline: Optional[str], closefd: bool,
-                           opener: Optional[Callable[[Any, int], int]], eng: Engine) -> Any:
+                           opener: Optional[Callable[[Any, int], int]], eng: Engine,
+                           st: Optional[os.stat_result] = None) -> Any:
     """The open file (binary or text) over the descriptor; on failure the
-    descriptor opened here is closed, one handed in given back."""
+    descriptor opened here is closed, one handed in given back. ``st``:
+    the ``fstat`` of a path opened here, if its open made one."""
     raw: Optional[AsyncFile] = None
+    # A regular file this open made by its path (no opener), whose
+    # ``fstat`` the open made: its descriptor is at offset 0, not
+    # ``O_DIRECT`` (the mode's flags), and its preferred I/O size known,
+    # which spares the ``fcntl``, ``lseek`` and ``fstat`` of a descriptor
+    # of unknown origin.
+    fresh = st is not None and stat.S_ISREG(st.st_mode)
     try:
         # What the file's engine needs (its ring and eventfd, or the thread
         # pool's descriptors) is made now, not at the first read or write:
         # an open file can always finish its calls, and when descriptors
         # run out it is the open that fails with EMFILE, as the built-in's.
-        eng._core.prepare(fd)
+        # (For a path opened here without O_DIRECT, `_open_descriptor`'s
+        # `prepare` made it.)
+        if not fresh:
+            eng._core.prepare(fd)
         if isinstance(file, int) or opener is not None:
             # As the built-in's FileIO checks a descriptor handed in or
             # made by an opener: a number that is not open is EBADF, a
@@ -191,12 +204,20 @@ async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: 
         # reads grow; keeps the built-in's buffer size of writes, so that
         # the same writes fail at once)
         size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
-        wsize = _default_buffer_size(fd) if buffering in (-1, 1) else buffering
+        if buffering not in (-1, 1):
+            wsize = buffering
+        elif fresh:
+            assert st is not None
+            # (what FileIO's `_blksize` is: see `_default_buffer_size`)
+            wsize = st.st_blksize if st.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE
+        else:
+            wsize = _default_buffer_size(fd)
         binary_mode = _binary_mode(mode)
         # A descriptor handed in, or made by the caller's opener, may be
         # known elsewhere: its offset follows the file's position.
         shared = isinstance(file, int) or opener is not None
-        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size, shared, wsize)
+        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size, shared, wsize,
+                        at_start=fresh)
         if raw._stream and "+" in mode and buffering != 0:
             # The built-in's buffered reader and writer of one file
             # (BufferedRandom) needs a seekable one; it closes the
@@ -245,8 +266,9 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
                 engine: Optional[Engine]) -> Any:
     eng = engine or default_engine()
     file = _as_descriptor_number(file)
-    fd, name = await _open_descriptor(file, mode, closefd, opener, eng)
-    return await _wrap_descriptor(file, fd, name, mode, buffering, encoding, errors, newline, closefd, opener, eng)
+    fd, name, st = await _open_descriptor(file, mode, closefd, opener, eng)
+    return await _wrap_descriptor(file, fd, name, mode, buffering, encoding, errors, newline, closefd, opener, eng,
+                                  st)
 
 
 class Opener(Generic[F]):
