@@ -171,3 +171,168 @@ def test_a_sock_sendfile_of_no_bytes_leaves_an_aiofiles_file_reading_on(loop, tm
         return sent, first + rest
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (0, data)
+
+
+class _Kept(asyncio.Protocol):
+    """A protocol keeping what it receives, with a future per message count."""
+
+    def __init__(self):
+        self.got = b""
+        self.waiters = []
+
+    def data_received(self, data):
+        self.got += data
+        for want, fut in self.waiters:
+            if len(self.got) >= want and not fut.done():
+                fut.set_result(None)
+
+    async def wait_for(self, n):
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.append((n, fut))
+        self.data_received(b"")
+        await fut
+
+
+def test_a_sendfile_the_socket_takes_at_once_leaves_the_transport_reading(loop, engine, tmp_path):
+    # The transport receives what the peer sends before and after the
+    # sendfile, and the bytes written before it go out before the file's.
+    data = random.Random(5).randbytes(50000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+
+    async def main():
+        ls = socket.create_server(("127.0.0.1", 0))
+        t, proto = await loop.create_connection(_Kept, *ls.getsockname())
+        peer, _ = ls.accept()
+        ls.close()
+        got = loop.run_in_executor(None, _read_all, peer)
+        peer.sendall(b"before")
+        await proto.wait_for(6)
+        t.write(b"head")
+        async with blockio.open(path, "rb", engine=engine) as f:
+            n = await loop.sendfile(t, f, 10, 20000)
+            at = await f.tell()
+        assert t.is_reading()
+        peer.sendall(b"after")
+        await proto.wait_for(11)
+        t.close()
+        return n, at, proto.got, await got
+
+    n, at, received, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, at, received) == (20000, 10 + 20000, b"beforeafter")
+    assert sent == b"head" + data[10:10 + 20000]
+
+
+def test_a_sendfile_behind_a_write_still_going_out_sends_in_order(loop, engine, tmp_path):
+    # A write the socket did not take whole is still going out: the file
+    # follows it, from the offset asked for, its position after it.
+    data = random.Random(6).randbytes(3 << 20)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    head = random.Random(7).randbytes(8 << 20)
+
+    async def main():
+        t, peer = await _pair(loop)
+        t.write(head)  # (more than a socket's buffer takes at once)
+        assert t.get_write_buffer_size() > 0
+        got = loop.run_in_executor(None, _read_all, peer)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            n = await loop.sendfile(t, f, 100)
+            at = await f.tell()
+        t.close()
+        return n, at, await got
+
+    n, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, at) == (len(data) - 100, len(data))
+    assert sent == head + data[100:]
+
+
+def test_a_sendfile_the_socket_takes_in_part_sends_the_rest_and_places_the_file(loop, engine, tmp_path):
+    # More than the socket takes at once: the rest goes out as the peer
+    # reads, every byte once, and the position is after the last.
+    data = random.Random(8).randbytes(16 << 20)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+
+    async def main():
+        t, peer = await _pair(loop)
+        got = loop.run_in_executor(None, _read_all, peer)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            assert await f.read(5) == data[:5]
+            n = await loop.sendfile(t, f, 1, (16 << 20) - 2)
+            at = await f.tell()
+            rest = await f.read()
+        t.close()
+        return n, at, rest, await got
+
+    n, at, rest, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, at, rest) == ((16 << 20) - 2, (16 << 20) - 1, data[-1:])
+    assert sent == data[1:-1]
+
+
+def _ring_reads(loop):
+    return loop._proactor._ring.file_reads
+
+
+@pytest.mark.parametrize("count", [None, 5000])
+def test_a_sendfile_of_uncached_bytes_reads_them_on_the_loops_ring(engine, tmp_path, count):
+    # os.sendfile would wait for the disk on the loop's thread: the bytes
+    # are read on the ring (its file_reads counts the read) and written,
+    # every byte once, the position after them.
+    from test_loop_files import drop_cache
+
+    data = random.Random(9).randbytes(100_000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    loop = FACTORIES["blockio-uring"]()
+
+    async def main():
+        async with blockio.open(path, "rb", engine=engine) as f:
+            drop_cache(path)
+            before = _ring_reads(loop)
+
+            async def send(t):
+                return await loop.sendfile(t, f, 3, count)
+
+            n, got = await _sent(loop, send)
+            return n, got, await f.tell(), _ring_reads(loop) - before
+
+    try:
+        n, got, at, reads = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+    want = data[3:3 + count if count else None]
+    assert (n, got, at, reads) == (len(want), want, 3 + len(want), 1)
+
+
+def test_a_sendfile_of_uncached_bytes_cancelled_sends_nothing_and_moves_nothing(engine, tmp_path):
+    # Cancelled while its read is on the ring: nothing reaches the peer,
+    # the position stays, and the transport's writes go on.
+    from test_loop_files import drop_cache
+
+    data = random.Random(10).randbytes(100_000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    loop = FACTORIES["blockio-uring"]()
+
+    async def main():
+        async with blockio.open(path, "rb", engine=engine) as f:
+            drop_cache(path)
+
+            async def send(t):
+                task = asyncio.ensure_future(loop.sendfile(t, f))
+                await asyncio.sleep(0)  # (the task's first step: the read submitted)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                t.write(b"after")
+                return await f.tell()
+
+            return await _sent(loop, send)
+
+    try:
+        at, got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+    # (a read the kernel finished before the cancel is dropped all the same)
+    assert (at, got) == (0, b"after")
