@@ -1571,8 +1571,7 @@ class Engine:
         the loop that tells it the close was made. The error of a failed
         ``close`` (the number is closed all the same) is raised as
         :meth:`_aclose` raises it."""
-        loop: Any = asyncio.events._get_running_loop()
-        if getattr(loop, "_ring_open", None) is None or not self._core.disown(fd):
+        if not _on_ring_loop() or not self._core.disown(fd):
             return False
         try:
             os.close(fd)
@@ -1580,12 +1579,32 @@ class Engine:
             raise OSError(e.errno, os.strerror(e.errno or 0)) from None
         return True
 
+    async def _asize_read_only(self, file: FileLike) -> int:
+        """The size of a file open only for reading, as :meth:`_asize`:
+        on blockio's loop on io_uring an ``fstat`` on the loop's thread
+        (where the open on its ring made one already), which no write of
+        the file's own can be waiting behind; elsewhere through the
+        engine's threads."""
+        if not _on_ring_loop():
+            return await self._asize(file)
+        try:
+            return os.fstat(_fd(file)).st_size
+        except OSError as e:
+            raise OSError(e.errno, os.strerror(e.errno or 0), _name(file)) from None
+
     async def _aclose(self, fd: int) -> None:
         """Closes ``fd``, which the caller gives up, off the loop's thread.
         The close happens even if the awaiting task is cancelled."""
         r = (await self._run(None, self._core.submit_close, fd))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0))
+
+
+def _on_ring_loop() -> bool:
+    """Whether the running loop is blockio's on io_uring (it has
+    ``_ring_open``), where a file's calls that cannot wait long are made
+    on the loop's thread or its ring."""
+    return getattr(asyncio.events._get_running_loop(), "_ring_open", None) is not None
 
 
 def _no_loop() -> None:

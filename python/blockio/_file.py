@@ -1732,7 +1732,12 @@ class AsyncFile(FileState, LineReader[bytes]):
         file since; none is joined on this thread."""
         await self._flush_writes()
         pos = await self._position()
-        size = 0 if self._stream else await self._engine._asize(self._file)
+        if self._stream:
+            size = 0
+        elif self._writable:
+            size = await self._engine._asize(self._file)
+        else:
+            size = await self._engine._asize_read_only(self._file)
         want = size - pos + 1 if size > pos else _FIRST_CHUNK
         at = pos
         while True:

@@ -39,9 +39,25 @@ Opener_ = Callable[[Any, int], int]
 _MODE_CHARS = set("rwxabt+")
 
 
+#: The modes found good with the other arguments left at their defaults
+#: (a few dozen strings at most: the valid arrangements of "rwxabt+"),
+#: which the next open with those defaults need not check again.
+_GOOD_MODES: "set[str]" = set()
+
+
 def _check_mode(mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
                 newline: Optional[str]) -> None:
     """Refuses what the built-in ``open`` refuses, with its messages."""
+    defaults = buffering == -1 and encoding is None and errors is None and newline is None
+    if defaults and type(mode) is str and mode in _GOOD_MODES:
+        return
+    _check_mode_fully(mode, buffering, encoding, errors, newline)
+    if defaults and type(mode) is str:
+        _GOOD_MODES.add(mode)
+
+
+def _check_mode_fully(mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
+                      newline: Optional[str]) -> None:
     if not isinstance(mode, str):
         raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
     if set(mode) - _MODE_CHARS or len(mode) != len(set(mode)):
@@ -61,7 +77,7 @@ def _check_mode(mode: str, buffering: int, encoding: Optional[str], errors: Opti
         raise ValueError(f"illegal newline value: {newline}")
     if "b" in mode and buffering == 1:
         warnings.warn("line buffering (buffering=1) isn't supported in binary mode, "
-                      "the default buffer size will be used", RuntimeWarning, stacklevel=3)
+                      "the default buffer size will be used", RuntimeWarning, stacklevel=4)
 
 
 def _binary_mode(mode: str) -> str:

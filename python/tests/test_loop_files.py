@@ -1086,3 +1086,44 @@ def test_a_file_opened_by_path_on_the_ring_starts_where_the_builtins_does(tmp_pa
         want_rest = builtin.read() if "r" in mode and "+" not in mode else None
         want_size = builtin.raw._blksize if "b" in mode else None
     assert (at, rest, size) == (want_at, want_rest, want_size)
+
+
+def counting_engine_sizes(engine):
+    """Counts the size look-ups ``engine`` makes on its own threads (its
+    ``submit_size`` jobs) from now on: a list whose length is that count."""
+    sizes = []
+    run = engine._run
+
+    async def counted(keep, start, *args):
+        if start == engine._core.submit_size:
+            sizes.append(args[0])
+        return await run(keep, start, *args)
+
+    engine._run = counted
+    return sizes
+
+
+@pytest.mark.parametrize("new_loop", [UringEventLoop, asyncio.new_event_loop], ids=["blockio-uring", "asyncio"])
+def test_a_read_only_files_uncached_read_of_the_rest_looks_its_size_up_on_the_loops_thread(data_path, new_loop):
+    # read() of the rest of an uncached file, which only reads: the size
+    # is an fstat on blockio's loop's thread, none through the engine,
+    # and taken at the read (bytes added since the open are read too); on
+    # other loops it goes through the engine as before.
+    path, data = data_path
+    engine = blockio.Engine()
+
+    async def main():
+        sizes = counting_engine_sizes(engine)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            with open(path, "ab") as more:
+                more.write(b"added")
+            drop_cache(path)
+            got = await f.read()
+        return got, len(sizes)
+
+    try:
+        got, sizes = run_on(new_loop, main())
+    finally:
+        engine.close()
+    assert got == data + b"added"
+    assert sizes == (0 if new_loop is UringEventLoop else 1)
