@@ -1491,8 +1491,13 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         done = 0
         if type(at_once) is _Uncached:
             sent = await self._send_uncached(transp, file, at_once)
-            if sent is not None:
+            if sent is not None and (sent == at_once.length or not sent):
                 return sent
+            if sent:
+                # (a read the file cut short: the rest as below, from where it stopped)
+                done = sent
+                offset += sent
+                count = count - sent if count else count
             at_once = None
         if at_once is not None:
             done, whole = at_once
@@ -1518,7 +1523,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         selector loop begins it, in the caller's step: one ``os.sendfile``
         from the file's descriptor to the socket. ``(sent, whole)``: what
         went out, and whether that was all (the file's end, or ``count``);
-        None when this does not apply and :meth:`_sock_sendfile_native`
+        an :class:`_Uncached` plan, nothing sent, when the page cache
+        lacks the range's first byte (see :meth:`_send_uncached`); None
+        when this does not apply and :meth:`_sock_sendfile_native`
         sends all of it: a transport with writes in flight or buffered
         (they go out first), closing, or on a test's mock socket; a file
         open for writing (its writes land first), not a regular file or
