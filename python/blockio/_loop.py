@@ -1047,23 +1047,6 @@ def _writable_bytes(buf: Any) -> Any:
     return memoryview(buf).cast("B")
 
 
-# The most a sendfile of uncached bytes reads on the ring into memory
-# (see UringEventLoop._send_uncached); a larger range is sent by
-# os.sendfile, which reads it on the loop's thread.
-_READ_NOT_SENT = 256 * 1024
-
-
-class _Uncached:
-    """A sendfile's range whose first bytes the page cache does not hold."""
-
-    __slots__ = ("fd", "offset", "length")
-
-    def __init__(self, fd: int, offset: int, length: int) -> None:
-        self.fd = fd
-        self.offset = offset
-        self.length = length
-
-
 class UringEventLoop(proactor_events.BaseProactorEventLoop):
     """An asyncio event loop on io_uring (see the module's doc)."""
 
@@ -1096,8 +1079,6 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         # Listening Unix sockets to unlink when they stop serving (3.13+'s
         # create_unix_server(cleanup_socket=True)): socket -> inode.
         self._unix_server_sockets: dict[Any, int] = {}
-        # One byte read without waiting: whether a sendfile's bytes are cached.
-        self._probe = bytearray(1)
         proactor.set_loop(self)
         self._make_self_pipe()
         #: The wake-up socket's number (kept for after its close).
@@ -1487,118 +1468,14 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             raise
 
     async def _sendfile_native(self, transp, file, offset, count):
-        at_once = self._sendfile_at_once(transp, file, offset, count)
-        done = 0
-        if type(at_once) is _Uncached:
-            sent = await self._send_uncached(transp, file, at_once)
-            if sent is not None and (sent == at_once.length or not sent):
-                return sent
-            if sent:
-                # (a read the file cut short: the rest as below, from where it stopped)
-                done = sent
-                offset += sent
-                count = count - sent if count else count
-            at_once = None
-        if at_once is not None:
-            done, whole = at_once
-            if done:
-                # (the position follows what was sent, also if what follows fails)
-                await _place_after_sendfile(file, offset + done)
-            if whole:
-                return done
-            # (what the socket did not take now: sent as below, on readiness)
-            offset += done
-            count = count - done if count else count
         try:
-            return done + await super()._sendfile_native(transp, file, offset, count)
+            return await super()._sendfile_native(transp, file, offset, count)
         except ConnectionAbortedError as exc:
             # The transport's own receive took the peer's reset and closed
             # the socket: the reset is what ended the sendfile.
             if transp._lost_reset:
                 raise _proactor.os_error(errno.ECONNRESET) from exc
             raise
-
-    def _sendfile_at_once(self, transp, file, offset, count):
-        """``loop.sendfile`` to an idle socket transport as asyncio's
-        selector loop begins it, in the caller's step: one ``os.sendfile``
-        from the file's descriptor to the socket. ``(sent, whole)``: what
-        went out, and whether that was all (the file's end, or ``count``);
-        an :class:`_Uncached` plan, nothing sent, when the page cache
-        lacks the range's first byte (see :meth:`_send_uncached`); None
-        when this does not apply and :meth:`_sock_sendfile_native`
-        sends all of it: a transport with writes in flight or buffered
-        (they go out first), closing, or on a test's mock socket; a file
-        open for writing (its writes land first), not a regular file or
-        with no descriptor; a socket that takes nothing now or fails
-        (``_sock_sendfile_native`` waits for it, or reports the failure as
-        it words it). With nothing else running meanwhile, the transport's
-        receive stays armed: asyncio's ``pause_reading`` around the
-        sendfile would cancel it and arm it again, two ring operations for
-        a state no code can see."""
-        if (type(transp) is not _SocketTransport or not transp._ring_socket or transp._write_fut is not None
-                or transp._buffer or transp._closing_v or transp._conn_lost or transp._empty_waiter is not None):
-            return None
-        sock = transp._sock
-        self._check_sendfile_params(sock, file, offset, count)
-        mode = getattr(file, "mode", "")
-        if type(mode) is not str or "w" in mode or "a" in mode or "x" in mode or "+" in mode:
-            return None
-        try:
-            in_fd = file.fileno()
-            st = os.fstat(in_fd)
-        except (AttributeError, io.UnsupportedOperation, OSError, ValueError, TypeError):
-            return None
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        end = min(offset + count, st.st_size) if count else st.st_size
-        if offset >= end:
-            return 0, True
-        if end - offset <= _READ_NOT_SENT:
-            # Whether the page cache holds the first bytes (one byte read
-            # without waiting): if not, `os.sendfile` would wait for the
-            # disk on the loop's thread; the range is read on the ring
-            # instead (see `_send_uncached`).
-            try:
-                os.preadv(in_fd, [self._probe], offset, os.RWF_NOWAIT)
-            except BlockingIOError:
-                return _Uncached(in_fd, offset, end - offset)
-            except OSError:
-                pass  # (a file system without RWF_NOWAIT: the sendfile as before)
-        try:
-            n = os.sendfile(sock.fileno(), in_fd, offset, end - offset)
-        except OSError:
-            return None
-        return n, n == end - offset or n == 0
-
-    async def _send_uncached(self, transp, file, plan):
-        """``loop.sendfile`` of a range whose first bytes the page cache
-        does not hold (``plan``, see :meth:`_sendfile_at_once`): read on
-        the loop's ring (a ``pread``; the disk is waited for by the kernel,
-        not by the loop's thread, as ``os.sendfile`` would) and written to
-        the transport, whose writes wait meanwhile as during asyncio's
-        sendfile (``RuntimeError``); returns once the bytes have gone to
-        the socket, the file's position after them. None when the ring
-        refuses the read (an ``O_DIRECT`` descriptor): the caller sends as
-        for a cached file."""
-        transp._make_empty_waiter()
-        try:
-            data = await self._proactor.pread(plan.fd, plan.offset, plan.length)
-        except OSError:
-            return None
-        finally:
-            transp._reset_empty_waiter()
-        if not data:
-            return 0
-        if transp._closing_v or transp._conn_lost:
-            raise _sendfile_closed(0)
-        transp.write(data)
-        await _place_after_sendfile(file, plan.offset + len(data))
-        if transp._write_fut is not None:
-            try:
-                await transp._make_empty_waiter()
-            finally:
-                transp._reset_empty_waiter()
-        return len(data)
 
     async def _sock_sendfile_native(self, sock, file, offset, count):
         # os.sendfile in chunks as the socket takes them, the file's

@@ -10,6 +10,7 @@ peer goes away first, with asyncio's error."""
 import asyncio
 import os
 import random
+import select
 import socket
 import struct
 
@@ -193,7 +194,7 @@ class _Kept(asyncio.Protocol):
         await fut
 
 
-def test_a_sendfile_the_socket_takes_at_once_leaves_the_transport_reading(loop, engine, tmp_path):
+def test_a_sendfile_leaves_the_transport_receiving_and_sends_after_earlier_writes(loop, engine, tmp_path):
     # The transport receives what the peer sends before and after the
     # sendfile, and the bytes written before it go out before the file's.
     data = random.Random(5).randbytes(50000)
@@ -272,69 +273,145 @@ def test_a_sendfile_the_socket_takes_in_part_sends_the_rest_and_places_the_file(
     assert sent == data[1:-1]
 
 
-def _ring_reads(loop):
-    return loop._proactor._ring.file_reads
+
+@pytest.fixture
+def uring_loop():
+    """blockio's io_uring loop (asyncio's selector loop, the epoll
+    fallback, neither awaits an async file's seek nor sees a close during
+    its sendfile)."""
+    lp = FACTORIES["blockio-uring"]()
+    yield lp
+    lp.close()
 
 
-@pytest.mark.parametrize("count", [None, 5000])
-def test_a_sendfile_of_uncached_bytes_reads_them_on_the_loops_ring(engine, tmp_path, count):
-    # os.sendfile would wait for the disk on the loop's thread: the bytes
-    # are read on the ring (its file_reads counts the read) and written,
-    # every byte once, the position after them.
-    from test_loop_files import drop_cache
-
-    data = random.Random(9).randbytes(100_000)
-    path = tmp_path / "f"
+def _big_file(tmp_path, seed):
+    """A file larger than a socket takes at once: a sendfile of it runs
+    over several of the loop's steps."""
+    data = random.Random(seed).randbytes(16 << 20)
+    path = tmp_path / "big"
     path.write_bytes(data)
-    loop = FACTORIES["blockio-uring"]()
+    return path, data
+
+
+def test_a_write_while_a_sendfile_of_an_aiofiles_file_runs_is_refused(loop, tmp_path):
+    # (aiofiles' seek yields to the loop.) Another task's write while the
+    # sendfile runs gets asyncio's RuntimeError: the file's bytes go out
+    # alone, none of the write's among them.
+    path, data = _big_file(tmp_path, 11)
+    refused = []
 
     async def main():
-        async with blockio.open(path, "rb", engine=engine) as f:
-            drop_cache(path)
-            before = _ring_reads(loop)
+        t, peer = await _pair(loop)
+        got = loop.run_in_executor(None, _read_all, peer)
 
-            async def send(t):
-                return await loop.sendfile(t, f, 3, count)
+        async def other():  # (runs in the step after the sendfile's first)
+            try:
+                t.write(b"MARK")
+            except RuntimeError as exc:
+                refused.append(str(exc))
 
-            n, got = await _sent(loop, send)
-            return n, got, await f.tell(), _ring_reads(loop) - before
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            write = asyncio.ensure_future(other())
+            n = await send
+            await write
+            at = await f.tell()
+        t.close()
+        return n, at, await got
 
-    try:
-        n, got, at, reads = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
-    finally:
-        loop.close()
-    want = data[3:3 + count if count else None]
-    assert (n, got, at, reads) == (len(want), want, 3 + len(want), 1)
+    n, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert refused == ["unable to write; sendfile is in progress"]
+    assert (n, at) == (len(data), len(data))
+    assert sent == data
 
 
-def test_a_sendfile_of_uncached_bytes_cancelled_sends_nothing_and_moves_nothing(engine, tmp_path):
-    # Cancelled while its read is on the ring: nothing reaches the peer,
-    # the position stays, and the transport's writes go on.
+class _Answering(asyncio.Protocol):
+    """Answers each message it receives with ``ACK``."""
+
+    def __init__(self):
+        self.answered = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.answered = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data):
+        self.transport.write(b"ACK")
+        if not self.answered.done():
+            self.answered.set_result(data)
+
+
+def test_a_message_received_during_a_sendfile_is_answered_after_the_files_bytes(loop, engine, tmp_path):
+    # The peer's message is there before the sendfile begins; reading is
+    # paused while it runs, so the protocol's answer follows the file.
     from test_loop_files import drop_cache
 
-    data = random.Random(10).randbytes(100_000)
+    data = random.Random(12).randbytes(200_000)
     path = tmp_path / "f"
     path.write_bytes(data)
-    loop = FACTORIES["blockio-uring"]()
 
     async def main():
+        ls = socket.create_server(("127.0.0.1", 0))
+        t, proto = await loop.create_connection(_Answering, *ls.getsockname())
+        peer, _ = ls.accept()
+        ls.close()
+        got = loop.run_in_executor(None, _read_all, peer)
         async with blockio.open(path, "rb", engine=engine) as f:
             drop_cache(path)
+            peer.sendall(b"ping")
+            n = await loop.sendfile(t, f)
+        message = await proto.answered
+        t.close()
+        return n, message, await got
 
-            async def send(t):
-                task = asyncio.ensure_future(loop.sendfile(t, f))
-                await asyncio.sleep(0)  # (the task's first step: the read submitted)
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-                t.write(b"after")
-                return await f.tell()
+    n, message, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, message) == (len(data), b"ping")
+    assert sent == data + b"ACK"
 
-            return await _sent(loop, send)
 
-    try:
-        at, got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
-    finally:
-        loop.close()
-    # (a read the kernel finished before the cancel is dropped all the same)
-    assert (at, got) == (0, b"after")
+def test_a_sendfile_of_an_aiofiles_file_cancelled_leaves_it_after_the_bytes_sent(uring_loop, tmp_path):
+    loop = uring_loop
+    # Cancelled once the peer has bytes (it reads none until then): the
+    # file's position is after the last byte the peer got.
+    path, data = _big_file(tmp_path, 13)
+
+    async def main():
+        t, peer = await _pair(loop)
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            await loop.run_in_executor(None, select.select, [peer], [], [], DEADLINE)
+            send.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await send
+            at = await f.tell()
+        t.close()
+        return at, await loop.run_in_executor(None, _read_all, peer)
+
+    at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert 0 < at == len(sent) < len(data)
+    assert sent == data[:at]
+
+
+@pytest.mark.parametrize("how", ["close", "abort"])
+def test_a_transport_closed_during_a_sendfile_of_an_aiofiles_file_ends_it(uring_loop, tmp_path, how):
+    loop = uring_loop
+    # Closed by another task while the sendfile runs: asyncio's
+    # ConnectionAbortedError, counting the bytes the peer got, and the
+    # file's position after them.
+    path, data = _big_file(tmp_path, 14)
+
+    async def main():
+        t, peer = await _pair(loop)
+        got = loop.run_in_executor(None, _read_all, peer)
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            loop.call_soon(getattr(t, how))  # (in the step after the sendfile's first)
+            with pytest.raises(ConnectionAbortedError) as err:
+                await send
+            at = await f.tell()
+        return str(err.value), at, await got
+
+    message, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert message.endswith(f"the socket was closed after {len(sent)} bytes")
+    assert sent == data[:len(sent)]
+    assert at == len(sent)
