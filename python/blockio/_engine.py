@@ -467,7 +467,6 @@ class Engine:
         #: The process that made the engine: in another (a forked child)
         #: its rings are the parent's, and unusable.
         self._pid = os.getpid()
-
         #: The loop that used the engine last (the fast path's check), by a
         #: weak reference: the engine (the default engine lives as long as
         #: the process) keeps no loop alive.
@@ -506,9 +505,10 @@ class Engine:
     @property
     def _usable_here(self) -> bool:
         """Open, and made by this process (not a parent before ``fork()``)."""
-        # (the core's count of forks, which a fork made from C counts too: no
-        # `getpid` system call per check, which a file's call made several times)
-        return self._core.usable
+        # (os.getpid(), not a count of pthread_atfork calls, which a child
+        # made by glibc's _Fork() or a raw clone never makes; Engine.close
+        # asks the same)
+        return not self._core.closed and self._pid == os.getpid()
 
     def close(self) -> None:
         """Releases the rings. Idempotent.

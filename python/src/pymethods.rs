@@ -277,12 +277,4 @@ impl Core {
     fn py_closed(&self) -> bool {
         self.closed()
     }
-
-    /// Open, and made by this process (not a parent before `fork()`,
-    /// however the fork was made: the count of `pthread_atfork`, with
-    /// no `getpid` system call).
-    #[getter(usable)]
-    fn py_usable(&self) -> bool {
-        !self.born.forked() && !self.closed()
-    }
 }
