@@ -185,6 +185,45 @@ async def _open_descriptor(file: Any, mode: str, closefd: bool, opener: Optional
     return fd, name, st
 
 
+def _buffer_sizes(fd: int, buffering: int, st: Optional[os.stat_result]) -> Tuple[int, int]:
+    """The read-ahead and write buffer sizes of a file over ``fd``:
+    reads ahead a DEFAULT_BUFFER_SIZE by default, which sequential reads
+    grow; keeps the built-in's buffer size of writes, so that the same
+    writes fail at once. ``st``: the ``fstat`` of a regular file this
+    open made by its path, which spares looking the size up again."""
+    size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
+    if buffering not in (-1, 1):
+        return size, buffering
+    if st is not None:
+        # (what FileIO's `_blksize` is: see `_default_buffer_size`)
+        return size, st.st_blksize if st.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE
+    return size, _default_buffer_size(fd)
+
+
+async def _place_appends(raw: AsyncFile, fd: int, mode: str) -> None:
+    """Where ``raw``'s writes go when the mode or the descriptor's
+    ``O_APPEND`` says they append, and its position at the end in
+    ``"a"`` modes."""
+    if "a" not in mode and raw._writable and not raw._stream and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
+        # A descriptor with O_APPEND in another writing mode (handed
+        # in, or made by an opener): the kernel puts every write at the
+        # end whatever the offset, so the position follows it there, as
+        # the built-in's does once its buffer is flushed; reads start at
+        # the descriptor's offset all the same.
+        raw._append = True
+    if "a" in mode:
+        if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
+            # A descriptor without O_APPEND (handed in, or made by an
+            # opener): as the built-in's FileIO, which seeks to the end
+            # once and writes on from there, writes go at the position,
+            # which starts at the end.
+            raw._append = False
+        # At the end, as the built-in open leaves it, the descriptor's
+        # own offset too (for a child given the number at once).
+        await raw._position()
+        raw._sync_offset()
+
+
 async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: int, encoding: Optional[str],
                            errors: Optional[str], newline: Optional[str], closefd: bool,
                            opener: Optional[Callable[[Any, int], int]], eng: Engine,
@@ -216,18 +255,7 @@ async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: 
             if stat.S_ISDIR(os.fstat(fd).st_mode):
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
         line_buffering = buffering == 1 and "b" not in mode
-        # (reads ahead a DEFAULT_BUFFER_SIZE by default, which sequential
-        # reads grow; keeps the built-in's buffer size of writes, so that
-        # the same writes fail at once)
-        size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
-        if buffering not in (-1, 1):
-            wsize = buffering
-        elif fresh:
-            assert st is not None
-            # (what FileIO's `_blksize` is: see `_default_buffer_size`)
-            wsize = st.st_blksize if st.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE
-        else:
-            wsize = _default_buffer_size(fd)
+        size, wsize = _buffer_sizes(fd, buffering, st if fresh else None)
         binary_mode = _binary_mode(mode)
         # A descriptor handed in, or made by the caller's opener, may be
         # known elsewhere: its offset follows the file's position.
@@ -242,24 +270,7 @@ async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: 
             if isinstance(file, int) and closefd:
                 os.close(fd)
             raise io.UnsupportedOperation("File or stream is not seekable.")
-        if "a" not in mode and raw._writable and not raw._stream and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
-            # A descriptor with O_APPEND in another writing mode (handed
-            # in, or made by an opener): the kernel puts every write at the
-            # end whatever the offset, so the position follows it there, as
-            # the built-in's does once its buffer is flushed; reads start at
-            # the descriptor's offset all the same.
-            raw._append = True
-        if "a" in mode:
-            if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
-                # A descriptor without O_APPEND (handed in, or made by an
-                # opener): as the built-in's FileIO, which seeks to the end
-                # once and writes on from there, writes go at the position,
-                # which starts at the end.
-                raw._append = False
-            # At the end, as the built-in open leaves it, the descriptor's
-            # own offset too (for a child given the number at once).
-            await raw._position()
-            raw._sync_offset()
+        await _place_appends(raw, fd, mode)
         if "b" in mode:
             return raw
         return AsyncTextFile(raw, mode, encoding, errors, newline, line_buffering)
