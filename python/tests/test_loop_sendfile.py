@@ -302,19 +302,20 @@ def test_a_write_while_a_sendfile_of_an_aiofiles_file_runs_is_refused(loop, tmp_
 
     async def main():
         t, peer = await _pair(loop)
-        got = loop.run_in_executor(None, _read_all, peer)
 
         async def other():  # (runs in the step after the sendfile's first)
             try:
                 t.write(b"MARK")
             except RuntimeError as exc:
                 refused.append(str(exc))
+            # (the peer reads from now on: until then the file does not fit)
+            return loop.run_in_executor(None, _read_all, peer)
 
         async with aiofiles.open(path, "rb") as f:
             send = asyncio.ensure_future(loop.sendfile(t, f))
             write = asyncio.ensure_future(other())
+            got = await write
             n = await send
-            await write
             at = await f.tell()
         t.close()
         return n, at, await got
@@ -402,16 +403,18 @@ def test_a_transport_closed_during_a_sendfile_of_an_aiofiles_file_ends_it(uring_
 
     async def main():
         t, peer = await _pair(loop)
-        got = loop.run_in_executor(None, _read_all, peer)
         async with aiofiles.open(path, "rb") as f:
             send = asyncio.ensure_future(loop.sendfile(t, f))
-            loop.call_soon(getattr(t, how))  # (in the step after the sendfile's first)
+            # (in the step after the sendfile's first; the peer reads
+            # nothing until the sendfile ends, so the file does not fit)
+            loop.call_soon(getattr(t, how))
             with pytest.raises(ConnectionAbortedError) as err:
                 await send
             at = await f.tell()
-        return str(err.value), at, await got
+        return str(err.value), at, await loop.run_in_executor(None, _read_all, peer)
 
     message, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert message.endswith(f"the socket was closed after {len(sent)} bytes")
+    assert 0 < len(sent) < len(data)
     assert sent == data[:len(sent)]
     assert at == len(sent)
