@@ -32,8 +32,13 @@ answers to a few requests are compared byte for byte with the files.
     python python/benchmarks/loop_serve.py [--rounds 5] [--seconds 3]
         [--set-mib 1024] [--conns 50] [--workloads warm,cold] [--syscalls]
         [--dir /tmp/loop-serve] [--contenders blockio-sendfile,...]
+        [--baseline DIR]
 
 The set (``--set-mib`` MiB) is made in ``--dir`` and kept for later runs.
+``--baseline DIR`` adds, for each blockio contender ``X`` named, a
+contender ``X-base``: the same server with the ``blockio`` package
+imported from ``DIR`` (a directory holding another build of it, put
+first on the server's ``PYTHONPATH``), measured in the same rounds.
 """
 
 from __future__ import annotations
@@ -209,7 +214,11 @@ def lua_script(d: Path, n: int) -> Path:
 def one_round(name: str, kind: str, n: int, args: argparse.Namespace) -> dict[str, float]:
     d = Path(args.dir)
     set_cache(d, n, kind == "warm")
-    server = start_server([sys.executable, __file__, "--serve", name, str(d / "files")])
+    env = None
+    if name.endswith("-base"):
+        # (the same server, on the blockio package of --baseline)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.baseline, os.environ.get("PYTHONPATH")]))}
+    server = start_server([sys.executable, __file__, "--serve", name.removesuffix("-base"), str(d / "files")], env)
     assert server.stdin is not None and server.stdout is not None
     port = int(server.stdout.readline())
     check(port, d, n)
@@ -239,6 +248,7 @@ def main() -> None:
     ap.add_argument("--contenders", default=",".join(CONTENDERS))
     ap.add_argument("--syscalls", action="store_true")
     ap.add_argument("--dir", default="/tmp/loop-serve")
+    ap.add_argument("--baseline", help="a directory with another build of blockio: adds X-base per blockio contender X")
     args = ap.parse_args()
     if args.serve:
         serve(*args.serve)
@@ -246,6 +256,8 @@ def main() -> None:
     pin_client()
     n = make_set(Path(args.dir), args.set_mib)
     names = args.contenders.split(",")
+    if args.baseline:
+        names += [f"{c}-base" for c in names if c.startswith("blockio")]
     print(f"{n} files, {args.set_mib} MiB, {args.conns} connections, {args.rounds} rounds of {args.seconds} s")
     for kind in args.workloads.split(","):
         got: dict[str, list[dict[str, float]]] = {c: [] for c in names}
@@ -259,7 +271,7 @@ def main() -> None:
             cpu = [x["cpu"] * 1e6 for x in rs]
             ratio = f"  x{statistics.median(rate) / base:.2f} uvloop-aiofiles" if base else ""
             calls = f"  {statistics.median(x['calls'] for x in rs):5.2f} calls/req" if args.syscalls else ""
-            print(f"  {name:17} {statistics.median(rate):8.0f}/s ({min(rate):.0f}-{max(rate):.0f})  "
+            print(f"  {name:22} {statistics.median(rate):8.0f}/s ({min(rate):.0f}-{max(rate):.0f})  "
                   f"p99 {statistics.median(x['p99'] for x in rs) * 1e3:6.2f} ms  "
                   f"CPU {statistics.median(cpu):6.1f} us/req ({min(cpu):.1f}-{max(cpu):.1f}, "
                   f"sys {statistics.median(x['sys'] for x in rs) * 1e6:5.1f}){calls}{ratio}")

@@ -418,11 +418,10 @@ class _Opened:
 _OPENED = _Opened()
 
 
-def _waits_not(fd: int) -> bool:
-    """Whether an open of the file ``fd`` names never waits for a peer:
-    true of regular files, directories and block devices, false of FIFOs,
-    sockets and character devices (terminals), whose open may block."""
-    st_mode = os.fstat(fd).st_mode
+def _waits_not(st_mode: int) -> bool:
+    """Whether an open of a file of mode ``st_mode`` never waits for a
+    peer: true of regular files, directories and block devices, false of
+    FIFOs, sockets and character devices (terminals), whose open may block."""
     return stat.S_ISREG(st_mode) or stat.S_ISDIR(st_mode) or stat.S_ISBLK(st_mode)
 
 
@@ -506,6 +505,9 @@ class Engine:
     @property
     def _usable_here(self) -> bool:
         """Open, and made by this process (not a parent before ``fork()``)."""
+        # (os.getpid(), not a count of pthread_atfork calls, which a child
+        # made by glibc's _Fork() or a raw clone never makes; Engine.close
+        # asks the same)
         return not self._core.closed and self._pid == os.getpid()
 
     def close(self) -> None:
@@ -1453,6 +1455,12 @@ class Engine:
         ``_ring_open``: no driver thread, eventfd or thread hop); the
         descriptor. Errors read as the built-in ``open``'s: ``[Errno 2] No
         such file or directory: 'name'``."""
+        return (await self._aopen_stat(path, flags, mode))[0]
+
+    async def _aopen_stat(self, path: Union[str, bytes, "os.PathLike[Any]"], flags: int,
+                          mode: int) -> Tuple[int, Optional[os.stat_result]]:
+        """:meth:`_aopen`, with the ``fstat`` of the file opened on the
+        loop's ring (which that open makes anyway), else None."""
         encoded = os.fsencode(path)
         loop: Any = asyncio.events._get_running_loop()
         ring_open = getattr(loop, "_ring_open", None)
@@ -1476,19 +1484,24 @@ class Engine:
             if opened is None:  # (closed by the loop's close: this task resumed after it)
                 raise OSError(errno.ECANCELED, "the event loop was closed before the open completed",
                               os.fspath(path))
-            if not _waits_not(opened):
+            try:
+                st = os.fstat(opened)
+            except BaseException:
+                os.close(opened)
+                raise
+            if not _waits_not(st.st_mode):
                 # A FIFO or a terminal: the kernel's inline attempt opened it
                 # non-blocking (a reader with no writer gets b'' at once);
                 # opened again on the engine's threads, which block as the
                 # built-in open does.
                 os.close(opened)
             else:
-                return opened
+                return opened, st
         r = (await self._run(_OPENED, self._core.submit_open, encoded, flags, mode))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0), os.fspath(path))
         fd: int = r
-        return fd
+        return fd, None
 
     async def _astat(self, path: Union[str, bytes, "os.PathLike[Any]"], follow: bool) -> os.stat_result:
         """``os.stat(path)`` (``os.lstat`` unless ``follow``) as a
@@ -1546,12 +1559,52 @@ class Engine:
         if cancelled is not None:
             raise cancelled
 
+    def _close_here(self, fd: int) -> bool:
+        """Closes ``fd``, a file's own descriptor not open for writing,
+        on the loop's thread when the running loop is blockio's on
+        io_uring (its ``_ring_open``) and none of the engine's operations
+        still uses the number (the core forgets it then: ``disown``); False,
+        with nothing done, otherwise (the caller closes it through the
+        engine, :meth:`_aclose`). A read-only file has nothing to write
+        back at its close, which the kernel makes at once: one ``close``
+        call instead of a hop to the engine's threads and the wake-up of
+        the loop that tells it the close was made. The error of a failed
+        ``close`` (the number is closed all the same) is raised as
+        :meth:`_aclose` raises it."""
+        if not _on_ring_loop() or not self._core.disown(fd):
+            return False
+        try:
+            os.close(fd)
+        except OSError as e:
+            raise OSError(e.errno, os.strerror(e.errno or 0)) from None
+        return True
+
+    async def _asize_read_only(self, file: FileLike) -> int:
+        """The size of a file open only for reading, as :meth:`_asize`:
+        on blockio's loop on io_uring an ``fstat`` on the loop's thread
+        (where the open on its ring made one already), which no write of
+        the file's own can be waiting behind; elsewhere through the
+        engine's threads."""
+        if not _on_ring_loop():
+            return await self._asize(file)
+        try:
+            return os.fstat(_fd(file)).st_size
+        except OSError as e:
+            raise OSError(e.errno, os.strerror(e.errno or 0), _name(file)) from None
+
     async def _aclose(self, fd: int) -> None:
         """Closes ``fd``, which the caller gives up, off the loop's thread.
         The close happens even if the awaiting task is cancelled."""
         r = (await self._run(None, self._core.submit_close, fd))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0))
+
+
+def _on_ring_loop() -> bool:
+    """Whether the running loop is blockio's on io_uring (it has
+    ``_ring_open``), where a file's calls that cannot wait long are made
+    on the loop's thread or its ring."""
+    return getattr(asyncio.events._get_running_loop(), "_ring_open", None) is not None
 
 
 def _no_loop() -> None:

@@ -493,14 +493,14 @@ class AsyncFile(FileState, LineReader[bytes]):
     __slots__ = ("__dict__", "__weakref__")
 
     def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int, shared: bool,
-                 write_buffer_size: Optional[int] = None) -> None:
+                 write_buffer_size: Optional[int] = None, *, at_start: bool = False) -> None:
         self._file = desc
         self._engine = engine
         #: Calls on this file run one at a time, in the order made (see
         #: :mod:`blockio._calls`); a text file over it shares the queue.
         self._calls = CallQueue()
         self._init_state(desc, mode)
-        self._find_position(desc, engine)
+        self._find_position(desc, engine, at_start)
         #: The next read is the first since a seek: it reads what it asks
         #: for and no more (see `read`).
         self._seeked = False
@@ -559,13 +559,15 @@ class AsyncFile(FileState, LineReader[bytes]):
         self._line_by_byte = True
         self._line_note: Union[OSError, _LineNote, None] = None
 
-    def _find_position(self, desc: _Descriptor, engine: Engine) -> None:
+    def _find_position(self, desc: _Descriptor, engine: Engine, at_start: bool) -> None:
         """Reads the descriptor's offset as the position, or finds it a
-        stream; a seekable file that owns its descriptor has the engine own it."""
+        stream; a seekable file that owns its descriptor has the engine own
+        it. ``at_start``: a regular file just opened by its path, at offset
+        0 (nothing to read)."""
         try:
             # A descriptor handed in (``blockio.open(fd)``) is read and
             # written from its offset on, as the built-in open's file does.
-            self._pos = os.lseek(desc.num, 0, os.SEEK_CUR)
+            self._pos = 0 if at_start else os.lseek(desc.num, 0, os.SEEK_CUR)
         except OSError as e:
             self._stream = e.errno == errno.ESPIPE
             if self._stream:
@@ -1730,7 +1732,12 @@ class AsyncFile(FileState, LineReader[bytes]):
         file since; none is joined on this thread."""
         await self._flush_writes()
         pos = await self._position()
-        size = 0 if self._stream else await self._engine._asize(self._file)
+        if self._stream:
+            size = 0
+        elif self._writable:
+            size = await self._engine._asize(self._file)
+        else:
+            size = await self._engine._asize_read_only(self._file)
         want = size - pos + 1 if size > pos else _FIRST_CHUNK
         at = pos
         while True:
@@ -2489,11 +2496,19 @@ class AsyncFile(FileState, LineReader[bytes]):
         try:
             await self._flush_writes()
         finally:
-            self._sync_offset()  # (the last time: a closed file leaves the descriptor alone)
+            # The last time: a closed file leaves the descriptor alone. (A
+            # file that only reads has nothing to flush: its last call left
+            # the offset at its position, and its close leaves it where it
+            # is, as the built-in reader's does.)
+            if self._writable:
+                self._sync_offset()
             self._file.closed = True
             self._end_waits()
             if self._file.closefd and not self._close_after_stream_write():
-                await self._engine._aclose(self._file.num)
+                # (a file that reads only, on blockio's loop: on its thread,
+                # see `Engine._close_here`)
+                if self._writable or self._stream or not self._engine._close_here(self._file.num):
+                    await self._engine._aclose(self._file.num)
 
     def detach(self) -> io.FileIO:
         """Hands the descriptor back as a synchronous raw file (``FileIO``,

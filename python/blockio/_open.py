@@ -39,9 +39,25 @@ Opener_ = Callable[[Any, int], int]
 _MODE_CHARS = set("rwxabt+")
 
 
+#: The modes found good with the other arguments left at their defaults
+#: (a few dozen strings at most: the valid arrangements of "rwxabt+"),
+#: which the next open with those defaults need not check again.
+_GOOD_MODES: "set[str]" = set()
+
+
 def _check_mode(mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
                 newline: Optional[str]) -> None:
     """Refuses what the built-in ``open`` refuses, with its messages."""
+    defaults = buffering == -1 and encoding is None and errors is None and newline is None
+    if defaults and type(mode) is str and mode in _GOOD_MODES:
+        return
+    _check_mode_fully(mode, buffering, encoding, errors, newline)
+    if defaults and type(mode) is str:
+        _GOOD_MODES.add(mode)
+
+
+def _check_mode_fully(mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
+                      newline: Optional[str]) -> None:
     if not isinstance(mode, str):
         raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
     if set(mode) - _MODE_CHARS or len(mode) != len(set(mode)):
@@ -61,7 +77,7 @@ def _check_mode(mode: str, buffering: int, encoding: Optional[str], errors: Opti
         raise ValueError(f"illegal newline value: {newline}")
     if "b" in mode and buffering == 1:
         warnings.warn("line buffering (buffering=1) isn't supported in binary mode, "
-                      "the default buffer size will be used", RuntimeWarning, stacklevel=3)
+                      "the default buffer size will be used", RuntimeWarning, stacklevel=4)
 
 
 def _binary_mode(mode: str) -> str:
@@ -126,10 +142,12 @@ def _as_descriptor_number(file: Any) -> Any:
 
 
 async def _open_descriptor(file: Any, mode: str, closefd: bool, opener: Optional[Callable[[Any, int], int]],
-                           eng: Engine) -> Tuple[int, Any]:
-    """The descriptor (handed in, or opened here) and the file's name."""
+                           eng: Engine) -> Tuple[int, Any, Optional[os.stat_result]]:
+    """The descriptor (handed in, or opened here), the file's name, and
+    the file's ``fstat`` when the open made one (see ``Engine._aopen_stat``)."""
     fd: int
     name: Any
+    st: Optional[os.stat_result] = None
     if isinstance(file, int):
         if file not in _C_INT:
             # (the built-in's FileIO takes a number past a C int for a
@@ -151,7 +169,7 @@ async def _open_descriptor(file: Any, mode: str, closefd: bool, opener: Optional
         # now too.
         eng._core.prepare(-1, opener is not None)
         if opener is None:
-            fd = await eng._aopen(file, _flags(mode), 0o666)
+            fd, st = await eng._aopen_stat(file, _flags(mode), 0o666)
         else:
             # A Python callable: run on the loop's default executor, never
             # on the loop's own thread.
@@ -164,21 +182,71 @@ async def _open_descriptor(file: Any, mode: str, closefd: bool, opener: Optional
             if got < 0:
                 raise ValueError(f"opener returned {got}")
             fd = got
-    return fd, name
+    return fd, name, st
+
+
+def _buffer_sizes(fd: int, buffering: int, st: Optional[os.stat_result]) -> Tuple[int, int]:
+    """The read-ahead and write buffer sizes of a file over ``fd``:
+    reads ahead a DEFAULT_BUFFER_SIZE by default, which sequential reads
+    grow; keeps the built-in's buffer size of writes, so that the same
+    writes fail at once. ``st``: the ``fstat`` of a regular file this
+    open made by its path, which spares looking the size up again."""
+    size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
+    if buffering not in (-1, 1):
+        return size, buffering
+    if st is not None:
+        # (what FileIO's `_blksize` is: see `_default_buffer_size`)
+        return size, st.st_blksize if st.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE
+    return size, _default_buffer_size(fd)
+
+
+async def _place_appends(raw: AsyncFile, fd: int, mode: str) -> None:
+    """Where ``raw``'s writes go when the mode or the descriptor's
+    ``O_APPEND`` says they append, and its position at the end in
+    ``"a"`` modes."""
+    if "a" not in mode and raw._writable and not raw._stream and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
+        # A descriptor with O_APPEND in another writing mode (handed
+        # in, or made by an opener): the kernel puts every write at the
+        # end whatever the offset, so the position follows it there, as
+        # the built-in's does once its buffer is flushed; reads start at
+        # the descriptor's offset all the same.
+        raw._append = True
+    if "a" in mode:
+        if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
+            # A descriptor without O_APPEND (handed in, or made by an
+            # opener): as the built-in's FileIO, which seeks to the end
+            # once and writes on from there, writes go at the position,
+            # which starts at the end.
+            raw._append = False
+        # At the end, as the built-in open leaves it, the descriptor's
+        # own offset too (for a child given the number at once).
+        await raw._position()
+        raw._sync_offset()
 
 
 async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: int, encoding: Optional[str],
                            errors: Optional[str], newline: Optional[str], closefd: bool,
-                           opener: Optional[Callable[[Any, int], int]], eng: Engine) -> Any:
+                           opener: Optional[Callable[[Any, int], int]], eng: Engine,
+                           st: Optional[os.stat_result] = None) -> Any:
     """The open file (binary or text) over the descriptor; on failure the
-    descriptor opened here is closed, one handed in given back."""
+    descriptor opened here is closed, one handed in given back. ``st``:
+    the ``fstat`` of a path opened here, if its open made one."""
     raw: Optional[AsyncFile] = None
+    # A regular file this open made by its path (no opener), whose
+    # ``fstat`` the open made: its descriptor is at offset 0, not
+    # ``O_DIRECT`` (the mode's flags), and its preferred I/O size known,
+    # which spares the ``fcntl``, ``lseek`` and ``fstat`` of a descriptor
+    # of unknown origin.
+    fresh = st is not None and stat.S_ISREG(st.st_mode)
     try:
         # What the file's engine needs (its ring and eventfd, or the thread
         # pool's descriptors) is made now, not at the first read or write:
         # an open file can always finish its calls, and when descriptors
         # run out it is the open that fails with EMFILE, as the built-in's.
-        eng._core.prepare(fd)
+        # (For a path opened here without O_DIRECT, `_open_descriptor`'s
+        # `prepare` made it.)
+        if not fresh:
+            eng._core.prepare(fd)
         if isinstance(file, int) or opener is not None:
             # As the built-in's FileIO checks a descriptor handed in or
             # made by an opener: a number that is not open is EBADF, a
@@ -187,16 +255,13 @@ async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: 
             if stat.S_ISDIR(os.fstat(fd).st_mode):
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
         line_buffering = buffering == 1 and "b" not in mode
-        # (reads ahead a DEFAULT_BUFFER_SIZE by default, which sequential
-        # reads grow; keeps the built-in's buffer size of writes, so that
-        # the same writes fail at once)
-        size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
-        wsize = _default_buffer_size(fd) if buffering in (-1, 1) else buffering
+        size, wsize = _buffer_sizes(fd, buffering, st if fresh else None)
         binary_mode = _binary_mode(mode)
         # A descriptor handed in, or made by the caller's opener, may be
         # known elsewhere: its offset follows the file's position.
         shared = isinstance(file, int) or opener is not None
-        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size, shared, wsize)
+        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size, shared, wsize,
+                        at_start=fresh)
         if raw._stream and "+" in mode and buffering != 0:
             # The built-in's buffered reader and writer of one file
             # (BufferedRandom) needs a seekable one; it closes the
@@ -205,24 +270,7 @@ async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: 
             if isinstance(file, int) and closefd:
                 os.close(fd)
             raise io.UnsupportedOperation("File or stream is not seekable.")
-        if "a" not in mode and raw._writable and not raw._stream and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
-            # A descriptor with O_APPEND in another writing mode (handed
-            # in, or made by an opener): the kernel puts every write at the
-            # end whatever the offset, so the position follows it there, as
-            # the built-in's does once its buffer is flushed; reads start at
-            # the descriptor's offset all the same.
-            raw._append = True
-        if "a" in mode:
-            if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
-                # A descriptor without O_APPEND (handed in, or made by an
-                # opener): as the built-in's FileIO, which seeks to the end
-                # once and writes on from there, writes go at the position,
-                # which starts at the end.
-                raw._append = False
-            # At the end, as the built-in open leaves it, the descriptor's
-            # own offset too (for a child given the number at once).
-            await raw._position()
-            raw._sync_offset()
+        await _place_appends(raw, fd, mode)
         if "b" in mode:
             return raw
         return AsyncTextFile(raw, mode, encoding, errors, newline, line_buffering)
@@ -245,8 +293,9 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
                 engine: Optional[Engine]) -> Any:
     eng = engine or default_engine()
     file = _as_descriptor_number(file)
-    fd, name = await _open_descriptor(file, mode, closefd, opener, eng)
-    return await _wrap_descriptor(file, fd, name, mode, buffering, encoding, errors, newline, closefd, opener, eng)
+    fd, name, st = await _open_descriptor(file, mode, closefd, opener, eng)
+    return await _wrap_descriptor(file, fd, name, mode, buffering, encoding, errors, newline, closefd, opener, eng,
+                                  st)
 
 
 class Opener(Generic[F]):

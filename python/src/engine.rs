@@ -302,7 +302,8 @@ impl Core {
     /// made too: it is made before the path is opened, so that an open
     /// short of descriptors for it fails having created no file.
     pub(crate) fn prepare(&self, fd: RawFd, opener: bool) -> PyResult<()> {
-        let flags = fd_flags(fd);
+        // (no `fcntl` of -1, the open still to come, which only fails)
+        let flags = if fd < 0 { -1 } else { fd_flags(fd) };
         self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
         if opener {
             self.aio(true)?;

@@ -955,3 +955,177 @@ def test_a_fifo_opened_for_reading_on_the_ring_waits_for_a_writer_as_the_builtin
         assert run_on(UringEventLoop, main()) == b"hello"
     finally:
         engine.close()
+
+
+def counting_engine_closes(engine):
+    """Counts the closes ``engine`` makes on its own threads (its
+    ``submit_close`` jobs) from now on: a list whose length is that count."""
+    closes = []
+    run = engine._run
+
+    async def counted(keep, start, *args):
+        if start == engine._core.submit_close:
+            closes.append(args[0])
+        return await run(keep, start, *args)
+
+    engine._run = counted
+    return closes
+
+
+def is_open(fd):
+    try:
+        os.fstat(fd)
+    except OSError as e:
+        assert e.errno == errno.EBADF
+        return False
+    return True
+
+
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+@pytest.mark.parametrize("new_loop", [UringEventLoop, EpollEventLoop, asyncio.new_event_loop],
+                         ids=["blockio-uring", "blockio-epoll", "asyncio"])
+def test_a_read_only_files_close_is_made_on_blockios_loops_thread(tmp_path, backend, new_loop):
+    # On blockio's loop on io_uring a file that only reads is closed on the
+    # loop's thread, none through the engine; a file open for writing is
+    # closed through the engine, its writes landed first; on other loops
+    # every close goes through the engine, as before.
+    engine = blockio.Engine(backend=backend)
+    path = tmp_path / "f"
+
+    async def main():
+        closes = counting_engine_closes(engine)
+        async with blockio.open(path, "wb", engine=engine) as f:
+            await f.write(b"written")  # buffered: the close writes it
+        assert path.read_bytes() == b"written"
+        async with blockio.open(path, "r+b", engine=engine) as f:
+            await f.write(b"W")
+        after_writers = len(closes)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            fd = f.fileno()
+            assert await f.read() == b"Written"
+        assert not is_open(fd)
+        return after_writers, len(closes)
+
+    try:
+        on_uring = new_loop is UringEventLoop
+        assert run_on(new_loop, main()) == (2, 2 if on_uring else 3)
+        assert path.read_bytes() == b"Written"
+    finally:
+        engine.close()
+
+
+def test_a_read_only_files_failed_close_on_the_loops_thread_is_reported_once(tmp_path):
+    # The close's error is the file's close's (as through the engine); the
+    # number is not closed again by a second close, when another file has
+    # taken it.
+    path = tmp_path / "f"
+    path.write_bytes(b"abc")
+
+    async def main():
+        closes = counting_engine_closes(default_engine())
+        f = await blockio.open(path, "rb")
+        fd = f.fileno()
+        os.close(fd)  # behind the file's back
+        with pytest.raises(OSError) as e:
+            await f.close()
+        assert e.value.errno == errno.EBADF
+        assert f.closed
+        other = os.open(path, os.O_RDONLY)  # (another file takes the number)
+        if other != fd:
+            os.dup2(other, fd)
+            os.close(other)
+        try:
+            await f.close()
+            assert is_open(fd)
+        finally:
+            os.close(fd)
+        return closes
+
+    assert run_on(UringEventLoop, main()) == []
+
+
+def test_a_read_only_files_close_leaves_a_shared_offset_where_it_is(tmp_path):
+    # Its last call left the descriptor's offset at its position: the
+    # close, with nothing to write, moves it no more (as the built-in
+    # reader's close), here after another holder of the open file moved it.
+    path = tmp_path / "f"
+    path.write_bytes(bytes(range(100)))
+
+    async def main():
+        f = await blockio.open(path, "rb")
+        dup = os.dup(f.fileno())  # (shares the offset)
+        try:
+            assert await f.read(3) == bytes(range(3))
+            assert os.lseek(dup, 0, os.SEEK_CUR) == 3
+            os.lseek(dup, 7, os.SEEK_SET)
+            await f.close()
+            return os.lseek(dup, 0, os.SEEK_CUR)
+        finally:
+            os.close(dup)
+
+    assert run_on(UringEventLoop, main()) == 7
+
+
+@pytest.mark.parametrize("mode", ["rb", "r", "wb", "ab", "r+b"])
+def test_a_file_opened_by_path_on_the_ring_starts_where_the_builtins_does(tmp_path, mode):
+    # The open's own fstat gives the position (0, the end in append mode)
+    # and the write buffer's size (FileIO's preferred I/O size) with no
+    # lseek or fstat of the file's own.
+    path = tmp_path / "f"
+
+    async def main():
+        path.write_bytes(b"0123456789")
+        async with blockio.open(path, mode) as f:
+            at = await f.tell()
+            rest = await f.read() if "r" in mode and "+" not in mode else None
+            size = f._wbufsize if "b" in mode else None
+        return at, rest, size
+
+    at, rest, size = run_on(UringEventLoop, main())
+    path.write_bytes(b"0123456789")
+    with open(path, mode) as builtin:
+        want_at = builtin.tell()
+        want_rest = builtin.read() if "r" in mode and "+" not in mode else None
+        want_size = builtin.raw._blksize if "b" in mode else None
+    assert (at, rest, size) == (want_at, want_rest, want_size)
+
+
+def counting_engine_sizes(engine):
+    """Counts the size look-ups ``engine`` makes on its own threads (its
+    ``submit_size`` jobs) from now on: a list whose length is that count."""
+    sizes = []
+    run = engine._run
+
+    async def counted(keep, start, *args):
+        if start == engine._core.submit_size:
+            sizes.append(args[0])
+        return await run(keep, start, *args)
+
+    engine._run = counted
+    return sizes
+
+
+@pytest.mark.parametrize("new_loop", [UringEventLoop, asyncio.new_event_loop], ids=["blockio-uring", "asyncio"])
+def test_a_read_only_files_uncached_read_of_the_rest_looks_its_size_up_on_the_loops_thread(data_path, new_loop):
+    # read() of the rest of an uncached file, which only reads: the size
+    # is an fstat on blockio's loop's thread, none through the engine,
+    # and taken at the read (bytes added since the open are read too); on
+    # other loops it goes through the engine as before.
+    path, data = data_path
+    engine = blockio.Engine()
+
+    async def main():
+        sizes = counting_engine_sizes(engine)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            with open(path, "ab") as more:
+                more.write(b"added")
+            drop_cache(path)
+            got = await f.read()
+        return got, len(sizes)
+
+    try:
+        got, sizes = run_on(new_loop, main())
+    finally:
+        engine.close()
+    assert got == data + b"added"
+    assert sizes == (0 if new_loop is UringEventLoop else 1)

@@ -10,6 +10,7 @@ peer goes away first, with asyncio's error."""
 import asyncio
 import os
 import random
+import select
 import socket
 import struct
 
@@ -171,3 +172,249 @@ def test_a_sock_sendfile_of_no_bytes_leaves_an_aiofiles_file_reading_on(loop, tm
         return sent, first + rest
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (0, data)
+
+
+class _Kept(asyncio.Protocol):
+    """A protocol keeping what it receives, with a future per message count."""
+
+    def __init__(self):
+        self.got = b""
+        self.waiters = []
+
+    def data_received(self, data):
+        self.got += data
+        for want, fut in self.waiters:
+            if len(self.got) >= want and not fut.done():
+                fut.set_result(None)
+
+    async def wait_for(self, n):
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.append((n, fut))
+        self.data_received(b"")
+        await fut
+
+
+def test_a_sendfile_leaves_the_transport_receiving_and_sends_after_earlier_writes(loop, engine, tmp_path):
+    # The transport receives what the peer sends before and after the
+    # sendfile, and the bytes written before it go out before the file's.
+    data = random.Random(5).randbytes(50000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+
+    async def main():
+        ls = socket.create_server(("127.0.0.1", 0))
+        t, proto = await loop.create_connection(_Kept, *ls.getsockname())
+        peer, _ = ls.accept()
+        ls.close()
+        got = loop.run_in_executor(None, _read_all, peer)
+        peer.sendall(b"before")
+        await proto.wait_for(6)
+        t.write(b"head")
+        async with blockio.open(path, "rb", engine=engine) as f:
+            n = await loop.sendfile(t, f, 10, 20000)
+            at = await f.tell()
+        assert t.is_reading()
+        peer.sendall(b"after")
+        await proto.wait_for(11)
+        t.close()
+        return n, at, proto.got, await got
+
+    n, at, received, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, at, received) == (20000, 10 + 20000, b"beforeafter")
+    assert sent == b"head" + data[10:10 + 20000]
+
+
+def test_a_sendfile_behind_a_write_still_going_out_sends_in_order(loop, engine, tmp_path):
+    # A write the socket did not take whole is still going out: the file
+    # follows it, from the offset asked for, its position after it.
+    data = random.Random(6).randbytes(3 << 20)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    chunk = random.Random(7).randbytes(1 << 20)
+    head = []
+
+    async def main():
+        t, peer = await _pair(loop)
+        while not t.get_write_buffer_size():  # (until the socket takes no more at once)
+            t.write(chunk)
+            head.append(chunk)
+        got = loop.run_in_executor(None, _read_all, peer)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            n = await loop.sendfile(t, f, 100)
+            at = await f.tell()
+        t.close()
+        return n, at, await got
+
+    n, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, at) == (len(data) - 100, len(data))
+    assert sent == b"".join(head) + data[100:]
+
+
+def test_a_sendfile_the_socket_takes_in_part_sends_the_rest_and_places_the_file(loop, engine, tmp_path):
+    # More than the socket takes at once: the rest goes out as the peer
+    # reads, every byte once, and the position is after the last.
+    data = random.Random(8).randbytes(16 << 20)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+
+    async def main():
+        t, peer = await _pair(loop)
+        got = loop.run_in_executor(None, _read_all, peer)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            assert await f.read(5) == data[:5]
+            n = await loop.sendfile(t, f, 1, (16 << 20) - 2)
+            at = await f.tell()
+            rest = await f.read()
+        t.close()
+        return n, at, rest, await got
+
+    n, at, rest, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, at, rest) == ((16 << 20) - 2, (16 << 20) - 1, data[-1:])
+    assert sent == data[1:-1]
+
+
+
+@pytest.fixture
+def uring_loop():
+    """blockio's io_uring loop (asyncio's selector loop, the epoll
+    fallback, neither awaits an async file's seek nor sees a close during
+    its sendfile)."""
+    lp = FACTORIES["blockio-uring"]()
+    yield lp
+    lp.close()
+
+
+def _big_file(tmp_path, seed):
+    """A file larger than a socket takes at once: a sendfile of it runs
+    over several of the loop's steps."""
+    data = random.Random(seed).randbytes(16 << 20)
+    path = tmp_path / "big"
+    path.write_bytes(data)
+    return path, data
+
+
+def test_a_write_while_a_sendfile_of_an_aiofiles_file_runs_is_refused(loop, tmp_path):
+    # (aiofiles' seek yields to the loop.) Another task's write while the
+    # sendfile runs gets asyncio's RuntimeError: the file's bytes go out
+    # alone, none of the write's among them.
+    path, data = _big_file(tmp_path, 11)
+    refused = []
+
+    async def main():
+        t, peer = await _pair(loop)
+
+        async def other():  # (runs in the step after the sendfile's first)
+            try:
+                t.write(b"MARK")
+            except RuntimeError as exc:
+                refused.append(str(exc))
+            # (the peer reads from now on: until then the file does not fit)
+            return loop.run_in_executor(None, _read_all, peer)
+
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            write = asyncio.ensure_future(other())
+            got = await write
+            n = await send
+            at = await f.tell()
+        t.close()
+        return n, at, await got
+
+    n, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert refused == ["unable to write; sendfile is in progress"]
+    assert (n, at) == (len(data), len(data))
+    assert sent == data
+
+
+class _Answering(asyncio.Protocol):
+    """Answers each message it receives with ``ACK``."""
+
+    def __init__(self):
+        self.answered = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.answered = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data):
+        self.transport.write(b"ACK")
+        if not self.answered.done():
+            self.answered.set_result(data)
+
+
+def test_a_message_received_during_a_sendfile_is_answered_after_the_files_bytes(loop, engine, tmp_path):
+    # The peer's message is there before the sendfile begins; reading is
+    # paused while it runs, so the protocol's answer follows the file.
+    from test_loop_files import drop_cache
+
+    data = random.Random(12).randbytes(200_000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+
+    async def main():
+        ls = socket.create_server(("127.0.0.1", 0))
+        t, proto = await loop.create_connection(_Answering, *ls.getsockname())
+        peer, _ = ls.accept()
+        ls.close()
+        got = loop.run_in_executor(None, _read_all, peer)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            drop_cache(path)
+            peer.sendall(b"ping")
+            n = await loop.sendfile(t, f)
+        message = await proto.answered
+        t.close()
+        return n, message, await got
+
+    n, message, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, message) == (len(data), b"ping")
+    assert sent == data + b"ACK"
+
+
+def test_a_sendfile_of_an_aiofiles_file_cancelled_leaves_it_after_the_bytes_sent(uring_loop, tmp_path):
+    loop = uring_loop
+    # Cancelled once the peer has bytes (it reads none until then): the
+    # file's position is after the last byte the peer got.
+    path, data = _big_file(tmp_path, 13)
+
+    async def main():
+        t, peer = await _pair(loop)
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            await loop.run_in_executor(None, select.select, [peer], [], [], DEADLINE)
+            send.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await send
+            at = await f.tell()
+        t.close()
+        return at, await loop.run_in_executor(None, _read_all, peer)
+
+    at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert 0 < at == len(sent) < len(data)
+    assert sent == data[:at]
+
+
+@pytest.mark.parametrize("how", ["close", "abort"])
+def test_a_transport_closed_during_a_sendfile_of_an_aiofiles_file_ends_it(uring_loop, tmp_path, how):
+    loop = uring_loop
+    # Closed by another task while the sendfile runs: asyncio's
+    # ConnectionAbortedError, counting the bytes the peer got, and the
+    # file's position after them.
+    path, data = _big_file(tmp_path, 14)
+
+    async def main():
+        t, peer = await _pair(loop)
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            # (in the step after the sendfile's first; the peer reads
+            # nothing until the sendfile ends, so the file does not fit)
+            loop.call_soon(getattr(t, how))
+            with pytest.raises(ConnectionAbortedError) as err:
+                await send
+            at = await f.tell()
+        return str(err.value), at, await loop.run_in_executor(None, _read_all, peer)
+
+    message, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert message.endswith(f"the socket was closed after {len(sent)} bytes")
+    assert 0 < len(sent) < len(data)
+    assert sent == data[:len(sent)]
+    assert at == len(sent)

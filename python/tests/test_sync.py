@@ -161,6 +161,24 @@ def test_engine_is_not_usable_after_fork(data_file):
     e.close()
 
 
+def test_an_engine_is_not_used_in_a_child_made_without_fork_handlers():
+    # glibc's _Fork() runs no pthread_atfork handlers (nor does a raw
+    # clone): the engine's check still tells the child from its maker,
+    # so the child's loop never submits to the parent's rings.
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    e = blockio.Engine()
+    assert e._usable_here
+    pid = libc._Fork()
+    if pid == 0:
+        os._exit(3 if e._usable_here else 0)
+    assert pid > 0, ctypes.get_errno()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    e.close()
+
+
 def test_closed_engine_raises(data_file):
     e = blockio.Engine()
     e.close()
