@@ -655,19 +655,27 @@ def test_an_engine_write_the_ring_fails_raises_its_error_naming_the_descriptor(t
     assert f"write of 10 bytes at offset {(1 << 63) - 5} on fd {fd} failed" in str(err)
 
 
-def counting_engine_opens(engine):
-    """Counts the opens ``engine`` starts on its own threads (its
-    ``submit_open`` batches) from now on: a list whose length is that count."""
-    opens = []
+def counting_engine_jobs(engine, name):
+    """Counts the jobs ``engine`` starts on its own threads through its
+    core's ``name`` (``submit_open``, ``submit_close``) from now on: a list
+    whose length is that count."""
+    jobs = []
     run = engine._run
+    start_of = getattr(engine._core, name)
 
     async def counted(keep, start, *args):
-        if start == engine._core.submit_open:
-            opens.append(args[0])
+        if start == start_of:
+            jobs.append(args[0])
         return await run(keep, start, *args)
 
     engine._run = counted
-    return opens
+    return jobs
+
+
+def counting_engine_opens(engine):
+    """Counts the opens ``engine`` starts on its own threads (its
+    ``submit_open`` batches) from now on: a list whose length is that count."""
+    return counting_engine_jobs(engine, "submit_open")
 
 
 def ring_opens():
@@ -960,16 +968,7 @@ def test_a_fifo_opened_for_reading_on_the_ring_waits_for_a_writer_as_the_builtin
 def counting_engine_closes(engine):
     """Counts the closes ``engine`` makes on its own threads (its
     ``submit_close`` jobs) from now on: a list whose length is that count."""
-    closes = []
-    run = engine._run
-
-    async def counted(keep, start, *args):
-        if start == engine._core.submit_close:
-            closes.append(args[0])
-        return await run(keep, start, *args)
-
-    engine._run = counted
-    return closes
+    return counting_engine_jobs(engine, "submit_close")
 
 
 def is_open(fd):

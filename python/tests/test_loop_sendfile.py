@@ -33,19 +33,20 @@ def loop(request):
     lp.close()
 
 
-async def _pair(loop):
-    """A transport connected to a peer socket (blocking, for a thread)."""
+async def _pair(loop, protocol=asyncio.Protocol):
+    """A transport connected to a peer socket (blocking, for a thread),
+    with the protocol ``protocol()`` made: (transport, peer, protocol)."""
     ls = socket.create_server(("127.0.0.1", 0))
-    t, _ = await loop.create_connection(asyncio.Protocol, *ls.getsockname())
+    t, proto = await loop.create_connection(protocol, *ls.getsockname())
     peer, _ = ls.accept()
     ls.close()
-    return t, peer
+    return t, peer, proto
 
 
 async def _sent(loop, send):
     """(what ``send(transport)`` returned, every byte the peer got until
     the transport was closed)."""
-    t, peer = await _pair(loop)
+    t, peer, _ = await _pair(loop)
     got = loop.run_in_executor(None, _read_all, peer)
     try:
         n = await send(t)
@@ -119,7 +120,7 @@ def test_sendfile_of_a_blockio_file_to_a_peer_that_resets(loop, engine, tmp_path
     path.write_bytes(data)
 
     async def main():
-        t, peer = await _pair(loop)
+        t, peer, _ = await _pair(loop)
         async with blockio.open(path, "rb", engine=engine) as f:
             task = asyncio.ensure_future(loop.sendfile(t, f))
             peer.setblocking(False)
@@ -202,10 +203,7 @@ def test_a_sendfile_leaves_the_transport_receiving_and_sends_after_earlier_write
     path.write_bytes(data)
 
     async def main():
-        ls = socket.create_server(("127.0.0.1", 0))
-        t, proto = await loop.create_connection(_Kept, *ls.getsockname())
-        peer, _ = ls.accept()
-        ls.close()
+        t, peer, proto = await _pair(loop, _Kept)
         got = loop.run_in_executor(None, _read_all, peer)
         peer.sendall(b"before")
         await proto.wait_for(6)
@@ -234,7 +232,7 @@ def test_a_sendfile_behind_a_write_still_going_out_sends_in_order(loop, engine, 
     head = []
 
     async def main():
-        t, peer = await _pair(loop)
+        t, peer, _ = await _pair(loop)
         while not t.get_write_buffer_size():  # (until the socket takes no more at once)
             t.write(chunk)
             head.append(chunk)
@@ -258,7 +256,7 @@ def test_a_sendfile_the_socket_takes_in_part_sends_the_rest_and_places_the_file(
     path.write_bytes(data)
 
     async def main():
-        t, peer = await _pair(loop)
+        t, peer, _ = await _pair(loop)
         got = loop.run_in_executor(None, _read_all, peer)
         async with blockio.open(path, "rb", engine=engine) as f:
             assert await f.read(5) == data[:5]
@@ -301,7 +299,7 @@ def test_a_write_while_a_sendfile_of_an_aiofiles_file_runs_is_refused(loop, tmp_
     refused = []
 
     async def main():
-        t, peer = await _pair(loop)
+        t, peer, _ = await _pair(loop)
 
         async def other():  # (runs in the step after the sendfile's first)
             try:
@@ -352,10 +350,7 @@ def test_a_message_received_during_a_sendfile_is_answered_after_the_files_bytes(
     path.write_bytes(data)
 
     async def main():
-        ls = socket.create_server(("127.0.0.1", 0))
-        t, proto = await loop.create_connection(_Answering, *ls.getsockname())
-        peer, _ = ls.accept()
-        ls.close()
+        t, peer, proto = await _pair(loop, _Answering)
         got = loop.run_in_executor(None, _read_all, peer)
         async with blockio.open(path, "rb", engine=engine) as f:
             drop_cache(path)
@@ -377,7 +372,7 @@ def test_a_sendfile_of_an_aiofiles_file_cancelled_leaves_it_after_the_bytes_sent
     path, data = _big_file(tmp_path, 13)
 
     async def main():
-        t, peer = await _pair(loop)
+        t, peer, _ = await _pair(loop)
         async with aiofiles.open(path, "rb") as f:
             send = asyncio.ensure_future(loop.sendfile(t, f))
             await loop.run_in_executor(None, select.select, [peer], [], [], DEADLINE)
@@ -402,7 +397,7 @@ def test_a_transport_closed_during_a_sendfile_of_an_aiofiles_file_ends_it(uring_
     path, data = _big_file(tmp_path, 14)
 
     async def main():
-        t, peer = await _pair(loop)
+        t, peer, _ = await _pair(loop)
         async with aiofiles.open(path, "rb") as f:
             send = asyncio.ensure_future(loop.sendfile(t, f))
             # (in the step after the sendfile's first; the peer reads
