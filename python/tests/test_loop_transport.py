@@ -1455,6 +1455,39 @@ def test_a_mutable_buffer_changed_after_write_returns_changes_nothing_sent(loop,
     assert got == original
 
 
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview"])
+def test_the_write_buffer_size_counts_only_what_the_socket_did_not_take(loop, kind):
+    """A write the socket takes in part counts in ``get_write_buffer_size``
+    only what is still to go out, as on asyncio's loops: the bytes the
+    peer's receive queue holds at once (``FIONREAD``; the peer reads
+    nothing, so the rest cannot move) are not counted. On io_uring the
+    rest goes to the ring, and the whole write was counted before."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setblocking(False)
+    original = random.Random(66).randbytes(256 * 1024)
+    data = {"bytes": original, "bytearray": bytearray(original), "memoryview": memoryview(original)}[kind]
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Flow, a)
+        await pr.made
+        tr.write(data)
+        queued = struct.unpack("i", fcntl.ioctl(b.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        assert 0 < queued < len(original)
+        assert tr.get_write_buffer_size() == len(original) - queued
+        got = await _read_all(loop, b, len(original))
+        await await_until(lambda: tr.get_write_buffer_size() == 0, "the write to go out")
+        tr.close()
+        await pr.lost
+        return got
+
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert got == original
+
+
 def test_writes_past_the_high_mark_pause_the_protocol_until_they_are_out(loop):
     """A write the socket does not take whole counts in
     ``get_write_buffer_size`` and, past the high mark, pauses the
