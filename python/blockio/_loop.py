@@ -274,7 +274,8 @@ class _Writing:
                     if self._tx is not None:
                         self._tx.ready = False
                     # (what the descriptor took at once is not buffered:
-                    # the write buffer's size counts what is still to go)
+                    # the write buffer's size counts the rest, whole until
+                    # the ring's send of it ends)
                     self._pending_write = left
                     fut.add_done_callback(self._loop_writing)
                     self._maybe_pause_protocol()

@@ -1488,6 +1488,44 @@ def test_the_write_buffer_size_counts_only_what_the_socket_did_not_take(loop, ki
     assert got == original
 
 
+def test_a_write_buffered_behind_a_send_counts_only_what_the_socket_did_not_take_of_it(loop):
+    """A write buffered behind a send in flight is sent once that send
+    ends, and the socket takes part of it: the write buffer's size is then
+    the part it did not take (the peer's receive queue holds the rest;
+    the peer reads nothing meanwhile, so neither can move)."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setblocking(False)
+    first = random.Random(67).randbytes(256 * 1024)
+    second = random.Random(68).randbytes(256 * 1024)
+
+    def queued():
+        return struct.unpack("i", fcntl.ioctl(b.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Flow, a)
+        await pr.made
+        tr.write(first)
+        tr.write(second)  # buffered behind the first's rest
+        got = bytearray()
+        while len(got) < len(first):
+            await await_until(lambda: queued() > 0, "the first write's bytes")
+            got += b.recv(len(first) - len(got))
+        assert got == first
+        await await_until(lambda: queued() > 0, "the second write's first part")
+        assert tr.get_write_buffer_size() == len(second) - queued()
+        got = await _read_all(loop, b, len(second))
+        tr.close()
+        await pr.lost
+        return got
+
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert got == second
+
+
 def test_writes_past_the_high_mark_pause_the_protocol_until_they_are_out(loop):
     """A write the socket does not take whole counts in
     ``get_write_buffer_size`` and, past the high mark, pauses the

@@ -191,7 +191,8 @@ impl StreamTx {
             return Ok(Outcome::Slow);
         }
         // (the send's outcome, and the bytes still to go out when it is
-        // the rest's operation: what the write buffer's size counts)
+        // the rest's operation: what the write buffer's size counts, whole
+        // until that operation ends)
         let (sent, left) = if let Ok(bytes) = data.downcast_exact::<PyBytes>() {
             let bytes = bytes.as_bytes();
             if bytes.is_empty() {
