@@ -268,12 +268,15 @@ class _Writing:
                 data = self._buffer
                 self._buffer = None
             if data:
-                fut = self._loop._proactor.send_or_future(self._sock, data)
+                fut, left = self._loop._proactor.send_or_future(self._sock, data)
                 if fut is not None:
                     self._write_fut = fut
                     if self._tx is not None:
                         self._tx.ready = False
-                    self._pending_write = len(data)
+                    # (what the descriptor took at once is not buffered:
+                    # the write buffer's size counts the rest, whole until
+                    # the ring's send of it ends)
+                    self._pending_write = left
                     fut.add_done_callback(self._loop_writing)
                     self._maybe_pause_protocol()
             if self._write_fut is None:
@@ -519,7 +522,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
     write = _write_slow
 
     def _sent_rest(self, token: int, length: int) -> None:
-        """The native write's send of ``length`` bytes whose rest the ring
+        """The native write's send whose rest, ``length`` bytes, the ring
         sends as operation ``token``."""
         self._sending_rest(self._loop._proactor.sent_rest(self._sock, token), length)
 
@@ -557,7 +560,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         writing is not paused and no close or end of stream waits for it,
         so a send that went out whole leaves nothing to do."""
         try:
-            fut = self._loop._proactor.send_or_future(self._sock, data)
+            fut, left = self._loop._proactor.send_or_future(self._sock, data)
         except ConnectionResetError as exc:
             self._force_close(exc)
             return
@@ -565,11 +568,12 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             self._fatal_error(exc, "Fatal write error on pipe transport")
             return
         if fut is not None:
-            self._sending_rest(fut, len(data))
+            self._sending_rest(fut, left)
 
     def _sending_rest(self, fut: Any, length: int) -> None:
-        """A write of ``length`` bytes whose rest the ring sends: ``fut``,
-        its completion, is the send in flight."""
+        """A write whose rest, ``length`` bytes (counted in the write
+        buffer's size), the ring sends: ``fut``, its completion, is the
+        send in flight."""
         self._write_fut = fut
         if self._tx is not None:
             self._tx.ready = False

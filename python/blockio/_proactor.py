@@ -517,12 +517,15 @@ class RingProactor:
             return self._done(sent)
         return self._future(token, _SEND, (_fd_of(conn),), conn)
 
-    def send_or_future(self, conn: Any, buf: Any) -> futures.Future | None:
-        """Sends all of ``buf``: ``None`` when it all went out at once, else
-        the future of the rest's completion."""
+    def send_or_future(self, conn: Any, buf: Any) -> tuple[futures.Future | None, int]:
+        """Sends all of ``buf``: ``(None, 0)`` when it all went out at once,
+        else the future of the rest's completion and the count of bytes
+        the descriptor did not take at once (what is still to go out)."""
         fd = _fd_of(conn)
-        token, _sent = self._ring.send(fd, buf, isinstance(conn, socket.socket))
-        return None if token is None else self._future(token, _SEND, (fd,), conn)
+        token, sent = self._ring.send(fd, buf, isinstance(conn, socket.socket))
+        if token is None:
+            return None, 0
+        return self._future(token, _SEND, (fd,), conn), len(buf) - sent
 
     def sent_rest(self, conn: Any, token: int) -> futures.Future:
         """The future of send ``token`` on ``conn``, submitted to the ring

@@ -1455,6 +1455,77 @@ def test_a_mutable_buffer_changed_after_write_returns_changes_nothing_sent(loop,
     assert got == original
 
 
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview"])
+def test_the_write_buffer_size_counts_only_what_the_socket_did_not_take(loop, kind):
+    """A write the socket takes in part counts in ``get_write_buffer_size``
+    only what is still to go out, as on asyncio's loops: the bytes the
+    peer's receive queue holds at once (``FIONREAD``; the peer reads
+    nothing, so the rest cannot move) are not counted. On io_uring the
+    rest goes to the ring, and the whole write was counted before."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setblocking(False)
+    original = random.Random(66).randbytes(256 * 1024)
+    data = {"bytes": original, "bytearray": bytearray(original), "memoryview": memoryview(original)}[kind]
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Flow, a)
+        await pr.made
+        tr.write(data)
+        queued = struct.unpack("i", fcntl.ioctl(b.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        assert 0 < queued < len(original)
+        assert tr.get_write_buffer_size() == len(original) - queued
+        got = await _read_all(loop, b, len(original))
+        await await_until(lambda: tr.get_write_buffer_size() == 0, "the write to go out")
+        tr.close()
+        await pr.lost
+        return got
+
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert got == original
+
+
+def test_a_write_buffered_behind_a_send_counts_only_what_the_socket_did_not_take_of_it(loop):
+    """A write buffered behind a send in flight is sent once that send
+    ends, and the socket takes part of it: the write buffer's size is then
+    the part it did not take (the peer's receive queue holds the rest;
+    the peer reads nothing meanwhile, so neither can move)."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setblocking(False)
+    first = random.Random(67).randbytes(256 * 1024)
+    second = random.Random(68).randbytes(256 * 1024)
+
+    def queued():
+        return struct.unpack("i", fcntl.ioctl(b.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Flow, a)
+        await pr.made
+        tr.write(first)
+        tr.write(second)  # buffered behind the first's rest
+        got = bytearray()
+        while len(got) < len(first):
+            await await_until(lambda: queued() > 0, "the first write's bytes")
+            got += b.recv(len(first) - len(got))
+        assert got == first
+        await await_until(lambda: queued() > 0, "the second write's first part")
+        assert tr.get_write_buffer_size() == len(second) - queued()
+        got = await _read_all(loop, b, len(second))
+        tr.close()
+        await pr.lost
+        return got
+
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        b.close()
+    assert got == second
+
+
 def test_writes_past_the_high_mark_pause_the_protocol_until_they_are_out(loop):
     """A write the socket does not take whole counts in
     ``get_write_buffer_size`` and, past the high mark, pauses the

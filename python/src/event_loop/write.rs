@@ -190,18 +190,21 @@ impl StreamTx {
         if fd < 0 {
             return Ok(Outcome::Slow);
         }
-        let (sent, n) = if let Ok(bytes) = data.downcast_exact::<PyBytes>() {
+        // (the send's outcome, and the bytes still to go out when it is
+        // the rest's operation: what the write buffer's size counts, whole
+        // until that operation ends)
+        let (sent, left) = if let Ok(bytes) = data.downcast_exact::<PyBytes>() {
             let bytes = bytes.as_bytes();
             if bytes.is_empty() {
                 return Ok(Outcome::Slow);
             }
-            let sent = match ring.send_now(fd, bytes) {
-                Ok(sent) if sent == bytes.len() => return Ok(Outcome::Done),
+            let n = bytes.len();
+            match ring.send_now(fd, bytes) {
+                Ok(sent) if sent == n => return Ok(Outcome::Done),
                 // The rest is sent from `data` itself, which cannot change.
-                Ok(sent) => ring.send_rest(fd, PyBuffer::get(data)?, sent),
-                Err(e) => Err(e),
-            };
-            (sent, bytes.len())
+                Ok(sent) => (ring.send_rest(fd, PyBuffer::get(data)?, sent), n - sent),
+                Err(e) => (Err(e), n),
+            }
         } else if data.is_exact_instance_of::<PyByteArray>()
             || data.is_exact_instance_of::<PyMemoryView>()
         {
@@ -219,18 +222,20 @@ impl StreamTx {
                 std::slice::from_raw_parts(b.buf_ptr().cast::<u8>().cast_const(), b.len_bytes())
             };
             let n = bytes.len();
-            let sent = match ring.send_now(fd, bytes) {
+            match ring.send_now(fd, bytes) {
                 Ok(sent) if sent == n => return Ok(Outcome::Done),
                 Ok(sent) => {
                     // The rest goes out from a copy: the caller may change
                     // a mutable buffer once `write` returns.
                     let copy = PyBytes::new(py, bytes);
                     drop(b);
-                    ring.send_rest(fd, PyBuffer::get(copy.as_any())?, sent)
+                    (
+                        ring.send_rest(fd, PyBuffer::get(copy.as_any())?, sent),
+                        n - sent,
+                    )
                 }
-                Err(e) => Err(e),
-            };
-            (sent, n)
+                Err(e) => (Err(e), n),
+            }
         } else {
             return Ok(Outcome::Slow);
         };
@@ -239,7 +244,7 @@ impl StreamTx {
             Ok(token) => {
                 self.ready.store(false, Ordering::Relaxed);
                 self.transport(py)?
-                    .call_method1(intern!(py, "_sent_rest"), (token, n))?;
+                    .call_method1(intern!(py, "_sent_rest"), (token, left))?;
             }
             Err(e) if e.is_instance_of::<PyOSError>(py) => {
                 self.transport(py)?
