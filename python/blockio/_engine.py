@@ -505,10 +505,11 @@ class Engine:
     @property
     def _usable_here(self) -> bool:
         """Open, and made by this process (not a parent before ``fork()``)."""
-        # (os.getpid(), not a count of pthread_atfork calls, which a child
-        # made by glibc's _Fork() or a raw clone never makes; Engine.close
-        # asks the same)
-        return not self._core.closed and self._pid == os.getpid()
+        # (the core's fork guard: a word the kernel zeroes in any child made
+        # without CLONE_VM, by fork(), glibc's _Fork() or a raw clone, so no
+        # getpid system call per check; Engine.close, made once, asks
+        # os.getpid())
+        return self._core.usable
 
     def close(self) -> None:
         """Releases the rings. Idempotent.
