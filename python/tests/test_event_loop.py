@@ -480,6 +480,34 @@ def test_fork_child_gets_its_own_loop(loop):
     os.close(w)
 
 
+def test_a_loops_ring_is_refused_in_a_child_made_without_fork_handlers():
+    """glibc's _Fork() runs no fork handlers (``os.register_at_fork``'s
+    included): the ring still tells the child from its maker (by the word
+    the kernel wipes in a child), and the parent's ring stays its own."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ring = _blockio.LoopRing()
+    a, b = socket.socketpair()
+    pid = libc._Fork()
+    if pid == 0:
+        code = 1
+        try:
+            try:
+                ring.poll(a.fileno(), 1)
+            except RuntimeError as e:
+                code = 0 if "parent process" in str(e) else 2
+        finally:
+            os._exit(code)
+    assert pid > 0, ctypes.get_errno()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ring.in_flight() == 0
+    ring.close()
+    a.close()
+    b.close()
+
+
 def test_run_and_loop_factory_and_install(backend):
     async def which():
         return asyncio.get_running_loop().backend
