@@ -1715,7 +1715,10 @@ def default_engine() -> Engine:
     """The engine that :func:`blockio.open` uses unless given one (made on
     first use)."""
     global _default
-    if _default is None or _default.closed:
+    # (not usable here: closed, or the parent's in a child made without
+    # fork handlers, glibc's _Fork() or a raw clone, where
+    # _forget_default_after_fork never ran)
+    if _default is None or not _default._usable_here:
         _default = Engine(inline_writes=_inline_writes_asked())
     return _default
 

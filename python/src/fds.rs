@@ -188,18 +188,21 @@ pub(crate) fn opened_for(flags: i32, events: libc::c_short) -> bool {
 }
 
 /// The fork guard of a core: [`forks`] when it was made, so that a
-/// forked child, which must not touch its parent's rings, knows it is one.
-pub(crate) struct Born(u64);
+/// forked child, which must not touch its parent's rings, knows it is one;
+/// and the process's id then, asked only where the kernel refuses the
+/// mark that [`forks`] reads (a child made without fork handlers is seen
+/// by its id there, at a `getpid` per check).
+pub(crate) struct Born(u64, u32);
 
 impl Born {
     /// Made in this process, as it stands.
     pub(crate) fn here() -> Born {
-        Born(forks())
+        Born(forks(), std::process::id())
     }
 
     /// Whether this process is a child forked since.
     pub(crate) fn forked(&self) -> bool {
-        self.0 != forks()
+        self.0 != forks() || (wipe_mark().is_none() && self.1 != std::process::id())
     }
 }
 

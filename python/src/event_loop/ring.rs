@@ -654,7 +654,15 @@ impl LoopRing {
     /// A transport's receive (kept in the slab with its owner) ends its
     /// hold on its socket here when this returns True, as the proactor
     /// does for the operations of its own tables.
+    ///
+    /// In a child forked after the ring was made, True with nothing asked:
+    /// the operations are the parent's, and none of them can reach the
+    /// child's descriptors, so a loop closed there (or collected) lets go
+    /// of them without touching the parent's ring.
     fn cancel(&self, py: Python<'_>, token: u64) -> PyResult<bool> {
+        if !self.made_here() {
+            return Ok(true);
+        }
         let hold = {
             let mut guard = self.lock()?;
             let st = guard.as_mut().ok_or_else(closed)?;
