@@ -507,8 +507,9 @@ class Engine:
         """Open, and made by this process (not a parent before ``fork()``)."""
         # (the core's fork guard: a word the kernel zeroes in any child made
         # without CLONE_VM, by fork(), glibc's _Fork() or a raw clone, so no
-        # getpid system call per check; Engine.close, made once, asks
-        # os.getpid())
+        # getpid system call per check, but where the kernel refuses that
+        # (before Linux 4.14), which asks the process id; Engine.close,
+        # made once, asks os.getpid())
         return self._core.usable
 
     def close(self) -> None:

@@ -191,7 +191,8 @@ pub(crate) fn opened_for(flags: i32, events: libc::c_short) -> bool {
 /// forked child, which must not touch its parent's rings, knows it is one;
 /// and the process's id then, asked only where the kernel refuses the
 /// mark that [`forks`] reads (a child made without fork handlers is seen
-/// by its id there, at a `getpid` per check).
+/// by its id there, at a `getpid` per check; one that has its parent's id,
+/// a pid namespace's first process made by its first process, is not).
 pub(crate) struct Born(u64, u32);
 
 impl Born {
