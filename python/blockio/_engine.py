@@ -505,10 +505,12 @@ class Engine:
     @property
     def _usable_here(self) -> bool:
         """Open, and made by this process (not a parent before ``fork()``)."""
-        # (os.getpid(), not a count of pthread_atfork calls, which a child
-        # made by glibc's _Fork() or a raw clone never makes; Engine.close
-        # asks the same)
-        return not self._core.closed and self._pid == os.getpid()
+        # (the core's fork guard: a word the kernel zeroes in any child made
+        # without CLONE_VM, by fork(), glibc's _Fork() or a raw clone, so no
+        # getpid system call per check, but where the kernel refuses that
+        # (before Linux 4.14), which asks the process id; Engine.close,
+        # made once, asks os.getpid())
+        return self._core.usable
 
     def close(self) -> None:
         """Releases the rings. Idempotent.
@@ -1714,7 +1716,10 @@ def default_engine() -> Engine:
     """The engine that :func:`blockio.open` uses unless given one (made on
     first use)."""
     global _default
-    if _default is None or _default.closed:
+    # (not usable here: closed, or the parent's in a child made without
+    # fork handlers, glibc's _Fork() or a raw clone, where
+    # _forget_default_after_fork never ran)
+    if _default is None or not _default._usable_here:
         _default = Engine(inline_writes=_inline_writes_asked())
     return _default
 

@@ -1606,9 +1606,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             self._take_connection(serve, conn)
             # The connections waiting behind it are taken now, up to
             # `backlog` per completion as asyncio's selector loop takes
-            # them per readiness: one per turn, 1,000 connections made
-            # at once waited up to 1,000 turns, each serving every
-            # connection accepted before (docs/benchmarks.md).
+            # them per readiness: taken one per turn, 1,000 connections
+            # made at once would wait up to 1,000 turns, each serving
+            # every connection accepted before (docs/benchmarks.md).
             for _ in range(backlog - 1):
                 if sock.fileno() == -1 or acc.stopped or self._closed:
                     break

@@ -157,8 +157,9 @@ class StreamReceive(_blockio.StreamRx):
 
 
 class ServerAccept:
-    """A server's accept, armed again after each connection, whose
-    completion calls ``callback(conn, exc)`` from the proactor's dispatch
+    """A server's accept, armed again after each completion (whose
+    callback also takes the connections waiting behind it:
+    :meth:`RingProactor.accept_waiting`), whose completion calls ``callback(conn, exc)`` from the proactor's dispatch
     of the batch, as :class:`StreamReceive` does for a receive: no future
     and no ``call_soon`` hop per connection. ``conn`` is ``(socket,
     address)``, or ``None`` with ``exc`` the error (``CancelledError``

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, Once, PoisonError};
+use std::sync::{Mutex, Once, OnceLock, PoisonError};
 
 use blockio::aio::{AsyncEngine, AsyncFile};
 use pyo3::buffer::PyBuffer;
@@ -188,18 +188,22 @@ pub(crate) fn opened_for(flags: i32, events: libc::c_short) -> bool {
 }
 
 /// The fork guard of a core: [`forks`] when it was made, so that a
-/// forked child, which must not touch its parent's rings, knows it is one.
-pub(crate) struct Born(u64);
+/// forked child, which must not touch its parent's rings, knows it is one;
+/// and the process's id then, asked only where the kernel refuses the
+/// mark that [`forks`] reads (a child made without fork handlers is seen
+/// by its id there, at a `getpid` per check; one that has its parent's id,
+/// a pid namespace's first process made by its first process, is not).
+pub(crate) struct Born(u64, u32);
 
 impl Born {
     /// Made in this process, as it stands.
     pub(crate) fn here() -> Born {
-        Born(forks())
+        Born(forks(), std::process::id())
     }
 
     /// Whether this process is a child forked since.
     pub(crate) fn forked(&self) -> bool {
-        self.0 != forks()
+        self.0 != forks() || (wipe_mark().is_none() && self.1 != std::process::id())
     }
 }
 
@@ -210,8 +214,12 @@ extern "C" fn count_fork() {
 }
 
 /// How many times this process is a fork away from the one that loaded
-/// the module (a child's count is its parent's plus one). Cheaper than
-/// `getpid`, which is a system call on every check.
+/// the module (a child's count is more than its parent's; only whether two
+/// counts differ means anything). Cheaper than `getpid`, which is a system
+/// call on every check: a load of [`wipe_mark`]'s word, which the kernel
+/// zeroes in any child made without `CLONE_VM`, however it was made (glibc's
+/// `_Fork` and a raw `clone` run no `pthread_atfork` handler), and the count
+/// the handler keeps where the kernel refuses the mark (before Linux 4.14).
 pub(crate) fn forks() -> u64 {
     static REGISTER: Once = Once::new();
     REGISTER.call_once(|| {
@@ -219,7 +227,74 @@ pub(crate) fn forks() -> u64 {
         // which is async-signal-safe as fork's child handlers must be.
         unsafe { libc::pthread_atfork(None, None, Some(count_fork)) };
     });
+    if let Some(mark) = wipe_mark() {
+        count_wiped(mark);
+    }
     FORKS.load(Ordering::SeqCst)
+}
+
+/// Counts a fork when `mark` was wiped (0): the first thread that sees it
+/// so sets it to 2 while it counts, and 1 once counted; a thread that
+/// comes meanwhile waits for the count, so that no thread reads the count
+/// of the parent after the child's first look (which a raced count would
+/// let a core made then keep as its own, and then find itself forked).
+fn count_wiped(mark: &AtomicU64) {
+    while mark.load(Ordering::SeqCst) != 1 {
+        match mark.compare_exchange(0, 2, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => {
+                FORKS.fetch_add(1, Ordering::SeqCst);
+                mark.store(1, Ordering::SeqCst);
+            }
+            Err(_) => std::hint::spin_loop(),
+        }
+    }
+}
+
+/// The word on a private page of its own mapped with `MADV_WIPEONFORK`:
+/// 1 in the process that mapped it and in any that has counted its fork
+/// since ([`count_wiped`]), 0 in a child made without `CLONE_VM` that has
+/// not; `None` when the page or the advice is refused.
+fn wipe_mark() -> Option<&'static AtomicU64> {
+    static MARK: OnceLock<Option<usize>> = OnceLock::new();
+    let page = (*MARK.get_or_init(map_wipe_mark))?;
+    // SAFETY: `page` is the start of a private, readable and writable page
+    // mapped by `map_wipe_mark` and never unmapped, so a reference to its
+    // first 8 bytes lives as long as the process; the page is aligned for
+    // an `AtomicU64`, and only atomic operations ever touch the word (the
+    // kernel's zeroing in a child happens before the child runs).
+    Some(unsafe { &*(page as *const AtomicU64) })
+}
+
+/// Maps [`wipe_mark`]'s page and sets its word to 1: its address, or
+/// `None` when the kernel refuses the page or `MADV_WIPEONFORK`.
+fn map_wipe_mark() -> Option<usize> {
+    let len = rustix::param::page_size();
+    // SAFETY: a new private anonymous mapping, with no address asked for
+    // and no descriptor: it overlaps nothing the process holds.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if page == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: `page` and `len` are the mapping just made.
+    if unsafe { libc::madvise(page, len, libc::MADV_WIPEONFORK) } != 0 {
+        // SAFETY: the mapping just made, which nothing refers to.
+        unsafe { libc::munmap(page, len) };
+        return None;
+    }
+    // SAFETY: the page just mapped, readable and writable, aligned for an
+    // `AtomicU64` (a page is), and not yet shared with anything.
+    let word = unsafe { &*(page as *const AtomicU64) };
+    word.store(1, Ordering::SeqCst);
+    Some(page as usize)
 }
 
 /// `O_LARGEFILE` as `F_GETFL` reports it on 64-bit Linux (the C headers

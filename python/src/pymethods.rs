@@ -277,4 +277,11 @@ impl Core {
     fn py_closed(&self) -> bool {
         self.closed()
     }
+
+    /// Open, and made by this process: not a parent's before a fork,
+    /// however the child was made (see `fds::forks`), with no system call.
+    #[getter(usable)]
+    fn py_usable(&self) -> bool {
+        !self.born.forked() && !self.closed()
+    }
 }

@@ -12,6 +12,7 @@ import gc
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -478,6 +479,79 @@ def test_fork_child_gets_its_own_loop(loop):
         f.close()
     os.close(r)
     os.close(w)
+
+
+def test_a_loops_ring_is_refused_in_a_child_made_without_fork_handlers():
+    """glibc's _Fork() runs no fork handlers (``os.register_at_fork``'s
+    included): the ring still tells the child from its maker (by the word
+    the kernel wipes in a child), and the parent's ring stays its own."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ring = _blockio.LoopRing()
+    a, b = socket.socketpair()
+    pid = libc._Fork()
+    if pid == 0:
+        code = 1
+        try:
+            try:
+                ring.poll(a.fileno(), 1)
+            except RuntimeError as e:
+                code = 0 if "parent process" in str(e) else 2
+        finally:
+            os._exit(code)
+    assert pid > 0, ctypes.get_errno()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ring.in_flight() == 0
+    ring.close()
+    a.close()
+    b.close()
+
+
+_CHILD_EXITS = r"""
+import asyncio, ctypes, os, sys, tempfile
+import blockio
+
+libc = ctypes.CDLL(None)
+fd0, path = tempfile.mkstemp()
+os.write(fd0, b"k" * 4096)
+os.close(fd0)
+loop = blockio.new_event_loop()
+
+
+async def read_all():
+    async with blockio.open(path, "rb") as f:
+        return await f.read()
+
+
+assert loop.run_until_complete(read_all()) == b"k" * 4096
+pid = os.fork() if sys.argv[1] == "fork" else libc._Fork()
+if pid == 0:
+    # The default engine and the loop are the parent's: blockio.open makes
+    # the child an engine of its own, and the exit lets go of the loop.
+    assert asyncio.run(read_all()) == b"k" * 4096
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+assert loop.run_until_complete(read_all()) == b"k" * 4096
+loop.close()
+os.unlink(path)
+"""
+
+
+@pytest.mark.parametrize("make", ["fork", "_Fork"])
+def test_a_child_that_exits_with_an_inherited_loop_says_nothing_and_opens_files_of_its_own(make, tmp_path):
+    """A child (made by os.fork() or by glibc's _Fork(), which runs no fork
+    handlers) of a process with a blockio loop and a default engine in use:
+    ``blockio.open`` works there on an engine of its own, and its normal
+    exit, which lets go of the inherited loop, prints nothing (the loop's
+    cancels leave the parent's ring alone); the parent goes on with both."""
+    script = tmp_path / "child_exits.py"
+    script.write_text(_CHILD_EXITS)
+    run = subprocess.run([sys.executable, str(script), make], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
 
 
 def test_run_and_loop_factory_and_install(backend):

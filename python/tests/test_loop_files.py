@@ -3,7 +3,7 @@ file or of ``Engine.aread`` that the page cache cannot serve goes on the
 loop's own ring (``LoopRing.pread``: counted by its ``file_reads``), and
 none through the engine (its ``reads_started`` does not move); on the
 loop's epoll fallback, asyncio's loop and uvloop, reads go through the
-engine as before. Pages are dropped from the cache with
+engine. Pages are dropped from the cache with
 ``posix_fadvise(DONTNEED)`` after an ``fsync``, so that a read finds them
 uncached; the counts, not any timing, say where each read went."""
 
@@ -987,7 +987,7 @@ def test_a_read_only_files_close_is_made_on_blockios_loops_thread(tmp_path, back
     # On blockio's loop on io_uring a file that only reads is closed on the
     # loop's thread, none through the engine; a file open for writing is
     # closed through the engine, its writes landed first; on other loops
-    # every close goes through the engine, as before.
+    # every close goes through the engine.
     engine = blockio.Engine(backend=backend)
     path = tmp_path / "f"
 
@@ -1109,7 +1109,7 @@ def test_a_read_only_files_uncached_read_of_the_rest_looks_its_size_up_on_the_lo
     # read() of the rest of an uncached file, which only reads: the size
     # is an fstat on blockio's loop's thread, none through the engine,
     # and taken at the read (bytes added since the open are read too); on
-    # other loops it goes through the engine as before.
+    # other loops it goes through the engine.
     path, data = data_path
     engine = blockio.Engine()
 

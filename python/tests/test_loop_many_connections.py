@@ -3,7 +3,8 @@ waiting in a listener's backlog are taken within a few turns of the loop
 (asyncio's selector loop accepts up to the server's ``backlog`` per
 readiness), not one per turn. Turns are counted by a callback that puts
 itself back on the loop's ready queue at each turn, never by time; every
-loop kind runs the same tests (asyncio's is the reference)."""
+loop kind runs them (asyncio's is the reference), and uvloop, which takes
+one connection per turn, is not held to the turn bound."""
 
 from __future__ import annotations
 
@@ -125,8 +126,8 @@ def _serve_counting(
 
 
 #: The loops held to :data:`TURN_BOUND`: uvloop takes one connection per
-#: turn (64 connections, made at turns 1 to 64), as blockio's io_uring
-#: loop did; it is run by the next test only.
+#: turn (64 connections, made at turns 1 to 64); it runs only the next
+#: test.
 BOUNDED = [kind for kind in loop_kinds.NAMES if kind != "uvloop"]
 
 

@@ -1461,7 +1461,7 @@ def test_the_write_buffer_size_counts_only_what_the_socket_did_not_take(loop, ki
     only what is still to go out, as on asyncio's loops: the bytes the
     peer's receive queue holds at once (``FIONREAD``; the peer reads
     nothing, so the rest cannot move) are not counted. On io_uring the
-    rest goes to the ring, and the whole write was counted before."""
+    rest goes to the ring and is counted whole until its send ends."""
     a, b = socket.socketpair()
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     b.setblocking(False)

@@ -179,6 +179,41 @@ def test_an_engine_is_not_used_in_a_child_made_without_fork_handlers():
     e.close()
 
 
+def test_the_core_refuses_a_child_made_without_fork_handlers_and_serves_its_own_engine(data_file):
+    # The core's own guard (the word the kernel wipes in a child) sees a
+    # child made by glibc's _Fork(): the inherited engine's calls are
+    # refused there, an engine made in the child serves it, and that
+    # engine is refused in the child's own _Fork() child in turn.
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    path, data = data_file
+    e = blockio.Engine()
+    pid = libc._Fork()
+    if pid == 0:
+        code = 1
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                e.read_batch(fd, offsets=[0], length=1)
+            except RuntimeError as ex:
+                if "fork" in str(ex):
+                    mine = blockio.Engine()
+                    results = mine.read_batch(fd, offsets=[0], length=1)
+                    grandchild = libc._Fork()
+                    if grandchild == 0:
+                        os._exit(0 if not mine._usable_here else 4)
+                    _, status = os.waitpid(grandchild, 0)
+                    served = results == [data[:1]] and mine._usable_here
+                    code = 0 if served and os.waitstatus_to_exitcode(status) == 0 else 5
+        finally:
+            os._exit(code)
+    assert pid > 0, ctypes.get_errno()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    e.close()
+
+
 def test_closed_engine_raises(data_file):
     e = blockio.Engine()
     e.close()

@@ -1,8 +1,9 @@
 //! The calls made in the loop's thread instead of on the ring: the write
 //! tried before the ring (as much of a send as the descriptor takes
 //! without waiting; most sends fit the socket's buffer, so they cost one
-//! system call and no completion), and the receive made once a socket's
-//! readiness poll answers.
+//! system call and no completion), the receive made once a socket's
+//! readiness poll answers, and the accept of connections already waiting
+//! in a listener's backlog (`accept_inline`, for `LoopRing::accept_now`).
 
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};

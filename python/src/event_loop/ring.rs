@@ -28,6 +28,7 @@ use super::dispatch::release_conn;
 use super::ops::{addr_slot, InFlight, Kind, Memory, Owner};
 use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
+use crate::fds::Born;
 
 /// The token of the ring's own cancel requests, whose completions are
 /// ignored.
@@ -240,7 +241,12 @@ struct State {
 #[pyclass(module = "blockio._blockio")]
 pub(crate) struct LoopRing {
     state: Mutex<Option<State>>,
+    /// [`FORK_GENERATION`] when the ring was made.
     generation: u64,
+    /// The core's fork guard when the ring was made (see `fds::forks`),
+    /// which also sees a child made without fork handlers (glibc's
+    /// `_Fork`, a raw `clone`), where `after_fork` is not called.
+    born: Born,
     /// File reads started (see [`LoopRing::file_reads`]).
     file_reads: AtomicU64,
     /// File writes started (see [`LoopRing::file_writes`]).
@@ -277,6 +283,7 @@ impl LoopRing {
                 nonempty_told: kernel_tells_nonempty(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
+            born: Born::here(),
             file_reads: AtomicU64::new(0),
             file_writes: AtomicU64::new(0),
             file_opens: AtomicU64::new(0),
@@ -647,7 +654,15 @@ impl LoopRing {
     /// A transport's receive (kept in the slab with its owner) ends its
     /// hold on its socket here when this returns True, as the proactor
     /// does for the operations of its own tables.
+    ///
+    /// In a child forked after the ring was made, True with nothing asked:
+    /// the operations are the parent's, and none of them can reach the
+    /// child's descriptors, so a loop closed there (or collected) lets go
+    /// of them without touching the parent's ring.
     fn cancel(&self, py: Python<'_>, token: u64) -> PyResult<bool> {
+        if !self.made_here() {
+            return Ok(true);
+        }
         let hold = {
             let mut guard = self.lock()?;
             let st = guard.as_mut().ok_or_else(closed)?;
@@ -786,7 +801,7 @@ impl LoopRing {
         };
         let mut left = Vec::new();
         if let Some(st) = state {
-            if self.generation == FORK_GENERATION.load(Ordering::SeqCst) {
+            if self.made_here() {
                 left = st.shut_down(py);
             } else {
                 st.forget_in_child();
@@ -964,7 +979,7 @@ impl LoopRing {
     /// The state, for the loop's thread; refused in a forked child and
     /// while another thread waits.
     fn lock(&self) -> PyResult<MutexGuard<'_, Option<State>>> {
-        if self.generation != FORK_GENERATION.load(Ordering::SeqCst) {
+        if !self.made_here() {
             return Err(PyRuntimeError::new_err(
                 "this event loop's ring belongs to the parent process; a forked child must create its own loop",
             ));
@@ -1020,7 +1035,7 @@ impl Drop for LoopRing {
             .map(Option::take)
             .unwrap_or_else(|p| p.into_inner().take());
         if let Some(st) = state {
-            if self.generation == FORK_GENERATION.load(Ordering::SeqCst) {
+            if self.made_here() {
                 // (the holds of the receives left end with their
                 // objects, as the proactor's tables' would)
                 Python::with_gil(|py| drop(st.shut_down(py)));
@@ -1052,11 +1067,16 @@ impl LoopRing {
         Ok(sent)
     }
 
+    /// Whether the ring was made in this process, not in a parent before a
+    /// fork (by `fork()`, or made without fork handlers).
+    fn made_here(&self) -> bool {
+        self.generation == FORK_GENERATION.load(Ordering::SeqCst) && !self.born.forked()
+    }
+
     /// Whether a transport's write may use this ring now: open, and made
     /// in this process (not a parent's, after `fork()`).
     pub(crate) fn usable(&self) -> bool {
-        self.generation == FORK_GENERATION.load(Ordering::SeqCst)
-            && self.state.try_lock().is_ok_and(|g| g.is_some())
+        self.made_here() && self.state.try_lock().is_ok_and(|g| g.is_some())
     }
 
     /// Writes what socket `fd` takes of `bytes` now (see
