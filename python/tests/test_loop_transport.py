@@ -619,9 +619,7 @@ def test_a_bytes_write_larger_than_the_socket_takes_reaches_the_peer_whole_and_i
     loop's send (``LoopRing.send``); on the epoll backend the transport is
     asyncio's selector one, so that case checks the reference behaviour
     the io_uring one must match."""
-    a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    b.setblocking(False)
+    a, b = _tight_pair()
     big = random.Random(63).randbytes(1 << 20)
     tail = bytearray(b"and the tail, written while the rest is on its way")
     want = len(big) + len(tail)
@@ -1416,6 +1414,20 @@ class Flow(Collect):
         self.calls.append("resume")
 
 
+def _tight_pair():
+    """A connected socket pair whose first socket takes a few KiB of a
+    write at once (``SO_SNDBUF`` 4096) and whose second is non-blocking."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setblocking(False)
+    return a, b
+
+
+def _queued(sock):
+    """The bytes waiting in ``sock``'s receive queue (``FIONREAD``)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+
 async def _read_all(loop, sock, want):
     got = bytearray()
     while len(got) < want:
@@ -1431,9 +1443,7 @@ def test_a_mutable_buffer_changed_after_write_returns_changes_nothing_sent(loop,
     socket that takes a few KiB at once, then overwritten: the peer gets
     what it held at the write (the io_uring loop's native write sends the
     rest from a copy; asyncio's copies into its buffer)."""
-    a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    b.setblocking(False)
+    a, b = _tight_pair()
     original = random.Random(64).randbytes(1 << 20)
     buf = bytearray(original)
     data = buf if kind == "bytearray" else memoryview(buf)
@@ -1462,9 +1472,7 @@ def test_the_write_buffer_size_counts_only_what_the_socket_did_not_take(loop, ki
     peer's receive queue holds at once (``FIONREAD``; the peer reads
     nothing, so the rest cannot move) are not counted. On io_uring the
     rest goes to the ring and is counted whole until its send ends."""
-    a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    b.setblocking(False)
+    a, b = _tight_pair()
     original = random.Random(66).randbytes(256 * 1024)
     data = {"bytes": original, "bytearray": bytearray(original), "memoryview": memoryview(original)}[kind]
 
@@ -1472,7 +1480,7 @@ def test_the_write_buffer_size_counts_only_what_the_socket_did_not_take(loop, ki
         tr, pr = await loop.connect_accepted_socket(Flow, a)
         await pr.made
         tr.write(data)
-        queued = struct.unpack("i", fcntl.ioctl(b.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        queued = _queued(b)
         assert 0 < queued < len(original)
         assert tr.get_write_buffer_size() == len(original) - queued
         got = await _read_all(loop, b, len(original))
@@ -1493,14 +1501,9 @@ def test_a_write_buffered_behind_a_send_counts_only_what_the_socket_did_not_take
     ends, and the socket takes part of it: the write buffer's size is then
     the part it did not take (the peer's receive queue holds the rest;
     the peer reads nothing meanwhile, so neither can move)."""
-    a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    b.setblocking(False)
+    a, b = _tight_pair()
     first = random.Random(67).randbytes(256 * 1024)
     second = random.Random(68).randbytes(256 * 1024)
-
-    def queued():
-        return struct.unpack("i", fcntl.ioctl(b.fileno(), termios.FIONREAD, b"\0" * 4))[0]
 
     async def main():
         tr, pr = await loop.connect_accepted_socket(Flow, a)
@@ -1509,11 +1512,11 @@ def test_a_write_buffered_behind_a_send_counts_only_what_the_socket_did_not_take
         tr.write(second)  # buffered behind the first's rest
         got = bytearray()
         while len(got) < len(first):
-            await await_until(lambda: queued() > 0, "the first write's bytes")
+            await await_until(lambda: _queued(b) > 0, "the first write's bytes")
             got += b.recv(len(first) - len(got))
         assert got == first
-        await await_until(lambda: queued() > 0, "the second write's first part")
-        assert tr.get_write_buffer_size() == len(second) - queued()
+        await await_until(lambda: _queued(b) > 0, "the second write's first part")
+        assert tr.get_write_buffer_size() == len(second) - _queued(b)
         got = await _read_all(loop, b, len(second))
         tr.close()
         await pr.lost
@@ -1533,9 +1536,7 @@ def test_writes_past_the_high_mark_pause_the_protocol_until_they_are_out(loop):
     once everything is out the protocol is resumed, the size is 0, and the
     next write goes out at once (on io_uring, by the native write again:
     not through the transport's ``_write_slow``)."""
-    a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    b.setblocking(False)
+    a, b = _tight_pair()
     first = random.Random(65).randbytes(256 * 1024)
     second = b"behind it"
 
