@@ -20,7 +20,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "StreamTx", "after_fork", "arm_receive", "arm_ring_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
+__all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "StreamTx", "arm_receive", "arm_ring_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "INLINE_WRITE_AFTER_WAIT", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_stream_inline", "stream_in_pieces", "stream_or_ring", "ring_writes", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
@@ -438,7 +438,6 @@ class LoopRing:
     # The transports' receives left, each with the socket it held open.
     def close(self) -> List[Tuple[StreamRx, Optional[object]]]: ...
 
-def after_fork() -> None: ...
 def dispatch_batch(proactor: object, ring: LoopRing) -> None:
     """Dispatches what ``ring.fill`` kept on a ``RingProactor``: a socket
     transport's receive with bytes calls its callback here, any other

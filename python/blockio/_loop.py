@@ -75,8 +75,6 @@ __all__ = ["UringEventLoop", "EpollEventLoop", "EventLoopPolicy", "new_event_loo
 
 _T = TypeVar("_T")
 
-os.register_at_fork(after_in_child=_blockio.after_fork)
-
 # The most a socket transport's receive takes at once (as uvloop's).
 _RECV_SIZE = 256 * 1024
 

@@ -198,12 +198,13 @@ pub(crate) struct Born(u64, u32);
 impl Born {
     /// Made in this process, as it stands.
     pub(crate) fn here() -> Born {
-        Born(forks(), std::process::id())
+        Born(forks().0, std::process::id())
     }
 
     /// Whether this process is a child forked since.
     pub(crate) fn forked(&self) -> bool {
-        self.0 != forks() || (wipe_mark().is_none() && self.1 != std::process::id())
+        let (count, marked) = forks();
+        self.0 != count || (!marked && self.1 != std::process::id())
     }
 }
 
@@ -219,18 +220,20 @@ extern "C" fn count_fork() {
 /// call on every check: a load of [`wipe_mark`]'s word, which the kernel
 /// zeroes in any child made without `CLONE_VM`, however it was made (glibc's
 /// `_Fork` and a raw `clone` run no `pthread_atfork` handler), and the count
-/// the handler keeps where the kernel refuses the mark (before Linux 4.14).
-pub(crate) fn forks() -> u64 {
+/// the handler keeps where the kernel refuses the mark (before Linux 4.14);
+/// and whether the mark is kept (false: the count of handler runs alone).
+pub(crate) fn forks() -> (u64, bool) {
     static REGISTER: Once = Once::new();
     REGISTER.call_once(|| {
         // SAFETY: registers a handler that only bumps an atomic counter,
         // which is async-signal-safe as fork's child handlers must be.
         unsafe { libc::pthread_atfork(None, None, Some(count_fork)) };
     });
-    if let Some(mark) = wipe_mark() {
+    let mark = wipe_mark();
+    if let Some(mark) = mark {
         count_wiped(mark);
     }
-    FORKS.load(Ordering::SeqCst)
+    (FORKS.load(Ordering::SeqCst), mark.is_some())
 }
 
 /// Counts a fork when `mark` was wiped (0): the first thread that sees it

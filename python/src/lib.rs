@@ -111,7 +111,6 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<event_loop::LoopRing>()?;
     m.add_class::<event_loop::StreamRx>()?;
     m.add_class::<event_loop::StreamTx>()?;
-    m.add_function(wrap_pyfunction!(event_loop::after_fork, m)?)?;
     m.add_function(wrap_pyfunction!(event_loop::dispatch_batch, m)?)?;
     m.add_function(wrap_pyfunction!(event_loop::arm_receive, m)?)?;
     m.add_function(wrap_pyfunction!(event_loop::arm_ring_receive, m)?)?;

@@ -71,9 +71,10 @@
 //! still write it; an operation that does not answer within a bound has
 //! its memory leaked on purpose rather than freed. After `fork()` the child
 //! must never submit to the parent's ring (the ring is shared, so a cancel
-//! from the child would cancel the parent's operations): [`after_fork`],
-//! registered with `os.register_at_fork`, makes every existing ring refuse
-//! further use in the child and drop without submitting. No `SQPOLL`
+//! from the child would cancel the parent's operations): a ring keeps the
+//! core's fork guard from when it was made (`fds::Born`, which sees any
+//! child made without `CLONE_VM`, with or without fork handlers), and in
+//! a child it refuses further use and drops without submitting. No `SQPOLL`
 //! (operations submitted through it keep the credentials from before a
 //! `setuid`).
 //!
@@ -93,5 +94,5 @@ mod sockaddr;
 mod write;
 
 pub(crate) use dispatch::{arm_receive, arm_ring_receive, dispatch_batch, StreamRx};
-pub(crate) use ring::{after_fork, LoopRing};
+pub(crate) use ring::LoopRing;
 pub(crate) use write::StreamTx;

@@ -38,16 +38,6 @@ const CANCEL_TOKEN: u64 = u64::MAX;
 /// leaking their memory instead of freeing it.
 const CLOSE_BOUND: Duration = Duration::from_secs(2);
 
-/// Bumped in a forked child: rings made before it belong to the parent.
-static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// Marks every ring that exists as the parent's (called in the child
-/// after `fork()`, through `os.register_at_fork`).
-#[pyfunction]
-pub(crate) fn after_fork() {
-    FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
-}
-
 /// The most a socket receive into new bytes takes at once (the size of
 /// [`State::scratch`] at most).
 const RECV_MAX: usize = 256 * 1024;
@@ -241,11 +231,9 @@ struct State {
 #[pyclass(module = "blockio._blockio")]
 pub(crate) struct LoopRing {
     state: Mutex<Option<State>>,
-    /// [`FORK_GENERATION`] when the ring was made.
-    generation: u64,
-    /// The core's fork guard when the ring was made (see `fds::forks`),
-    /// which also sees a child made without fork handlers (glibc's
-    /// `_Fork`, a raw `clone`), where `after_fork` is not called.
+    /// The core's fork guard when the ring was made (see `fds::forks`):
+    /// in a child, by `fork()` or made without fork handlers (glibc's
+    /// `_Fork`, a raw `clone`), the ring is the parent's.
     born: Born,
     /// File reads started (see [`LoopRing::file_reads`]).
     file_reads: AtomicU64,
@@ -282,7 +270,6 @@ impl LoopRing {
                 accepts_alone: Vec::new(),
                 nonempty_told: kernel_tells_nonempty(),
             })),
-            generation: FORK_GENERATION.load(Ordering::SeqCst),
             born: Born::here(),
             file_reads: AtomicU64::new(0),
             file_writes: AtomicU64::new(0),
@@ -1070,7 +1057,7 @@ impl LoopRing {
     /// Whether the ring was made in this process, not in a parent before a
     /// fork (by `fork()`, or made without fork handlers).
     fn made_here(&self) -> bool {
-        self.generation == FORK_GENERATION.load(Ordering::SeqCst) && !self.born.forked()
+        !self.born.forked()
     }
 
     /// Whether a transport's write may use this ring now: open, and made
