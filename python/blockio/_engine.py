@@ -1702,23 +1702,13 @@ def _resolve(fut: "asyncio.Future[List[Any]]", results: Optional[List[Any]], err
 _default: Optional[Engine] = None
 
 
-def _forget_default_after_fork() -> None:
-    """In a forked child the parent's default engine (its rings and
-    threads) is unusable: the next :func:`default_engine` makes a new one."""
-    global _default
-    _default = None
-
-
-os.register_at_fork(after_in_child=_forget_default_after_fork)
-
 
 def default_engine() -> Engine:
     """The engine that :func:`blockio.open` uses unless given one (made on
     first use)."""
     global _default
-    # (not usable here: closed, or the parent's in a child made without
-    # fork handlers, glibc's _Fork() or a raw clone, where
-    # _forget_default_after_fork never ran)
+    # (not usable here: closed, or the parent's in a forked child, however
+    # the child was made: its rings and threads are the parent's)
     if _default is None or not _default._usable_here:
         _default = Engine(inline_writes=_inline_writes_asked())
     return _default
