@@ -22,6 +22,12 @@ import pytest
 import blockio
 from blockio._blockio import INLINE_WRITE_AFTER_WAIT, TURN_BUDGET, TURN_UNIT
 
+#: The turns these tests count are those of the count alone (see
+#: ``turns_by_count``; the time between turns is tested on its own in
+#: test_turn_time.py): with the clock, a loop of writes faster than
+#: ``TURN_TIME`` per budget takes its turn only at a later check.
+pytestmark = pytest.mark.usefixtures("turns_by_count")
+
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 
 #: The file systems on which writes are made on the loop's thread
