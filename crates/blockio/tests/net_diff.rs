@@ -294,7 +294,7 @@ where
             .into_iter()
             .map(|t| {
                 t.join().unwrap_or_else(|_| {
-                    panic!("{name}: a peer of {stack:?} failed (its message is above)")
+                    panic!("{name}: a peer of {stack:?} over {family:?} failed (its message is above)")
                 })
             })
             .collect();
@@ -535,7 +535,7 @@ fn a_shutdown_after_trait_writes_sends_every_accepted_byte_first() {
         };
         for family in [small, Family::Unix] {
             compare(
-                "write_all then shutdown",
+                &format!("write_all then shutdown({how:?})"),
                 family,
                 write_all_then_shutdown(how),
                 36,
