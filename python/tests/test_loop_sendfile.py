@@ -18,6 +18,7 @@ import aiofiles
 import pytest
 
 import blockio
+from blockio import _blockio
 from loops import FACTORIES
 from waits import DEADLINE
 
@@ -413,3 +414,181 @@ def test_a_transport_closed_during_a_sendfile_of_an_aiofiles_file_ends_it(uring_
     assert 0 < len(sent) < len(data)
     assert sent == data[:len(sent)]
     assert at == len(sent)
+
+
+# -- a range not in the page cache: read on the loop's ring, then sent ------
+
+
+def _dropped(path):
+    """``path``'s pages dropped from the page cache (written back first, so
+    that the kernel drops them all)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_range_cached_says_whether_every_page_of_a_range_is_cached(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(random.Random(20).randbytes(5 * 4096))
+    _dropped(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert not _blockio.range_cached(fd, 0, 5 * 4096)
+        os.pread(fd, 4096, 4096)  # the second page only
+        assert _blockio.range_cached(fd, 4096, 4096)
+        assert _blockio.range_cached(fd, 4097, 100)
+        assert not _blockio.range_cached(fd, 4096, 4097)  # into the third
+        assert not _blockio.range_cached(fd, 4095, 2)  # and the first
+        os.pread(fd, 5 * 4096, 0)
+        assert _blockio.range_cached(fd, 0, 5 * 4096)
+        assert not _blockio.range_cached(fd, 0, 0)  # (no range)
+    finally:
+        os.close(fd)
+    assert not _blockio.range_cached(fd, 0, 4096)  # (closed: the kernel cannot tell)
+
+
+def test_a_sendfile_of_an_uncached_file_reads_it_on_the_ring_while_the_loop_runs(uring_loop, engine, tmp_path):
+    loop = uring_loop
+    path, data = _big_file(tmp_path, 21)
+    _dropped(path)
+    reads = []
+    pread = loop._proactor.pread
+    other_ran = asyncio.Event()
+
+    def gated(fd, offset, length):
+        # The sendfile's read waits on another task's step: the sendfile
+        # awaits it (a read on the loop's thread would stop that task).
+        reads.append((offset, length))
+
+        async def after_other():
+            await other_ran.wait()
+            return await pread(fd, offset, length)
+
+        return asyncio.ensure_future(after_other())
+
+    async def main():
+        loop._proactor.pread = gated
+        async with blockio.open(path, "rb", engine=engine) as f:
+
+            async def send(t):
+                loop.call_soon(other_ran.set)
+                return await loop.sendfile(t, f)
+
+            n, got = await _sent(loop, send)
+            assert await f.tell() == len(data)
+        return n, got
+
+    n, got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, got == data) == (len(data), True)
+    # every byte read on the ring, in steps of at most 256 KiB
+    assert reads[0] == (0, 256 << 10)
+    assert [o for o, _ in reads] == list(range(0, len(data), 256 << 10))
+
+
+@pytest.fixture
+def ring_reads(monkeypatch):
+    """Every range of a sendfile counted as not cached: read on the ring."""
+    monkeypatch.setattr(_blockio, "range_cached", lambda fd, offset, length: False)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_sendfile_read_on_the_ring_moves_every_byte_at_every_offset(uring_loop, ring_reads, tmp_path, size):
+    loop = uring_loop
+    data = random.Random(size).randbytes(size)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+
+    async def main():
+        for _, offset, count in (c for c in _cases() if c[0] == size):
+            async with aiofiles.open(path, "rb") as f:
+
+                async def send(t):
+                    return await loop.sendfile(t, f, offset, count)
+
+                n, got = await _sent(loop, send)
+                want = data[offset:offset + count if count else None]
+                assert (n, got) == (len(want), want), (offset, count)
+                assert await f.tell() == (offset + n if n else 0), (offset, count)
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_a_sendfile_read_on_the_ring_cancelled_leaves_the_file_after_the_bytes_sent(uring_loop, ring_reads, tmp_path):
+    loop = uring_loop
+    path, data = _big_file(tmp_path, 22)
+
+    async def main():
+        t, peer, _ = await _pair(loop)
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            await loop.run_in_executor(None, select.select, [peer], [], [], DEADLINE)
+            send.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await send
+            at = await f.tell()
+        t.close()
+        return at, await loop.run_in_executor(None, _read_all, peer)
+
+    at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert 0 < at == len(sent) < len(data)
+    assert sent == data[:at]
+
+
+@pytest.mark.parametrize("how", ["close", "abort"])
+def test_a_transport_closed_during_a_sendfile_read_on_the_ring_ends_it(uring_loop, ring_reads, tmp_path, how):
+    loop = uring_loop
+    path, data = _big_file(tmp_path, 23)
+    send_some = loop._proactor.send_some
+
+    def then_close(sock, view):
+        # (closed in the step after the first send of bytes read; the peer
+        # reads nothing until the sendfile ends, so the file does not fit)
+        fut = send_some(sock, view)
+        if not closing:
+            closing.append(loop.call_soon(getattr(t, how)))
+        return fut
+
+    closing = []
+
+    async def main():
+        nonlocal t
+        t, peer, _ = await _pair(loop)
+        loop._proactor.send_some = then_close
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            with pytest.raises(ConnectionAbortedError) as err:
+                await send
+            at = await f.tell()
+        return str(err.value), at, await loop.run_in_executor(None, _read_all, peer)
+
+    t = None
+    message, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert message.endswith(f"the socket was closed after {len(sent)} bytes")
+    assert 0 < len(sent) < len(data)
+    assert sent == data[:len(sent)]
+    assert at == len(sent)
+
+
+def test_a_sendfile_read_on_the_ring_to_a_peer_that_resets(uring_loop, ring_reads, engine, tmp_path):
+    loop = uring_loop
+    path, data = _big_file(tmp_path, 24)
+
+    async def main():
+        t, peer, _ = await _pair(loop)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            task = asyncio.ensure_future(loop.sendfile(t, f))
+            peer.setblocking(False)
+            assert await loop.sock_recv(peer, 1) == data[:1]  # under way
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.close()
+            with pytest.raises(ConnectionResetError):
+                await task
+            at = await f.tell()
+            assert 0 < at < len(data)
+            assert await f.read(10) == data[at:at + 10]
+        t.close()
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
