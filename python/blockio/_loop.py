@@ -1556,15 +1556,21 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         read (``reading``), the next ones read too: the kernel's readahead
         puts the following pages in the cache before their reads from the
         disk finish, which ``cachestat`` counts as cached and on which
-        ``os.sendfile`` would wait. A file the ring does not read
-        (``O_DIRECT``, ``O_NONBLOCK``, not open for reading: see
-        ``_blockio.stream_or_ring``) goes out with ``os.sendfile``."""
+        ``os.sendfile`` would wait. A file whose read the ring refuses
+        (``EINVAL``: ``O_DIRECT`` at an offset or into a buffer its device
+        does not align to; ``EAGAIN``: ``O_NONBLOCK``) goes out with
+        ``os.sendfile``, which reads it on the loop's thread (found by the
+        read's error: a check of the file's flags would cost a system call
+        in every uncached step)."""
         want = min(end - pos, _SENDFILE_STEP)
-        if regular and (
-            reading or (not _blockio.range_cached(fileno, pos, want) and _blockio.stream_or_ring(fileno) is True)
-        ):
-            data = await self._proactor.pread(fileno, pos, min(want, _SENDFILE_READ))
-            return 0, memoryview(data)
+        if regular and (reading or not _blockio.range_cached(fileno, pos, want)):
+            try:
+                data = await self._proactor.pread(fileno, pos, min(want, _SENDFILE_READ))
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EAGAIN):
+                    raise
+            else:
+                return 0, memoryview(data)
         return await self._proactor.sendfile_some(sock, fileno, pos, want if regular else end - pos), None
 
     # -- servers -------------------------------------------------------------

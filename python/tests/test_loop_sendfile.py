@@ -8,6 +8,7 @@ file's own ``seek`` (as asyncio leaves a built-in file's), also when the
 peer goes away first, with asyncio's error."""
 
 import asyncio
+import errno
 import os
 import random
 import select
@@ -592,3 +593,33 @@ def test_a_sendfile_read_on_the_ring_to_a_peer_that_resets(uring_loop, ring_read
         t.close()
 
     loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_a_sendfile_of_an_uncached_o_direct_file_sends_every_byte(uring_loop, tmp_path):
+    # The ring's read of an O_DIRECT file into a buffer its device does not
+    # align to fails (EINVAL): the range goes out with os.sendfile.
+    loop = uring_loop
+    path = tmp_path / "direct"
+    data = random.Random(25).randbytes(1 << 20)  # (whole blocks: os.sendfile takes it)
+    path.write_bytes(data)
+    _dropped(path)
+    reads = []
+    pread = loop._proactor.pread
+
+    def recorded(fd, offset, length):
+        fut = pread(fd, offset, length)
+        reads.append(fut)
+        return fut
+
+    async def main():
+        loop._proactor.pread = recorded
+        with open(os.open(path, os.O_RDONLY | os.O_DIRECT), "rb", buffering=0) as f:
+
+            async def send(t):
+                return await loop.sendfile(t, f)
+
+            return await _sent(loop, send)
+
+    n, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, sent == data) == (len(data), True)
+    assert reads and all(f.exception().errno == errno.EINVAL for f in reads)
