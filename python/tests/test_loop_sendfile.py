@@ -436,6 +436,7 @@ def test_range_cached_says_whether_every_page_of_a_range_is_cached(tmp_path):
     path.write_bytes(random.Random(20).randbytes(5 * 4096))
     _dropped(path)
     fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # (no readahead: a read caches its own pages)
     try:
         assert not _blockio.range_cached(fd, 0, 5 * 4096)
         os.pread(fd, 4096, 4096)  # the second page only
@@ -596,8 +597,9 @@ def test_a_sendfile_read_on_the_ring_to_a_peer_that_resets(uring_loop, ring_read
 
 
 def test_a_sendfile_of_an_uncached_o_direct_file_sends_every_byte(uring_loop, tmp_path):
-    # The ring's read of an O_DIRECT file into a buffer its device does not
-    # align to fails (EINVAL): the range goes out with os.sendfile.
+    # The ring's read of an O_DIRECT file fails (EINVAL) where the new
+    # buffer is not aligned to the device's blocks: the range then goes out
+    # with os.sendfile. Either way every byte is sent.
     loop = uring_loop
     path = tmp_path / "direct"
     data = random.Random(25).randbytes(1 << 20)  # (whole blocks: os.sendfile takes it)
@@ -622,4 +624,54 @@ def test_a_sendfile_of_an_uncached_o_direct_file_sends_every_byte(uring_loop, tm
 
     n, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert (n, sent == data) == (len(data), True)
-    assert reads and all(f.exception().errno == errno.EINVAL for f in reads)
+    assert reads and all(f.exception() is None or f.exception().errno == errno.EINVAL for f in reads)
+
+
+@pytest.mark.parametrize("refused", [errno.EINVAL, errno.EAGAIN])
+def test_a_range_whose_ring_read_is_refused_goes_out_with_os_sendfile(uring_loop, ring_reads, tmp_path, refused):
+    loop = uring_loop
+    path, data = _big_file(tmp_path, 26)
+    reads = []
+
+    def refusing(fd, offset, length):
+        reads.append(offset)
+        fut = loop.create_future()
+        fut.set_exception(OSError(refused, os.strerror(refused)))
+        return fut
+
+    async def main():
+        loop._proactor.pread = refusing
+        async with aiofiles.open(path, "rb") as f:
+
+            async def send(t):
+                return await loop.sendfile(t, f, 1)
+
+            n, got = await _sent(loop, send)
+            return n, got, await f.tell()
+
+    n, got, at = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, got == data[1:], at) == (len(data) - 1, True, len(data))
+    assert reads[0] == 1  # (tried on the ring first)
+
+
+def test_a_read_error_other_than_a_refusal_ends_the_sendfile(uring_loop, ring_reads, tmp_path):
+    loop = uring_loop
+    path, _ = _big_file(tmp_path, 27)
+
+    def failing(fd, offset, length):
+        fut = loop.create_future()
+        fut.set_exception(OSError(errno.EIO, os.strerror(errno.EIO)))
+        return fut
+
+    async def main():
+        t, peer, _ = await _pair(loop)
+        loop._proactor.pread = failing
+        with open(path, "rb") as f:
+            with pytest.raises(OSError) as err:
+                await loop.sendfile(t, f)
+            at = f.tell()
+        t.close()
+        peer.close()
+        return err.value.errno, at
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (errno.EIO, 0)
