@@ -1552,7 +1552,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         not holding it) is read on the ring, as ``os.sendfile`` would
         read it from the disk on the loop's thread, stopping every other
         connection meanwhile; a cached one goes out with ``os.sendfile``
-        (no copy in the process, no wait for the disk). Once a step has
+        (no copy in the process; no wait for the disk, but for a page whose
+        read another reader's readahead has begun). Once a step has
         read (``reading``), the next ones read too: the kernel's readahead
         puts the following pages in the cache before their reads from the
         disk finish, which ``cachestat`` counts as cached and on which
