@@ -26,7 +26,7 @@
 //! [`AFTER_WAIT`] writes to the engine.
 
 use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
@@ -208,7 +208,7 @@ fn edges_cached(file: BorrowedFd<'_>, off: u64, len: usize, append: bool) -> Opt
 /// writing), else a one-byte `preadv2(RWF_NOWAIT)`, which a descriptor
 /// not open for reading refuses (the page then counts as not cached).
 fn page_cached(file: BorrowedFd<'_>, at: u64, page: u64) -> bool {
-    if let Some(n) = crate::cached::cached_pages(file, at, page) {
+    if let Some(n) = crate::cached::cached_pages(file.as_raw_fd(), at, page) {
         return n > 0;
     }
     let mut byte = [0u8];
