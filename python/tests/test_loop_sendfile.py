@@ -8,12 +8,18 @@ file's own ``seek`` (as asyncio leaves a built-in file's), also when the
 peer goes away first, with asyncio's error."""
 
 import asyncio
+import ctypes
 import errno
 import os
 import random
 import select
+import shutil
 import socket
 import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import aiofiles
 import pytest
@@ -21,6 +27,7 @@ import pytest
 import blockio
 from blockio import _blockio
 from loops import FACTORIES
+from test_inline_writes import fs_type
 from waits import DEADLINE
 
 SIZES = [0, 1, 4095, 4096, (1 << 20) + 1]
@@ -274,6 +281,30 @@ def test_a_sendfile_the_socket_takes_in_part_sends_the_rest_and_places_the_file(
 
 
 
+#: The file systems whose pages are the file (POSIX_FADV_DONTNEED drops none).
+UNDROPPABLE = ("tmpfs", "ramfs")
+
+
+@pytest.fixture
+def disk_path(tmp_path):
+    """A directory on a file system whose pages the kernel drops from the
+    page cache (``_dropped``): pytest's, or else one under /var/tmp or
+    beside these tests; a failure naming them if none is."""
+    if fs_type(tmp_path) not in UNDROPPABLE:
+        yield tmp_path
+        return
+    for base in ("/var/tmp", os.path.dirname(os.path.abspath(__file__))):
+        if os.access(base, os.W_OK) and fs_type(base) not in UNDROPPABLE:
+            d = tempfile.mkdtemp(dir=base, prefix="blockio-sendfile-")
+            try:
+                yield Path(d)
+            finally:
+                shutil.rmtree(d)
+            return
+    pytest.fail(f"{tmp_path}, /var/tmp and {os.path.dirname(__file__)} are on {', '.join(UNDROPPABLE)} or not "
+                "writable: a file's pages cannot be dropped from the page cache there")
+
+
 @pytest.fixture
 def uring_loop():
     """blockio's io_uring loop (asyncio's selector loop, the epoll
@@ -342,13 +373,13 @@ class _Answering(asyncio.Protocol):
             self.answered.set_result(data)
 
 
-def test_a_message_received_during_a_sendfile_is_answered_after_the_files_bytes(loop, engine, tmp_path):
+def test_a_message_received_during_a_sendfile_is_answered_after_the_files_bytes(loop, engine, disk_path):
     # The peer's message is there before the sendfile begins; reading is
     # paused while it runs, so the protocol's answer follows the file.
     from test_loop_files import drop_cache
 
     data = random.Random(12).randbytes(200_000)
-    path = tmp_path / "f"
+    path = disk_path / "f"
     path.write_bytes(data)
 
     async def main():
@@ -397,20 +428,37 @@ def test_a_transport_closed_during_a_sendfile_of_an_aiofiles_file_ends_it(uring_
     # ConnectionAbortedError, counting the bytes the peer got, and the
     # file's position after them.
     path, data = _big_file(tmp_path, 14)
+    proactor = loop._proactor
+    closing = []
+
+    def then_close(send):
+        # (closed in the step after the sendfile's first send: os.sendfile
+        # where the kernel says the range is cached, else a send of bytes
+        # read on the ring; the peer reads nothing until the sendfile
+        # ends, so the file does not fit)
+        def first_then_close(*args):
+            fut = send(*args)
+            if not closing:
+                closing.append(loop.call_soon(getattr(t, how)))
+            return fut
+
+        return first_then_close
 
     async def main():
+        nonlocal t
         t, peer, _ = await _pair(loop)
+        proactor.sendfile_some = then_close(proactor.sendfile_some)
+        proactor.send_some = then_close(proactor.send_some)
         async with aiofiles.open(path, "rb") as f:
             send = asyncio.ensure_future(loop.sendfile(t, f))
-            # (in the step after the sendfile's first; the peer reads
-            # nothing until the sendfile ends, so the file does not fit)
-            loop.call_soon(getattr(t, how))
             with pytest.raises(ConnectionAbortedError) as err:
                 await send
             at = await f.tell()
         return str(err.value), at, await loop.run_in_executor(None, _read_all, peer)
 
+    t = None
     message, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert closing
     assert message.endswith(f"the socket was closed after {len(sent)} bytes")
     assert 0 < len(sent) < len(data)
     assert sent == data[:len(sent)]
@@ -431,30 +479,45 @@ def _dropped(path):
         os.close(fd)
 
 
-def test_range_cached_says_whether_every_page_of_a_range_is_cached(tmp_path):
-    path = tmp_path / "f"
+def _cachestat_refused(fd):
+    """Whether the kernel refuses ``cachestat`` (syscall 451 on every
+    architecture) on ``fd``: ``ENOSYS`` before Linux 6.5, ``EPERM`` for a
+    file the caller neither owns nor may write. Called through libc's
+    ``syscall``, as blockio calls it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    rng = (ctypes.c_uint64 * 2)(0, 4096)
+    stat = (ctypes.c_uint64 * 5)()
+    libc.syscall.restype = ctypes.c_long
+    r = libc.syscall(ctypes.c_long(451), ctypes.c_long(fd), rng, stat, ctypes.c_long(0))
+    return r != 0 and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM)
+
+
+def test_range_cached_says_whether_every_page_of_a_range_is_cached(disk_path):
+    path = disk_path / "f"
     path.write_bytes(random.Random(20).randbytes(5 * 4096))
     _dropped(path)
     fd = os.open(path, os.O_RDONLY)
+    # Where the kernel refuses cachestat it cannot tell: never cached.
+    tells = not _cachestat_refused(fd)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # (no readahead: a read caches its own pages)
     try:
         assert not _blockio.range_cached(fd, 0, 5 * 4096)
         os.pread(fd, 4096, 4096)  # the second page only
-        assert _blockio.range_cached(fd, 4096, 4096)
-        assert _blockio.range_cached(fd, 4097, 100)
+        assert _blockio.range_cached(fd, 4096, 4096) == tells
+        assert _blockio.range_cached(fd, 4097, 100) == tells
         assert not _blockio.range_cached(fd, 4096, 4097)  # into the third
         assert not _blockio.range_cached(fd, 4095, 2)  # and the first
         os.pread(fd, 5 * 4096, 0)
-        assert _blockio.range_cached(fd, 0, 5 * 4096)
+        assert _blockio.range_cached(fd, 0, 5 * 4096) == tells
         assert not _blockio.range_cached(fd, 0, 0)  # (no range)
     finally:
         os.close(fd)
     assert not _blockio.range_cached(fd, 0, 4096)  # (closed: the kernel cannot tell)
 
 
-def test_a_sendfile_of_an_uncached_file_reads_it_on_the_ring_while_the_loop_runs(uring_loop, engine, tmp_path):
+def test_a_sendfile_of_an_uncached_file_reads_it_on_the_ring_while_the_loop_runs(uring_loop, engine, disk_path):
     loop = uring_loop
-    path, data = _big_file(tmp_path, 21)
+    path, data = _big_file(disk_path, 21)
     _dropped(path)
     reads = []
     pread = loop._proactor.pread
@@ -596,12 +659,12 @@ def test_a_sendfile_read_on_the_ring_to_a_peer_that_resets(uring_loop, ring_read
     loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
 
 
-def test_a_sendfile_of_an_uncached_o_direct_file_sends_every_byte(uring_loop, tmp_path):
+def test_a_sendfile_of_an_uncached_o_direct_file_sends_every_byte(uring_loop, disk_path):
     # The ring's read of an O_DIRECT file fails (EINVAL) where the new
     # buffer is not aligned to the device's blocks: the range then goes out
     # with os.sendfile. Either way every byte is sent.
     loop = uring_loop
-    path = tmp_path / "direct"
+    path = disk_path / "direct"
     data = random.Random(25).randbytes(1 << 20)  # (whole blocks: os.sendfile takes it)
     path.write_bytes(data)
     _dropped(path)
@@ -675,3 +738,52 @@ def test_a_read_error_other_than_a_refusal_ends_the_sendfile(uring_loop, ring_re
         return err.value.errno, at
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (errno.EIO, 0)
+
+
+#: An LD_PRELOAD library whose ``syscall(451, ...)`` (cachestat) fails with
+#: ENOSYS, as on a kernel before Linux 6.5 (5.6 to 6.4 have io_uring but
+#: not cachestat).
+NOSYS_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+long syscall(long n, ...) {
+    va_list ap;
+    va_start(ap, n);
+    long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long);
+    long d = va_arg(ap, long), e = va_arg(ap, long), f = va_arg(ap, long);
+    va_end(ap);
+    if (n == 451) {
+        errno = ENOSYS;
+        return -1;
+    }
+    static long (*real)(long, ...);
+    if (!real)
+        real = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+    return real(n, a, b, c, d, e, f);
+}
+"""
+
+
+def test_this_file_passes_where_the_kernel_has_no_cachestat(tmp_path):
+    # This file's tests again, in a process whose cachestat fails with
+    # ENOSYS (the library built here with cc, the linker of blockio's own
+    # build): every range then counts as not cached.
+    lib = tmp_path / "nosys.so"
+    (tmp_path / "nosys.c").write_text(NOSYS_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", lib, tmp_path / "nosys.c", "-ldl"], check=True)
+    env = dict(os.environ, LD_PRELOAD=str(lib))
+    probe = ("import os, sys; from blockio import _blockio\n"
+             "sys.path.insert(0, sys.argv[1]); from test_loop_sendfile import _cachestat_refused\n"
+             "fd = os.open(sys.argv[2], os.O_RDONLY); os.pread(fd, 4096, 0)\n"
+             "print(_cachestat_refused(fd), _blockio.range_cached(fd, 0, 4096))")
+    here = os.path.dirname(os.path.abspath(__file__))
+    warm = tmp_path / "warm"
+    warm.write_bytes(bytes(4096))
+    out = subprocess.run([sys.executable, "-c", probe, here, warm], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"]  # (refused: a warm page counts as not cached)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}",
+                          "-k", "not where_the_kernel_has_no_cachestat", os.path.abspath(__file__)],
+                         env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
