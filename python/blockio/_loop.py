@@ -54,6 +54,7 @@ import contextlib
 import errno
 import inspect
 import io
+import mmap
 import os
 import select
 import signal
@@ -1031,6 +1032,11 @@ async def _place_after_sendfile(file: Any, position: int) -> None:
 # ring (into one new buffer, then sent) where they are not all cached.
 _SENDFILE_STEP = 1 << 20
 _SENDFILE_READ = 256 * 1024
+# The count of an ``os.sendfile`` that reaches the file's end is rounded up
+# to a multiple of this: the kernel stops at the end, and refuses
+# (``EINVAL``) an ``O_DIRECT`` file's count that is not a multiple of its
+# blocks (as asyncio's loop asks for the file's size in every step).
+_PAGE = mmap.PAGESIZE
 
 
 def _sendfile_closed(sent: int) -> ConnectionAbortedError:
@@ -1506,6 +1512,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             end = offset + count
         else:
             end = min(offset + count, fsize) if count else fsize
+        # regular: None (a device); else whether the range ends at the
+        # file's end (see _sendfile_step)
+        to_eof = (end == fsize) if regular else None
         sent = 0
         # Bytes read on the ring and not yet sent (see _sendfile_step).
         unsent: memoryview | None = None
@@ -1522,7 +1531,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                         n = await self._proactor.send_some(sock, unsent)
                         unsent = unsent[n:]
                     else:
-                        n, unsent = await self._sendfile_step(sock, fileno, offset + sent, end, regular, reading)
+                        n, unsent = await self._sendfile_step(sock, fileno, offset + sent, end, to_eof, reading)
                         reading = reading or unsent is not None
                 except BrokenPipeError as exc:
                     # The socket's reset went to the transport's pending
@@ -1543,8 +1552,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             if sent > 0:
                 await _place_after_sendfile(file, offset + sent)
 
-    async def _sendfile_step(self, sock, fileno, pos, end, regular, reading):
-        """One step of a sendfile of ``fileno`` from ``pos`` to ``end``:
+    async def _sendfile_step(self, sock, fileno, pos, end, to_eof, reading):
+        """One step of a sendfile of ``fileno`` from ``pos`` to ``end``
+        (``to_eof``: None for a device, else whether ``end`` is the
+        regular file's end, where an ``os.sendfile``'s count is rounded up
+        to whole pages, which an ``O_DIRECT`` file needs):
         ``(sent, None)`` after an ``os.sendfile`` (``sent`` 0 at the end of
         the file), ``(0, bytes)`` after a read on the ring of bytes that
         are to be sent next. A regular file's range that the page cache
@@ -1563,6 +1575,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         ``os.sendfile``, which reads it on the loop's thread (found by the
         read's error: a check of the file's flags would cost a system call
         in every uncached step)."""
+        regular = to_eof is not None
         want = min(end - pos, _SENDFILE_STEP)
         if regular and (reading or not _blockio.range_cached(fileno, pos, want)):
             try:
@@ -1572,7 +1585,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                     raise
             else:
                 return 0, memoryview(data)
-        return await self._proactor.sendfile_some(sock, fileno, pos, want if regular else end - pos), None
+        if not regular:
+            want = end - pos
+        elif to_eof and pos + want == end:
+            want = -(-want // _PAGE) * _PAGE
+        return await self._proactor.sendfile_some(sock, fileno, pos, want), None
 
     # -- servers -------------------------------------------------------------
 

@@ -740,6 +740,35 @@ def test_a_read_error_other_than_a_refusal_ends_the_sendfile(uring_loop, ring_re
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (errno.EIO, 0)
 
 
+@pytest.mark.parametrize("offset, count", [(0, None), (4096, None), (0, (1 << 20) + 777), (0, 1 << 20)])
+def test_an_o_direct_file_whose_size_is_not_a_block_multiple_is_sent_to_its_end(uring_loop, disk_path, monkeypatch,
+                                                                                offset, count):
+    # Every range counted as cached: os.sendfile to the file's end, whose
+    # last step the kernel refuses (EINVAL) as a count that is not a whole
+    # number of blocks, and takes as one rounded up (it stops at the end);
+    # a count ending before the file's end is sent and no more. (asyncio's
+    # selector loop asks for the file's size in each step without a count,
+    # and for the rest of the count with one: 777 here, refused.)
+    loop = uring_loop
+    monkeypatch.setattr(_blockio, "range_cached", lambda fd, offset, length: True)
+    path = disk_path / "direct"
+    data = random.Random(28).randbytes((1 << 20) + 777)
+    path.write_bytes(data)
+
+    async def main():
+        with open(os.open(path, os.O_RDONLY | os.O_DIRECT), "rb", buffering=0) as f:
+
+            async def send(t):
+                return await loop.sendfile(t, f, offset, count)
+
+            n, got = await _sent(loop, send)
+            return n, got, f.tell()
+
+    n, got, at = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    want = data[offset:offset + count if count else None]
+    assert (n, got == want, at) == (len(want), True, offset + len(want))
+
+
 #: An LD_PRELOAD library whose ``syscall(451, ...)`` (cachestat) fails with
 #: ENOSYS, as on a kernel before Linux 6.5 (5.6 to 6.4 have io_uring but
 #: not cachestat).
