@@ -1560,8 +1560,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         ``(sent, None)`` after an ``os.sendfile`` (``sent`` 0 at the end of
         the file), ``(0, bytes)`` after a read on the ring of bytes that
         are to be sent next. A regular file's range that the page cache
-        does not wholly hold (``cachestat``; a kernel without it counts as
-        not holding it) is read on the ring, as ``os.sendfile`` would
+        does not wholly hold (``cachestat``; where the kernel refuses it,
+        before Linux 6.5 or for a file the process neither owns nor may
+        write, none counts as held) is read on the ring, as ``os.sendfile`` would
         read it from the disk on the loop's thread, stopping every other
         connection meanwhile; a cached one goes out with ``os.sendfile``
         (no copy in the process; no wait for the disk, but for a page whose
@@ -1574,7 +1575,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         does not align to; ``EAGAIN``: ``O_NONBLOCK``) goes out with
         ``os.sendfile``, which reads it on the loop's thread (found by the
         read's error: a check of the file's flags would cost a system call
-        in every uncached step)."""
+        in every uncached step). Bytes read go out even if the file
+        shrinks before they are sent, as a check of its size would cost
+        a system call in every step."""
         regular = to_eof is not None
         want = min(end - pos, _SENDFILE_STEP)
         if regular and (reading or not _blockio.range_cached(fileno, pos, want)):
