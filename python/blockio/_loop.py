@@ -1033,9 +1033,10 @@ async def _place_after_sendfile(file: Any, position: int) -> None:
 _SENDFILE_STEP = 1 << 20
 _SENDFILE_READ = 256 * 1024
 # The count of an ``os.sendfile`` that reaches the file's end is rounded up
-# to a multiple of this: the kernel stops at the end, and refuses
-# (``EINVAL``) an ``O_DIRECT`` file's count that is not a multiple of its
-# blocks (as asyncio's loop asks for the file's size in every step).
+# to a multiple of this where the caller's count allows: the kernel stops
+# at the end, and refuses (``EINVAL``) an ``O_DIRECT`` file's count that is
+# not a multiple of its blocks (asyncio's loop, without a count, asks for
+# the file's size in every step).
 _PAGE = mmap.PAGESIZE
 
 
@@ -1512,9 +1513,17 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             end = offset + count
         else:
             end = min(offset + count, fsize) if count else fsize
-        # regular: None (a device); else whether the range ends at the
-        # file's end (see _sendfile_step)
-        to_eof = (end == fsize) if regular else None
+        # None for a device; else how far past ``end`` an os.sendfile may
+        # ask (see _sendfile_step): a page without a count (the file's end
+        # is end), what a count leaves past the file's end, none where a
+        # count ends at it or before (bytes the file gains meanwhile are
+        # not the caller's)
+        if not regular:
+            past_end = None
+        elif count:
+            past_end = max(offset + count - fsize, 0)
+        else:
+            past_end = _PAGE
         sent = 0
         # Bytes read on the ring and not yet sent (see _sendfile_step).
         unsent: memoryview | None = None
@@ -1531,7 +1540,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                         n = await self._proactor.send_some(sock, unsent)
                         unsent = unsent[n:]
                     else:
-                        n, unsent = await self._sendfile_step(sock, fileno, offset + sent, end, to_eof, reading)
+                        n, unsent = await self._sendfile_step(sock, fileno, offset + sent, end, past_end, reading)
                         reading = reading or unsent is not None
                 except BrokenPipeError as exc:
                     # The socket's reset went to the transport's pending
@@ -1552,11 +1561,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             if sent > 0:
                 await _place_after_sendfile(file, offset + sent)
 
-    async def _sendfile_step(self, sock, fileno, pos, end, to_eof, reading):
+    async def _sendfile_step(self, sock, fileno, pos, end, past_end, reading):
         """One step of a sendfile of ``fileno`` from ``pos`` to ``end``
-        (``to_eof``: None for a device, else whether ``end`` is the
-        regular file's end, where an ``os.sendfile``'s count is rounded up
-        to whole pages, which an ``O_DIRECT`` file needs):
+        (``past_end``: None for a device; else how far past ``end``, the
+        regular file's end, an ``os.sendfile`` may ask, its count rounded
+        up to whole pages within that, as an ``O_DIRECT`` file needs):
         ``(sent, None)`` after an ``os.sendfile`` (``sent`` 0 at the end of
         the file), ``(0, bytes)`` after a read on the ring of bytes that
         are to be sent next. A regular file's range that the page cache
@@ -1578,7 +1587,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         in every uncached step). Bytes read go out even if the file
         shrinks before they are sent, as a check of its size would cost
         a system call in every step."""
-        regular = to_eof is not None
+        regular = past_end is not None
         want = min(end - pos, _SENDFILE_STEP)
         if regular and (reading or not _blockio.range_cached(fileno, pos, want)):
             try:
@@ -1590,8 +1599,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 return 0, memoryview(data)
         if not regular:
             want = end - pos
-        elif to_eof and pos + want == end:
-            want = -(-want // _PAGE) * _PAGE
+        elif past_end and pos + want == end:
+            want = min(-(-want // _PAGE) * _PAGE, want + past_end)
         return await self._proactor.sendfile_some(sock, fileno, pos, want), None
 
     # -- servers -------------------------------------------------------------

@@ -740,15 +740,16 @@ def test_a_read_error_other_than_a_refusal_ends_the_sendfile(uring_loop, ring_re
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (errno.EIO, 0)
 
 
-@pytest.mark.parametrize("offset, count", [(0, None), (4096, None), (0, (1 << 20) + 777), (0, 1 << 20)])
+@pytest.mark.parametrize("offset, count", [(0, None), (4096, None), (0, (1 << 20) + 4096), (0, 1 << 20)])
 def test_an_o_direct_file_whose_size_is_not_a_block_multiple_is_sent_to_its_end(uring_loop, disk_path, monkeypatch,
                                                                                 offset, count):
     # Every range counted as cached: os.sendfile to the file's end, whose
     # last step the kernel refuses (EINVAL) as a count that is not a whole
-    # number of blocks, and takes as one rounded up (it stops at the end);
-    # a count ending before the file's end is sent and no more. (asyncio's
-    # selector loop asks for the file's size in each step without a count,
-    # and for the rest of the count with one: 777 here, refused.)
+    # number of blocks, and takes as one rounded up (it stops at the end),
+    # within the caller's count; a count ending before the file's end is
+    # sent and no more. (asyncio's selector loop asks for the file's size
+    # in each step without a count, and for the rest of the count with
+    # one: 777 for a count that ends at the file's end, refused.)
     loop = uring_loop
     monkeypatch.setattr(_blockio, "range_cached", lambda fd, offset, length: True)
     path = disk_path / "direct"
@@ -767,6 +768,39 @@ def test_an_o_direct_file_whose_size_is_not_a_block_multiple_is_sent_to_its_end(
     n, got, at = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     want = data[offset:offset + count if count else None]
     assert (n, got == want, at) == (len(want), True, offset + len(want))
+
+
+@pytest.mark.parametrize("count", [5000, 6000])
+def test_a_count_is_kept_when_the_file_grows_during_the_sendfile(uring_loop, tmp_path, monkeypatch, count):
+    # A file of 5000 bytes grows before the sendfile's os.sendfile: no
+    # more than the caller's count goes out, however the count of a step
+    # reaching the file's end is rounded (past it, the bytes the file
+    # gains are not the caller's), and no fewer than the 5000 it held.
+    loop = uring_loop
+    monkeypatch.setattr(_blockio, "range_cached", lambda fd, offset, length: True)
+    path = tmp_path / "growing"
+    data = random.Random(29).randbytes(20000)
+    path.write_bytes(data[:5000])
+    sendfile_some = loop._proactor.sendfile_some
+
+    def grown_first(sock, fd, offset, n):
+        if path.stat().st_size < len(data):
+            with open(path, "ab") as f:
+                f.write(data[5000:])
+        return sendfile_some(sock, fd, offset, n)
+
+    async def main():
+        loop._proactor.sendfile_some = grown_first
+        with open(path, "rb") as f:
+
+            async def send(t):
+                return await loop.sendfile(t, f, 0, count)
+
+            return await _sent(loop, send)
+
+    n, got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert 5000 <= n <= count
+    assert got == data[:n]
 
 
 #: An LD_PRELOAD library whose ``syscall(451, ...)`` (cachestat) fails with
