@@ -1514,9 +1514,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         else:
             end = min(offset + count, fsize) if count else fsize
         # None for a device; else how far past ``end`` an os.sendfile may
-        # ask (see _sendfile_step): a page without a count (the file's end
-        # is end), what a count leaves past the file's end, none where a
-        # count ends at it or before (bytes the file gains meanwhile are
+        # ask (see _sendfile_step): a page without a count (``end`` is the
+        # file's end), what a count leaves past the file's end, none where
+        # a count ends at it or before (bytes the file gains meanwhile are
         # not the caller's)
         if not regular:
             past_end = None
@@ -1571,9 +1571,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         are to be sent next. A regular file's range that the page cache
         does not wholly hold (``cachestat``; where the kernel refuses it,
         before Linux 6.5 or for a file the process neither owns nor may
-        write, none counts as held) is read on the ring, as ``os.sendfile`` would
-        read it from the disk on the loop's thread, stopping every other
-        connection meanwhile; a cached one goes out with ``os.sendfile``
+        write, none counts as held) is read on the ring, as
+        ``os.sendfile`` would read it from the disk on the loop's thread,
+        stopping every other connection meanwhile; a cached one goes out
+        with ``os.sendfile``
         (no copy in the process; no wait for the disk, but for a page whose
         read another reader's readahead has begun). Once a step has
         read (``reading``), the next ones read too: the kernel's readahead

@@ -8,8 +8,8 @@
 //! into a buffer its device does not align to, `O_NONBLOCK`) and a device
 //! go out with `sendfile(2)` whatever this says. Where the kernel refuses
 //! `cachestat` (`ENOSYS` before Linux 6.5; `EPERM` for a file the caller
-//! neither owns nor may write, the kernel's `can_do_cachestat`) every range counts as not
-//! cached and is read on the ring.
+//! neither owns nor may write, the kernel's `can_do_cachestat`) every
+//! range counts as not cached and is read on the ring.
 
 use std::os::fd::RawFd;
 
