@@ -26,7 +26,8 @@ per second (median of the rounds, lowest-highest), p99 latency (median),
 the server's CPU time per request over the load (user + system, median
 and lowest-highest: the loop's cost, also where ``wrk`` is the ceiling),
 its system calls per request (``--syscalls``: ``perf stat``) and the
-rate's ratio to ``uvloop-aiofiles``. Before each round, the server's
+rate's ratio to ``uvloop-aiofiles`` (of the medians; lowest-highest of
+the ratios within each round). Before each round, the server's
 answers to a few requests are compared byte for byte with the files.
 
     python python/benchmarks/loop_serve.py [--rounds 5] [--seconds 3]
@@ -264,12 +265,18 @@ def main() -> None:
         for r in range(args.rounds):
             for name in rotated(names, r):
                 got[name].append(one_round(name, kind, n, args))
-        base = statistics.median(x["rate"] for x in got["uvloop-aiofiles"]) if "uvloop-aiofiles" in got else None
+        base = [x["rate"] for x in got["uvloop-aiofiles"]] if "uvloop-aiofiles" in got else None
         print(kind)
         for name, rs in got.items():
             rate = [x["rate"] for x in rs]
             cpu = [x["cpu"] * 1e6 for x in rs]
-            ratio = f"  x{statistics.median(rate) / base:.2f} uvloop-aiofiles" if base else ""
+            # (and the lowest-highest of the rounds' ratios, each of one
+            # round's rates side by side)
+            ratio = ""
+            if base:
+                each = [a / b for a, b in zip(rate, base)]
+                ratio = (f"  x{statistics.median(rate) / statistics.median(base):.2f} uvloop-aiofiles"
+                         f" ({min(each):.2f}-{max(each):.2f})")
             calls = f"  {statistics.median(x['calls'] for x in rs):5.2f} calls/req" if args.syscalls else ""
             print(f"  {name:22} {statistics.median(rate):8.0f}/s ({min(rate):.0f}-{max(rate):.0f})  "
                   f"p99 {statistics.median(x['p99'] for x in rs) * 1e3:6.2f} ms  "

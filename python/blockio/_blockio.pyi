@@ -22,7 +22,7 @@ else:
 
 __all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "StreamTx", "arm_receive", "arm_ring_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "INLINE_WRITE_AFTER_WAIT", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
-           "read_line_inline", "read_stream_inline", "stream_in_pieces", "stream_or_ring", "ring_writes", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
+           "read_line_inline", "read_stream_inline", "stream_in_pieces", "stream_or_ring", "ring_writes", "range_cached", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
 
 #: ``queue_depth`` when none is given: the Rust engines' default
@@ -515,3 +515,7 @@ def ring_writes(fd: int) -> bool:
     """Whether a write of ``fd`` may go on blockio's event loop's ring: a
     regular file or block device open for writing, neither ``O_DIRECT``,
     non-blocking nor ``O_PATH`` (False for a bad descriptor)."""
+def range_cached(fd: int, offset: int, length: int) -> bool:
+    """Whether all ``length`` bytes of the file ``fd`` at ``offset`` are in
+    the page cache (``cachestat``); False when a page is not, and when
+    the kernel cannot tell (no ``cachestat``; a descriptor it refuses)."""

@@ -54,6 +54,7 @@ import contextlib
 import errno
 import inspect
 import io
+import mmap
 import os
 import select
 import signal
@@ -1026,6 +1027,19 @@ async def _place_after_sendfile(file: Any, position: int) -> None:
         await moved
 
 
+# A sendfile's step on blockio's ring loop: the most bytes found in the
+# page cache and sent with one ``os.sendfile``, and the most read on the
+# ring (into one new buffer, then sent) where they are not all cached.
+_SENDFILE_STEP = 1 << 20
+_SENDFILE_READ = 256 * 1024
+# The count of an ``os.sendfile`` that reaches the file's end is rounded up
+# to a multiple of this where the caller's count allows: the kernel stops
+# at the end, and refuses (``EINVAL``) an ``O_DIRECT`` file's count that is
+# not a multiple of its blocks (asyncio's loop, without a count, asks for
+# the file's size in every step).
+_PAGE = mmap.PAGESIZE
+
+
 def _sendfile_closed(sent: int) -> ConnectionAbortedError:
     """The error of a sendfile whose socket was closed (a transport's abort)."""
     return ConnectionAbortedError(errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes")
@@ -1480,10 +1494,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             raise
 
     async def _sock_sendfile_native(self, sock, file, offset, count):
-        # os.sendfile in chunks as the socket takes them, the file's
-        # position following what was sent (also when the peer goes away).
-        # An asynchronous file (blockio.open's, aiofiles') is sent from its
-        # descriptor too, once its writes have landed.
+        # In steps as the socket takes them (see _sendfile_step), the
+        # file's position following what was sent (also when the peer goes
+        # away). An asynchronous file (blockio.open's, aiofiles') is sent
+        # from its descriptor too, once its writes have landed.
         try:
             fileno = file.fileno()
             st = os.fstat(fileno)
@@ -1492,14 +1506,29 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         fsize = st.st_size
         if await _before_sendfile(file):
             fsize = os.fstat(fileno).st_size
-        if count and not stat.S_ISREG(st.st_mode):
+        regular = stat.S_ISREG(st.st_mode)
+        if count and not regular:
             # (a device such as /dev/zero has no size: the count says how
             # much, as for asyncio's loop, which sends count bytes of it)
             end = offset + count
         else:
             end = min(offset + count, fsize) if count else fsize
+        # None for a device; else how far past ``end`` an os.sendfile may
+        # ask (see _sendfile_step): a page without a count (``end`` is the
+        # file's end), what a count leaves past the file's end, none where
+        # a count ends at it or before (bytes the file gains meanwhile are
+        # not the caller's)
+        if not regular:
+            past_end = None
+        elif count:
+            past_end = max(offset + count - fsize, 0)
+        else:
+            past_end = _PAGE
         sent = 0
-        # The socket stays open until the last chunk: a close meanwhile
+        # Bytes read on the ring and not yet sent (see _sendfile_step).
+        unsent: memoryview | None = None
+        reading = False  # (a step read on the ring: so do the next ones)
+        # The socket stays open until the last step: a close meanwhile
         # (a transport's abort) must not free its number for another socket.
         held = _proactor.hold_open(sock)
         try:
@@ -1507,7 +1536,12 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 if getattr(sock, "_closed", False):
                     raise _sendfile_closed(sent)
                 try:
-                    n = await self._proactor.sendfile_some(sock, fileno, offset + sent, end - offset - sent)
+                    if unsent:
+                        n = await self._proactor.send_some(sock, unsent)
+                        unsent = unsent[n:]
+                    else:
+                        n, unsent = await self._sendfile_step(sock, fileno, offset + sent, end, past_end, reading)
+                        reading = reading or unsent is not None
                 except BrokenPipeError as exc:
                     # The socket's reset went to the transport's pending
                     # receive (asyncio's selector loop has none during a
@@ -1517,7 +1551,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                     if _proactor.was_reset(sock):
                         raise _proactor.os_error(errno.ECONNRESET) from exc
                     raise
-                if n == 0:
+                if n == 0 and not unsent:
                     break
                 sent += n
             return sent
@@ -1526,6 +1560,49 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 _proactor.release(sock)
             if sent > 0:
                 await _place_after_sendfile(file, offset + sent)
+
+    async def _sendfile_step(self, sock, fileno, pos, end, past_end, reading):
+        """One step of a sendfile of ``fileno`` from ``pos`` to ``end``
+        (``past_end``: None for a device; else how far past ``end``, the
+        regular file's end, an ``os.sendfile`` may ask, its count rounded
+        up to whole pages within that, as an ``O_DIRECT`` file needs):
+        ``(sent, None)`` after an ``os.sendfile`` (``sent`` 0 at the end of
+        the file), ``(0, bytes)`` after a read on the ring of bytes that
+        are to be sent next. A regular file's range that the page cache
+        does not wholly hold (``cachestat``; where the kernel refuses it,
+        before Linux 6.5 or for a file the process neither owns nor may
+        write, none counts as held) is read on the ring, as
+        ``os.sendfile`` would read it from the disk on the loop's thread,
+        stopping every other connection meanwhile; a cached one goes out
+        with ``os.sendfile``
+        (no copy in the process; no wait for the disk, but for a page whose
+        read another reader's readahead has begun). Once a step has
+        read (``reading``), the next ones read too: the kernel's readahead
+        puts the following pages in the cache before their reads from the
+        disk finish, which ``cachestat`` counts as cached and on which
+        ``os.sendfile`` would wait. A file whose read the ring refuses
+        (``EINVAL``: ``O_DIRECT`` at an offset or into a buffer its device
+        does not align to; ``EAGAIN``: ``O_NONBLOCK``) goes out with
+        ``os.sendfile``, which reads it on the loop's thread (found by the
+        read's error: a check of the file's flags would cost a system call
+        in every uncached step). Bytes read go out even if the file
+        shrinks before they are sent, as a check of its size would cost
+        a system call in every step."""
+        regular = past_end is not None
+        want = min(end - pos, _SENDFILE_STEP)
+        if regular and (reading or not _blockio.range_cached(fileno, pos, want)):
+            try:
+                data = await self._proactor.pread(fileno, pos, min(want, _SENDFILE_READ))
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EAGAIN):
+                    raise
+            else:
+                return 0, memoryview(data)
+        if not regular:
+            want = end - pos
+        elif past_end and pos + want == end:
+            want = min(-(-want // _PAGE) * _PAGE, want + past_end)
+        return await self._proactor.sendfile_some(sock, fileno, pos, want), None
 
     # -- servers -------------------------------------------------------------
 

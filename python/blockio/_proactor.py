@@ -30,9 +30,11 @@ the ``blockio.open`` file's included), ``openat`` (``blockio.open``'s),
 and ``connect`` of an IPv4 or IPv6 stream socket. Driven by
 readiness (a ring poll, then the non-blocking system call, as asyncio's
 selector loop does): any other ``connect``, ``recvfrom``/``recvfrom_into``,
-``sendto`` and ``sendfile`` (``os.sendfile``, no Python-level copy). Each
-makes its system call at once, in the caller's step, and polls only when
-that would block.
+``sendto``, ``sendfile`` (``os.sendfile``, no Python-level copy) and
+``send_some`` (one ``send``: a sendfile's bytes that the loop read with
+``pread`` on the ring, as the page cache did not hold them, so that
+``os.sendfile`` would have waited for the disk). Each makes its system
+call at once, in the caller's step, and polls only when that would block.
 
 Cancelling a future cancels its operation; the kernel still answers once,
 and only then is the operation's memory released. A socket an operation
@@ -837,6 +839,12 @@ class RingProactor:
         ``sock`` takes some; the result is the count sent (0 at end of file)."""
         out_fd = sock.fileno()
         return self._inline_or_when_ready(sock, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
+
+    def send_some(self, sock: socket.socket, data: Any) -> futures.Future:
+        """One ``send`` of ``data`` once ``sock`` takes some; the result is
+        the count sent (a sendfile's bytes read on the ring: the count of
+        each call is what the sendfile reports if it stops)."""
+        return self._inline_or_when_ready(sock, POLLOUT, lambda: sock.send(data))
 
     async def sendfile(self, sock: socket.socket, file: Any, offset: int, count: int) -> None:
         """Sends ``count`` bytes of ``file`` from ``offset`` (fewer at its end)."""

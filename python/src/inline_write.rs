@@ -208,32 +208,8 @@ fn edges_cached(file: BorrowedFd<'_>, off: u64, len: usize, append: bool) -> Opt
 /// writing), else a one-byte `preadv2(RWF_NOWAIT)`, which a descriptor
 /// not open for reading refuses (the page then counts as not cached).
 fn page_cached(file: BorrowedFd<'_>, at: u64, page: u64) -> bool {
-    use linux_raw_sys::general::{__NR_cachestat, cachestat, cachestat_range};
-    let range = cachestat_range { off: at, len: page };
-    let mut stat = cachestat {
-        nr_cache: 0,
-        nr_dirty: 0,
-        nr_writeback: 0,
-        nr_evicted: 0,
-        nr_recently_evicted: 0,
-    };
-    // (rustix has no `cachestat`: the raw call, its number and structures
-    // linux-raw-sys's)
-    // SAFETY: cachestat reads one `cachestat_range` from `range` and
-    // writes one `struct cachestat` into `stat`, both the kernel's
-    // layout (linux-raw-sys's bindings of `<linux/mman.h>`) and alive
-    // for the call; flags 0.
-    let r = unsafe {
-        libc::syscall(
-            libc::c_long::from(__NR_cachestat),
-            file.as_raw_fd(),
-            &range as *const cachestat_range,
-            &mut stat as *mut cachestat,
-            0u32,
-        )
-    };
-    if r == 0 {
-        return stat.nr_cache > 0;
+    if let Some(n) = crate::cached::cached_pages(file.as_raw_fd(), at, page) {
+        return n > 0;
     }
     let mut byte = [0u8];
     let mut iov = [IoSliceMut::new(&mut byte)];

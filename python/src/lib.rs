@@ -68,6 +68,7 @@ use pyo3::prelude::*;
 mod args;
 mod batch;
 mod bench;
+mod cached;
 mod call;
 mod coromethod;
 mod engine;
@@ -143,5 +144,6 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stream::stream_in_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(fds::stream_or_ring, m)?)?;
     m.add_function(wrap_pyfunction!(fds::ring_writes, m)?)?;
+    m.add_function(wrap_pyfunction!(cached::range_cached, m)?)?;
     Ok(())
 }

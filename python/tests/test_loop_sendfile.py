@@ -8,17 +8,26 @@ file's own ``seek`` (as asyncio leaves a built-in file's), also when the
 peer goes away first, with asyncio's error."""
 
 import asyncio
+import ctypes
+import errno
 import os
 import random
 import select
+import shutil
 import socket
 import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import aiofiles
 import pytest
 
 import blockio
+from blockio import _blockio
 from loops import FACTORIES
+from test_inline_writes import fs_type
 from waits import DEADLINE
 
 SIZES = [0, 1, 4095, 4096, (1 << 20) + 1]
@@ -272,6 +281,30 @@ def test_a_sendfile_the_socket_takes_in_part_sends_the_rest_and_places_the_file(
 
 
 
+#: The file systems whose pages are the file (POSIX_FADV_DONTNEED drops none).
+UNDROPPABLE = ("tmpfs", "ramfs")
+
+
+@pytest.fixture
+def disk_path(tmp_path):
+    """A directory on a file system whose pages the kernel drops from the
+    page cache (``_dropped``): pytest's, or else one under /var/tmp or
+    beside these tests; a failure naming them if none is."""
+    if fs_type(tmp_path) not in UNDROPPABLE:
+        yield tmp_path
+        return
+    for base in ("/var/tmp", os.path.dirname(os.path.abspath(__file__))):
+        if os.access(base, os.W_OK) and fs_type(base) not in UNDROPPABLE:
+            d = tempfile.mkdtemp(dir=base, prefix="blockio-sendfile-")
+            try:
+                yield Path(d)
+            finally:
+                shutil.rmtree(d)
+            return
+    pytest.fail(f"{tmp_path}, /var/tmp and {os.path.dirname(__file__)} are on {', '.join(UNDROPPABLE)} or not "
+                "writable: a file's pages cannot be dropped from the page cache there")
+
+
 @pytest.fixture
 def uring_loop():
     """blockio's io_uring loop (asyncio's selector loop, the epoll
@@ -340,13 +373,13 @@ class _Answering(asyncio.Protocol):
             self.answered.set_result(data)
 
 
-def test_a_message_received_during_a_sendfile_is_answered_after_the_files_bytes(loop, engine, tmp_path):
+def test_a_message_received_during_a_sendfile_is_answered_after_the_files_bytes(loop, engine, disk_path):
     # The peer's message is there before the sendfile begins; reading is
     # paused while it runs, so the protocol's answer follows the file.
     from test_loop_files import drop_cache
 
     data = random.Random(12).randbytes(200_000)
-    path = tmp_path / "f"
+    path = disk_path / "f"
     path.write_bytes(data)
 
     async def main():
@@ -395,21 +428,426 @@ def test_a_transport_closed_during_a_sendfile_of_an_aiofiles_file_ends_it(uring_
     # ConnectionAbortedError, counting the bytes the peer got, and the
     # file's position after them.
     path, data = _big_file(tmp_path, 14)
+    proactor = loop._proactor
+    closing = []
+
+    def then_close(send):
+        # (closed in the step after the sendfile's first send: os.sendfile
+        # where the kernel says the range is cached, else a send of bytes
+        # read on the ring; the peer reads nothing until the sendfile
+        # ends, so the file does not fit)
+        def first_then_close(*args):
+            fut = send(*args)
+            if not closing:
+                closing.append(loop.call_soon(getattr(t, how)))
+            return fut
+
+        return first_then_close
 
     async def main():
+        nonlocal t
         t, peer, _ = await _pair(loop)
+        proactor.sendfile_some = then_close(proactor.sendfile_some)
+        proactor.send_some = then_close(proactor.send_some)
         async with aiofiles.open(path, "rb") as f:
             send = asyncio.ensure_future(loop.sendfile(t, f))
-            # (in the step after the sendfile's first; the peer reads
-            # nothing until the sendfile ends, so the file does not fit)
-            loop.call_soon(getattr(t, how))
             with pytest.raises(ConnectionAbortedError) as err:
                 await send
             at = await f.tell()
         return str(err.value), at, await loop.run_in_executor(None, _read_all, peer)
 
+    t = None
+    message, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert closing
+    assert message.endswith(f"the socket was closed after {len(sent)} bytes")
+    assert 0 < len(sent) < len(data)
+    assert sent == data[:len(sent)]
+    assert at == len(sent)
+
+
+# -- a range not in the page cache: read on the loop's ring, then sent ------
+
+
+def _dropped(path):
+    """``path``'s pages dropped from the page cache (written back first, so
+    that the kernel drops them all)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _cachestat_refused(fd):
+    """Whether the kernel refuses ``cachestat`` (syscall 451 on every
+    architecture) on ``fd``: ``ENOSYS`` before Linux 6.5, ``EPERM`` for a
+    file the caller neither owns nor may write. Called through libc's
+    ``syscall``, as blockio calls it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    rng = (ctypes.c_uint64 * 2)(0, 4096)
+    stat = (ctypes.c_uint64 * 5)()
+    libc.syscall.restype = ctypes.c_long
+    r = libc.syscall(ctypes.c_long(451), ctypes.c_long(fd), rng, stat, ctypes.c_long(0))
+    return r != 0 and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM)
+
+
+def test_range_cached_says_whether_every_page_of_a_range_is_cached(disk_path):
+    path = disk_path / "f"
+    path.write_bytes(random.Random(20).randbytes(5 * 4096))
+    _dropped(path)
+    fd = os.open(path, os.O_RDONLY)
+    # Where the kernel refuses cachestat it cannot tell: never cached.
+    tells = not _cachestat_refused(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # (no readahead: a read caches its own pages)
+    try:
+        assert not _blockio.range_cached(fd, 0, 5 * 4096)
+        os.pread(fd, 4096, 4096)  # the second page only
+        assert _blockio.range_cached(fd, 4096, 4096) == tells
+        assert _blockio.range_cached(fd, 4097, 100) == tells
+        assert not _blockio.range_cached(fd, 4096, 4097)  # into the third
+        assert not _blockio.range_cached(fd, 4095, 2)  # and the first
+        os.pread(fd, 5 * 4096, 0)
+        assert _blockio.range_cached(fd, 0, 5 * 4096) == tells
+        assert not _blockio.range_cached(fd, 0, 0)  # (no range)
+    finally:
+        os.close(fd)
+    assert not _blockio.range_cached(fd, 0, 4096)  # (closed: the kernel cannot tell)
+
+
+def test_a_sendfile_of_an_uncached_file_reads_it_on_the_ring_while_the_loop_runs(uring_loop, engine, disk_path):
+    loop = uring_loop
+    path, data = _big_file(disk_path, 21)
+    _dropped(path)
+    reads = []
+    pread = loop._proactor.pread
+    other_ran = asyncio.Event()
+
+    def gated(fd, offset, length):
+        # The sendfile's read waits on another task's step: the sendfile
+        # awaits it (a read on the loop's thread would stop that task).
+        reads.append((offset, length))
+
+        async def after_other():
+            await other_ran.wait()
+            return await pread(fd, offset, length)
+
+        return asyncio.ensure_future(after_other())
+
+    async def main():
+        loop._proactor.pread = gated
+        async with blockio.open(path, "rb", engine=engine) as f:
+
+            async def send(t):
+                loop.call_soon(other_ran.set)
+                return await loop.sendfile(t, f)
+
+            n, got = await _sent(loop, send)
+            assert await f.tell() == len(data)
+        return n, got
+
+    n, got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, got == data) == (len(data), True)
+    # every byte read on the ring, in steps of at most 256 KiB
+    assert reads[0] == (0, 256 << 10)
+    assert [o for o, _ in reads] == list(range(0, len(data), 256 << 10))
+
+
+@pytest.fixture
+def ring_reads(monkeypatch):
+    """Every range of a sendfile counted as not cached: read on the ring."""
+    monkeypatch.setattr(_blockio, "range_cached", lambda fd, offset, length: False)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_sendfile_read_on_the_ring_moves_every_byte_at_every_offset(uring_loop, ring_reads, tmp_path, size):
+    loop = uring_loop
+    data = random.Random(size).randbytes(size)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+
+    async def main():
+        for _, offset, count in (c for c in _cases() if c[0] == size):
+            async with aiofiles.open(path, "rb") as f:
+
+                async def send(t):
+                    return await loop.sendfile(t, f, offset, count)
+
+                n, got = await _sent(loop, send)
+                want = data[offset:offset + count if count else None]
+                assert (n, got) == (len(want), want), (offset, count)
+                assert await f.tell() == (offset + n if n else 0), (offset, count)
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_a_sendfile_read_on_the_ring_cancelled_leaves_the_file_after_the_bytes_sent(uring_loop, ring_reads, tmp_path):
+    loop = uring_loop
+    path, data = _big_file(tmp_path, 22)
+
+    async def main():
+        t, peer, _ = await _pair(loop)
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            await loop.run_in_executor(None, select.select, [peer], [], [], DEADLINE)
+            send.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await send
+            at = await f.tell()
+        t.close()
+        return at, await loop.run_in_executor(None, _read_all, peer)
+
+    at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert 0 < at == len(sent) < len(data)
+    assert sent == data[:at]
+
+
+@pytest.mark.parametrize("how", ["close", "abort"])
+def test_a_transport_closed_during_a_sendfile_read_on_the_ring_ends_it(uring_loop, ring_reads, tmp_path, how):
+    loop = uring_loop
+    path, data = _big_file(tmp_path, 23)
+    send_some = loop._proactor.send_some
+
+    def then_close(sock, view):
+        # (closed in the step after the first send of bytes read; the peer
+        # reads nothing until the sendfile ends, so the file does not fit)
+        fut = send_some(sock, view)
+        if not closing:
+            closing.append(loop.call_soon(getattr(t, how)))
+        return fut
+
+    closing = []
+
+    async def main():
+        nonlocal t
+        t, peer, _ = await _pair(loop)
+        loop._proactor.send_some = then_close
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            with pytest.raises(ConnectionAbortedError) as err:
+                await send
+            at = await f.tell()
+        return str(err.value), at, await loop.run_in_executor(None, _read_all, peer)
+
+    t = None
     message, at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert message.endswith(f"the socket was closed after {len(sent)} bytes")
     assert 0 < len(sent) < len(data)
     assert sent == data[:len(sent)]
     assert at == len(sent)
+
+
+def test_a_sendfile_read_on_the_ring_to_a_peer_that_resets(uring_loop, ring_reads, engine, tmp_path):
+    loop = uring_loop
+    path, data = _big_file(tmp_path, 24)
+
+    async def main():
+        t, peer, _ = await _pair(loop)
+        async with blockio.open(path, "rb", engine=engine) as f:
+            task = asyncio.ensure_future(loop.sendfile(t, f))
+            peer.setblocking(False)
+            assert await loop.sock_recv(peer, 1) == data[:1]  # under way
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.close()
+            with pytest.raises(ConnectionResetError):
+                await task
+            at = await f.tell()
+            assert 0 < at < len(data)
+            assert await f.read(10) == data[at:at + 10]
+        t.close()
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_a_sendfile_of_an_uncached_o_direct_file_sends_every_byte(uring_loop, disk_path):
+    # The ring's read of an O_DIRECT file fails (EINVAL) where the new
+    # buffer is not aligned to the device's blocks: the range then goes out
+    # with os.sendfile. Either way every byte is sent.
+    loop = uring_loop
+    path = disk_path / "direct"
+    data = random.Random(25).randbytes(1 << 20)  # (whole blocks: os.sendfile takes it)
+    path.write_bytes(data)
+    _dropped(path)
+    reads = []
+    pread = loop._proactor.pread
+
+    def recorded(fd, offset, length):
+        fut = pread(fd, offset, length)
+        reads.append(fut)
+        return fut
+
+    async def main():
+        loop._proactor.pread = recorded
+        with open(os.open(path, os.O_RDONLY | os.O_DIRECT), "rb", buffering=0) as f:
+
+            async def send(t):
+                return await loop.sendfile(t, f)
+
+            return await _sent(loop, send)
+
+    n, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, sent == data) == (len(data), True)
+    assert reads and all(f.exception() is None or f.exception().errno == errno.EINVAL for f in reads)
+
+
+@pytest.mark.parametrize("refused", [errno.EINVAL, errno.EAGAIN])
+def test_a_range_whose_ring_read_is_refused_goes_out_with_os_sendfile(uring_loop, ring_reads, tmp_path, refused):
+    loop = uring_loop
+    path, data = _big_file(tmp_path, 26)
+    reads = []
+
+    def refusing(fd, offset, length):
+        reads.append(offset)
+        fut = loop.create_future()
+        fut.set_exception(OSError(refused, os.strerror(refused)))
+        return fut
+
+    async def main():
+        loop._proactor.pread = refusing
+        async with aiofiles.open(path, "rb") as f:
+
+            async def send(t):
+                return await loop.sendfile(t, f, 1)
+
+            n, got = await _sent(loop, send)
+            return n, got, await f.tell()
+
+    n, got, at = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert (n, got == data[1:], at) == (len(data) - 1, True, len(data))
+    assert reads[0] == 1  # (tried on the ring first)
+
+
+def test_a_read_error_other_than_a_refusal_ends_the_sendfile(uring_loop, ring_reads, tmp_path):
+    loop = uring_loop
+    path, _ = _big_file(tmp_path, 27)
+
+    def failing(fd, offset, length):
+        fut = loop.create_future()
+        fut.set_exception(OSError(errno.EIO, os.strerror(errno.EIO)))
+        return fut
+
+    async def main():
+        t, peer, _ = await _pair(loop)
+        loop._proactor.pread = failing
+        with open(path, "rb") as f:
+            with pytest.raises(OSError) as err:
+                await loop.sendfile(t, f)
+            at = f.tell()
+        t.close()
+        peer.close()
+        return err.value.errno, at
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (errno.EIO, 0)
+
+
+@pytest.mark.parametrize("offset, count", [(0, None), (4096, None), (0, (1 << 20) + 4096), (0, 1 << 20)])
+def test_an_o_direct_file_whose_size_is_not_a_block_multiple_is_sent_to_its_end(uring_loop, disk_path, monkeypatch,
+                                                                                offset, count):
+    # Every range counted as cached: os.sendfile to the file's end, whose
+    # last step the kernel refuses (EINVAL) as a count that is not a whole
+    # number of blocks, and takes as one rounded up (it stops at the end),
+    # within the caller's count; a count ending before the file's end is
+    # sent and no more. (asyncio's selector loop asks for the file's size
+    # in each step without a count, and for the rest of the count with
+    # one: 777 for a count that ends at the file's end, refused.)
+    loop = uring_loop
+    monkeypatch.setattr(_blockio, "range_cached", lambda fd, offset, length: True)
+    path = disk_path / "direct"
+    data = random.Random(28).randbytes((1 << 20) + 777)
+    path.write_bytes(data)
+
+    async def main():
+        with open(os.open(path, os.O_RDONLY | os.O_DIRECT), "rb", buffering=0) as f:
+
+            async def send(t):
+                return await loop.sendfile(t, f, offset, count)
+
+            n, got = await _sent(loop, send)
+            return n, got, f.tell()
+
+    n, got, at = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    want = data[offset:offset + count if count else None]
+    assert (n, got == want, at) == (len(want), True, offset + len(want))
+
+
+@pytest.mark.parametrize("count", [5000, 6000])
+def test_a_count_is_kept_when_the_file_grows_during_the_sendfile(uring_loop, tmp_path, monkeypatch, count):
+    # A file of 5000 bytes grows before the sendfile's os.sendfile: no
+    # more than the caller's count goes out, however the count of a step
+    # reaching the file's end is rounded (past it, the bytes the file
+    # gains are not the caller's), and no fewer than the 5000 it held.
+    loop = uring_loop
+    monkeypatch.setattr(_blockio, "range_cached", lambda fd, offset, length: True)
+    path = tmp_path / "growing"
+    data = random.Random(29).randbytes(20000)
+    path.write_bytes(data[:5000])
+    sendfile_some = loop._proactor.sendfile_some
+
+    def grown_first(sock, fd, offset, n):
+        if path.stat().st_size < len(data):
+            with open(path, "ab") as f:
+                f.write(data[5000:])
+        return sendfile_some(sock, fd, offset, n)
+
+    async def main():
+        loop._proactor.sendfile_some = grown_first
+        with open(path, "rb") as f:
+
+            async def send(t):
+                return await loop.sendfile(t, f, 0, count)
+
+            return await _sent(loop, send)
+
+    n, got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert 5000 <= n <= count
+    assert got == data[:n]
+
+
+#: An LD_PRELOAD library whose ``syscall(451, ...)`` (cachestat) fails with
+#: ENOSYS, as on a kernel before Linux 6.5 (5.6 to 6.4 have io_uring but
+#: not cachestat).
+NOSYS_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+long syscall(long n, ...) {
+    va_list ap;
+    va_start(ap, n);
+    long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long);
+    long d = va_arg(ap, long), e = va_arg(ap, long), f = va_arg(ap, long);
+    va_end(ap);
+    if (n == 451) {
+        errno = ENOSYS;
+        return -1;
+    }
+    static long (*real)(long, ...);
+    if (!real)
+        real = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+    return real(n, a, b, c, d, e, f);
+}
+"""
+
+
+def test_this_file_passes_where_the_kernel_has_no_cachestat(tmp_path):
+    # This file's tests on the io_uring loop again (the epoll fallback's
+    # sendfile is asyncio's, which asks no cachestat), in a process whose
+    # cachestat fails with ENOSYS (the library built here with cc, the
+    # linker of blockio's own build): every range then counts as not cached.
+    lib = tmp_path / "nosys.so"
+    (tmp_path / "nosys.c").write_text(NOSYS_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", lib, tmp_path / "nosys.c", "-ldl"], check=True)
+    env = dict(os.environ, LD_PRELOAD=str(lib))
+    probe = ("import os, sys; from blockio import _blockio\n"
+             "sys.path.insert(0, sys.argv[1]); from test_loop_sendfile import _cachestat_refused\n"
+             "fd = os.open(sys.argv[2], os.O_RDONLY); os.pread(fd, 4096, 0)\n"
+             "print(_cachestat_refused(fd), _blockio.range_cached(fd, 0, 4096))")
+    here = os.path.dirname(os.path.abspath(__file__))
+    warm = tmp_path / "warm"
+    warm.write_bytes(bytes(4096))
+    out = subprocess.run([sys.executable, "-c", probe, here, warm], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"]  # (refused: a warm page counts as not cached)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          f"--basetemp={tmp_path / 'inner'}", "-k", "not where_the_kernel_has_no_cachestat and not epoll",
+                          os.path.abspath(__file__)], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
