@@ -119,6 +119,21 @@ impl Addr {
     }
 }
 
+impl Peer {
+    /// The connection's two ends, for a failure's message: a TCP peer's
+    /// local and remote addresses (a capture of the link names them so).
+    fn ends(&self) -> String {
+        match self {
+            Peer::Tcp(s) => format!(
+                "{} -> {}",
+                s.local_addr().map_or("?".into(), |a| a.to_string()),
+                s.peer_addr().map_or("?".into(), |a| a.to_string())
+            ),
+            Peer::Unix(_) => "unix".into(),
+        }
+    }
+}
+
 impl Read for Peer {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
@@ -460,11 +475,12 @@ fn write_all_then_drop() -> Handler {
 
 fn write_all_then_drop_peer(addr: Addr, c: usize) -> Seen {
     let mut p = addr.connect();
+    let ends = p.ends();
     p.write_all(&(c as u32).to_le_bytes()).unwrap();
     exactly(
         read_to_end(&mut p),
         &pattern(c, drop_reply_len(c)),
-        &format!("connection {c}"),
+        &format!("connection {c} ({ends})"),
     )
 }
 
