@@ -309,7 +309,9 @@ where
             .into_iter()
             .map(|t| {
                 t.join().unwrap_or_else(|_| {
-                    panic!("{name}: a peer of {stack:?} over {family:?} failed (its message is above)")
+                    panic!(
+                        "{name}: a peer of {stack:?} over {family:?} failed (its message is above)"
+                    )
                 })
             })
             .collect();
