@@ -123,7 +123,13 @@ def test_sendfile_of_a_blockio_file_sends_the_bytes_written_before_it(loop, engi
     loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
 
 
-def test_sendfile_of_a_blockio_file_to_a_peer_that_resets(loop, engine, tmp_path):
+@pytest.mark.parametrize("steps", ["os.sendfile", "read-on-the-ring"])
+def test_sendfile_of_a_blockio_file_to_a_peer_that_resets(loop, engine, tmp_path, monkeypatch, steps):
+    # Its steps go out with os.sendfile (the file is cached), or on the
+    # io_uring loop are read on the ring (every range counted as not
+    # cached; the epoll loop's sendfile is asyncio's either way).
+    if steps == "read-on-the-ring":
+        monkeypatch.setattr(_blockio, "range_cached", lambda fd, offset, length: False)
     path = tmp_path / "big"
     data = os.urandom(16 << 20)
     path.write_bytes(data)
@@ -398,10 +404,17 @@ def test_a_message_received_during_a_sendfile_is_answered_after_the_files_bytes(
     assert sent == data + b"ACK"
 
 
-def test_a_sendfile_of_an_aiofiles_file_cancelled_leaves_it_after_the_bytes_sent(uring_loop, tmp_path):
+@pytest.mark.parametrize("steps", ["os.sendfile", "read-on-the-ring"])
+def test_a_sendfile_of_an_aiofiles_file_cancelled_leaves_it_after_the_bytes_sent(
+    uring_loop, tmp_path, monkeypatch, steps
+):
     loop = uring_loop
     # Cancelled once the peer has bytes (it reads none until then): the
-    # file's position is after the last byte the peer got.
+    # file's position is after the last byte the peer got, whether its
+    # steps go out with os.sendfile (the file is cached) or are read on
+    # the ring (every range counted as not cached).
+    if steps == "read-on-the-ring":
+        monkeypatch.setattr(_blockio, "range_cached", lambda fd, offset, length: False)
     path, data = _big_file(tmp_path, 13)
 
     async def main():
@@ -581,27 +594,6 @@ def test_a_sendfile_read_on_the_ring_moves_every_byte_at_every_offset(uring_loop
     loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
 
 
-def test_a_sendfile_read_on_the_ring_cancelled_leaves_the_file_after_the_bytes_sent(uring_loop, ring_reads, tmp_path):
-    loop = uring_loop
-    path, data = _big_file(tmp_path, 22)
-
-    async def main():
-        t, peer, _ = await _pair(loop)
-        async with aiofiles.open(path, "rb") as f:
-            send = asyncio.ensure_future(loop.sendfile(t, f))
-            await loop.run_in_executor(None, select.select, [peer], [], [], DEADLINE)
-            send.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await send
-            at = await f.tell()
-        t.close()
-        return at, await loop.run_in_executor(None, _read_all, peer)
-
-    at, sent = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
-    assert 0 < at == len(sent) < len(data)
-    assert sent == data[:at]
-
-
 @pytest.mark.parametrize("how", ["close", "abort"])
 def test_a_transport_closed_during_a_sendfile_read_on_the_ring_ends_it(uring_loop, ring_reads, tmp_path, how):
     loop = uring_loop
@@ -635,28 +627,6 @@ def test_a_transport_closed_during_a_sendfile_read_on_the_ring_ends_it(uring_loo
     assert 0 < len(sent) < len(data)
     assert sent == data[:len(sent)]
     assert at == len(sent)
-
-
-def test_a_sendfile_read_on_the_ring_to_a_peer_that_resets(uring_loop, ring_reads, engine, tmp_path):
-    loop = uring_loop
-    path, data = _big_file(tmp_path, 24)
-
-    async def main():
-        t, peer, _ = await _pair(loop)
-        async with blockio.open(path, "rb", engine=engine) as f:
-            task = asyncio.ensure_future(loop.sendfile(t, f))
-            peer.setblocking(False)
-            assert await loop.sock_recv(peer, 1) == data[:1]  # under way
-            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            peer.close()
-            with pytest.raises(ConnectionResetError):
-                await task
-            at = await f.tell()
-            assert 0 < at < len(data)
-            assert await f.read(10) == data[at:at + 10]
-        t.close()
-
-    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
 
 
 def test_a_sendfile_of_an_uncached_o_direct_file_sends_every_byte(uring_loop, disk_path):
