@@ -3,15 +3,18 @@ asyncio's own loop (the selector loop, Linux's default) and on blockio's
 loop on both backends, each with the same observable result: the peer's
 bytes that arrive while a sendfile runs reach the protocol after the
 sendfile has ended, in order and whole (also when it fails or is
-cancelled, and for a ``BufferedProtocol``), and a protocol that paused
-reading before the sendfile stays paused after it. (uvloop has no
-``loop.sendfile``: it raises ``NotImplementedError``.)"""
+cancelled, and for a ``BufferedProtocol``), a protocol that paused
+reading before the sendfile stays paused after it, and a second sendfile
+or a write on a transport with a sendfile in progress is refused with
+asyncio's exception and message. (uvloop has no ``loop.sendfile``: it
+raises ``NotImplementedError``.)"""
 
 import asyncio
 import errno
 import os
 import random
 import socket
+import sys
 
 import pytest
 
@@ -239,4 +242,50 @@ def test_bytes_arriving_during_a_sendfile_go_with_a_transport_closed_then(big_fi
     events, sent = run_on("blockio-uring", asyncio.wait_for(main(), DEADLINE))
     assert data.startswith(sent) and len(sent) >= 2
     assert sorted(events) == [("end", "ConnectionAbortedError"), ("lost", None)]
+
+
+async def _second_sendfile(path):
+    """A second ``loop.sendfile`` and writes on a transport whose first
+    sendfile runs: what each raised (the socket's number as ``<fd>``), what
+    the first returned, what the peer got."""
+    loop = asyncio.get_running_loop()
+    t, peer, _ = await _pair(asyncio.Protocol)
+    fd = t.get_extra_info("socket").fileno()
+    refused = []
+
+    def refusal(exc):
+        return type(exc), tuple("<fd>" if a == fd else a for a in exc.args)
+
+    with open(path, "rb") as f, open(path, "rb") as g:
+        first = asyncio.ensure_future(loop.sendfile(t, f))
+        await _turns(1)  # (the first has begun: its file does not fit)
+        try:
+            await loop.sendfile(t, g)
+        except Exception as exc:
+            refused.append(refusal(exc))
+        for write in (lambda: t.write(b"MARK"), lambda: t.write(b""), lambda: t.writelines([b"MA", b"RK"])):
+            try:
+                write()
+            except Exception as exc:
+                refused.append(refusal(exc))
+        sent = loop.run_in_executor(None, _read_all, peer)
+        n = await first
+        positions = f.tell(), g.tell()
+    t.close()
+    return refused, n, positions, await sent
+
+
+@pytest.mark.parametrize("name", BLOCKIO)
+def test_a_second_sendfile_and_writes_during_a_sendfile_are_refused_as_on_asyncio(big_file, name):
+    path, data = big_file
+    results = {loop: run_on(loop, asyncio.wait_for(_second_sendfile(path), DEADLINE)) for loop in ("asyncio", name)}
+    write = (RuntimeError, ("unable to write; sendfile is in progress",))
+    # (asyncio's selector transport has a writelines of its own since 3.12)
+    lines = (RuntimeError, ("unable to writelines; sendfile is in progress",)) if sys.version_info >= (3, 12) else write
+    # asyncio's selector loop takes the transport out of its table of
+    # transports while a sendfile runs: a second finds it gone (KeyError).
+    expected = ([(KeyError, ("<fd>",)), write, write, lines], SIZE, (SIZE, 0))
+    for loop, (_, _, _, sent) in results.items():
+        assert sent == data, loop
+    assert results[name][:3] == results["asyncio"][:3] == expected
 
