@@ -1484,6 +1484,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             raise
 
     async def _sendfile_native(self, transp, file, offset, count):
+        if transp._empty_waiter is not None:
+            # A native sendfile is in progress on the transport (it holds
+            # the empty waiter from its start to its end). asyncio's
+            # selector loop, Linux's default and the "epoll" backend, takes
+            # the transport out of its table of transports for a sendfile,
+            # and refuses a second with that table's KeyError, the
+            # socket's number; its proactor loop would say "Empty waiter
+            # is already set" (a RuntimeError). The first sendfile goes on.
+            raise KeyError(transp._sock.fileno())
         try:
             return await super()._sendfile_native(transp, file, offset, count)
         except ConnectionAbortedError as exc:
