@@ -642,6 +642,8 @@ def test_calls_on_one_file_object_from_many_tasks_keep_their_order_on_cached_dat
 
 
 def evict(path):
+    """``path``'s pages dropped from the page cache (written back first, so
+    that the kernel drops them all)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

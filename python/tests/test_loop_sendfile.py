@@ -27,6 +27,7 @@ import pytest
 import blockio
 from blockio import _blockio
 from loops import FACTORIES
+from test_inline_reads import evict
 from test_inline_writes import fs_type
 from waits import DEADLINE
 
@@ -294,7 +295,7 @@ UNDROPPABLE = ("tmpfs", "ramfs")
 @pytest.fixture
 def disk_path(tmp_path):
     """A directory on a file system whose pages the kernel drops from the
-    page cache (``_dropped``): pytest's, or else one under /var/tmp or
+    page cache (``evict``): pytest's, or else one under /var/tmp or
     beside these tests; a failure naming them if none is."""
     if fs_type(tmp_path) not in UNDROPPABLE:
         yield tmp_path
@@ -481,17 +482,6 @@ def test_a_transport_closed_during_a_sendfile_of_an_aiofiles_file_ends_it(uring_
 # -- a range not in the page cache: read on the loop's ring, then sent ------
 
 
-def _dropped(path):
-    """``path``'s pages dropped from the page cache (written back first, so
-    that the kernel drops them all)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def _cachestat_refused(fd):
     """Whether the kernel refuses ``cachestat`` (syscall 451 on every
     architecture) on ``fd``: ``ENOSYS`` before Linux 6.5, ``EPERM`` for a
@@ -508,7 +498,7 @@ def _cachestat_refused(fd):
 def test_range_cached_says_whether_every_page_of_a_range_is_cached(disk_path):
     path = disk_path / "f"
     path.write_bytes(random.Random(20).randbytes(5 * 4096))
-    _dropped(path)
+    evict(path)
     fd = os.open(path, os.O_RDONLY)
     # Where the kernel refuses cachestat it cannot tell: never cached.
     tells = not _cachestat_refused(fd)
@@ -531,7 +521,7 @@ def test_range_cached_says_whether_every_page_of_a_range_is_cached(disk_path):
 def test_a_sendfile_of_an_uncached_file_reads_it_on_the_ring_while_the_loop_runs(uring_loop, engine, disk_path):
     loop = uring_loop
     path, data = _big_file(disk_path, 21)
-    _dropped(path)
+    evict(path)
     reads = []
     pread = loop._proactor.pread
     other_ran = asyncio.Event()
@@ -637,7 +627,7 @@ def test_a_sendfile_of_an_uncached_o_direct_file_sends_every_byte(uring_loop, di
     path = disk_path / "direct"
     data = random.Random(25).randbytes(1 << 20)  # (whole blocks: os.sendfile takes it)
     path.write_bytes(data)
-    _dropped(path)
+    evict(path)
     reads = []
     pread = loop._proactor.pread
 
