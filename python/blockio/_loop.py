@@ -208,18 +208,12 @@ class _Closing:
 
     def _loop_closed(self) -> None:
         """The loop was closed with the connection open: nothing of the
-        transport's runs again. A receive that waits for readiness (an
-        unconnected datagram socket's ``recvfrom``) is a task, pending for
-        good now, whose done callback is the transport's own
-        ``_loop_reading``: that reference cycle is broken, so that a
-        transport that no protocol keeps goes with its last reference (its
-        finaliser then closes the socket, as asyncio's does, with asyncio's
-        "unclosed transport" warning), and the task with it, unreported
-        (it is the transport's own)."""
-        fut = self._read_fut
-        if isinstance(fut, asyncio.Task) and not fut.done():
-            fut.remove_done_callback(self._loop_reading)
-            fut._log_destroy_pending = False
+        transport's runs again. Its receive in flight was cancelled with
+        the ring (a future whose done callbacks were then let go of, none
+        of them pending for good), so that a transport that no protocol
+        keeps goes with its last reference (its finaliser then closes the
+        socket, as asyncio's does, with asyncio's "unclosed transport"
+        warning); a transport with more to let go of extends this."""
 
     def __repr__(self) -> str:
         info = [type(self).__name__]
