@@ -1827,7 +1827,7 @@ def _reap_when_exited(loop: UringEventLoop, pid: int, transp: Any) -> None:
         try:
             os.waitpid(pid, 0)
         except ChildProcessError:
-            pass  # reaped elsewhere
+            return  # reaped elsewhere, or not this process's child (a fork's copy of the loop)
         base_events.logger.warning("Loop %r that handles pid %r is closed", loop, pid)
 
     try:
