@@ -208,18 +208,12 @@ class _Closing:
 
     def _loop_closed(self) -> None:
         """The loop was closed with the connection open: nothing of the
-        transport's runs again. A receive that waits for readiness (an
-        unconnected datagram socket's ``recvfrom``) is a task, pending for
-        good now, whose done callback is the transport's own
-        ``_loop_reading``: that reference cycle is broken, so that a
-        transport that no protocol keeps goes with its last reference (its
-        finaliser then closes the socket, as asyncio's does, with asyncio's
-        "unclosed transport" warning), and the task with it, unreported
-        (it is the transport's own)."""
-        fut = self._read_fut
-        if isinstance(fut, asyncio.Task) and not fut.done():
-            fut.remove_done_callback(self._loop_reading)
-            fut._log_destroy_pending = False
+        transport's runs again. Its receive in flight was cancelled with
+        the ring (a future whose done callbacks were then let go of, none
+        of them pending for good), so that a transport that no protocol
+        keeps goes with its last reference (its finaliser then closes the
+        socket, as asyncio's does, with asyncio's "unclosed transport"
+        warning); a transport with more to let go of extends this."""
 
     def __repr__(self) -> str:
         info = [type(self).__name__]
@@ -1095,6 +1089,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         # Listening Unix sockets to unlink when they stop serving (3.13+'s
         # create_unix_server(cleanup_socket=True)): socket -> inode.
         self._unix_server_sockets: dict[Any, int] = {}
+        # pidfd -> (pid, transport) of each child whose exit is polled for
+        self._children: dict[int, tuple[int, Any]] = {}
         proactor.set_loop(self)
         self._make_self_pipe()
         #: The wake-up socket's number (kept for after its close).
@@ -1178,6 +1174,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._proactor.close()
         self._proactor = None
         self._selector = None
+        self._hand_over_children()
         base_events.BaseEventLoop.close(self)
         # The ring is closed: the kernel no longer uses the duplicates.
         for w in watches:
@@ -1790,6 +1787,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         pidfd = os.pidfd_open(pid)
 
         def exited(_events: int) -> None:
+            del self._children[pidfd]
             os.close(pidfd)
             try:
                 _, status = os.waitpid(pid, 0)
@@ -1799,9 +1797,44 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             transp._process_exited(returncode)
 
         self._proactor.poll_callback(pidfd, POLLIN, exited)
+        self._children[pidfd] = (pid, transp)
+
+    def _hand_over_children(self) -> None:
+        """The children still running when the loop closes (the ring, and
+        so their pidfds' polls, closed): each pidfd is closed and the child
+        handed to :func:`_reap_when_exited`, so that it keeps running, as
+        on asyncio's loop, and is reaped when it exits."""
+        children = list(self._children.items())
+        self._children.clear()
+        for pidfd, (pid, transp) in children:
+            os.close(pidfd)
+            _reap_when_exited(self, pid, transp)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} backend={self.backend} running={self.is_running()} closed={self.is_closed()}>"
+
+
+def _reap_when_exited(loop: UringEventLoop, pid: int, transp: Any) -> None:
+    """Waits for child ``pid`` of closed ``loop`` in a thread of its own
+    (asyncio's ``ThreadedChildWatcher``'s way, with its warning once the
+    child exits): the child keeps running and is reaped when it exits,
+    never left a zombie. The thread holds the child's transport until
+    then, as that watcher's does: the transport's finaliser would kill a
+    child still running. At the interpreter's exit, when no thread can
+    start, the child is left to the process that inherits it."""
+
+    def wait(_transp: Any) -> None:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            return  # reaped elsewhere, or not this process's child (a fork's copy of the loop)
+        base_events.logger.warning("Loop %r that handles pid %r is closed", loop, pid)
+
+    try:
+        thread = threading.Thread(target=wait, args=(transp,), name=f"blockio-waitpid-{pid}", daemon=True)
+        thread.start()
+    except RuntimeError:  # the interpreter is exiting
+        pass
 
 
 @contextlib.contextmanager

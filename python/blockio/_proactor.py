@@ -72,7 +72,7 @@ POLLOUT = select.POLLOUT
 _TCP_CLOSE = 7
 
 # Operation kinds, as kept beside each token.
-_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE, _PREAD, _OPEN, _CONNECT = range(11)
+_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE, _PREAD, _OPEN, _CONNECT, _READY = range(12)
 
 
 class OpFuture(futures.Future):
@@ -87,6 +87,89 @@ class OpFuture(futures.Future):
         if not self.done():
             self._proactor.cancel_op(self._token)
         return super().cancel(msg=msg)
+
+
+class ReadyCall(futures.Future):
+    """The future of a system call on ``conn`` that would block (its
+    caller made it once), made again each time a ring poll says ``conn``
+    is ready for ``mask``, until it does not: its result or exception is
+    the future's. The poll's completion makes the call from the
+    proactor's dispatch (:meth:`ready`), as asyncio's selector loop makes
+    it from the reader's callback: no task runs it, so nothing the loop
+    waits for on its own (an unconnected datagram transport's receive) is
+    in ``asyncio.all_tasks()`` or cancelled by a program cancelling every
+    other task. A poll that fails is the future's ``OSError``.
+
+    ``conn`` is held open (:func:`hold_open`) from the start to the end of
+    the future, done or cancelled, so that its number never reaches
+    another socket meanwhile: a close waiting for it happens then.
+    Cancelling the future cancels the poll in flight.
+    """
+
+    def __init__(self, proactor: RingProactor, conn: Any, mask: int, call: Callable[[], Any]) -> None:
+        super().__init__(loop=proactor._loop)
+        self._proactor = proactor
+        self._conn: Any = conn
+        self._fd = conn.fileno()
+        self._mask = mask
+        self._call: Any = call
+        self._held = hold_open(conn)
+        self._token: int | None = proactor._ready_poll(self, self._fd, mask, conn)
+
+    def polled(self, res: int) -> None:
+        """The poll's completion (its events, or ``-errno``), from the
+        proactor's dispatch: :meth:`ready` at once when no callback was
+        queued before the wait, else behind those callbacks (asyncio's
+        order: one of them that cancels this future then finds the call
+        not made, and what it would have taken left on the socket)."""
+        self._token = None
+        if self._proactor._direct:
+            self.ready(res)
+        else:
+            self._loop.call_soon(self.ready, res)
+
+    def ready(self, res: int) -> None:
+        """The poll's answer: the call again (nothing once cancelled)."""
+        if self.done():
+            return
+        if res < 0:
+            self._end()
+            if res == -errno.ECANCELED:
+                super().cancel()
+            else:
+                self.set_exception(os_error(-res))
+            return
+        try:
+            result = self._call()
+        except (BlockingIOError, InterruptedError):
+            self._token = self._proactor._ready_poll(self, self._fd, self._mask, self._conn)
+            return
+        except (SystemExit, KeyboardInterrupt) as exc:
+            self._end()
+            self.set_exception(exc)
+            raise
+        except BaseException as exc:
+            self._end()
+            self.set_exception(exc)
+        else:
+            self._end()
+            self.set_result(result)
+
+    def cancel(self, msg: Any = None) -> bool:
+        if self.done():
+            return False
+        token, self._token = self._token, None
+        if token is not None:
+            self._proactor.cancel_op(token)
+        self._end()
+        return super().cancel(msg=msg)
+
+    def _end(self) -> None:
+        """Ends the hold on ``conn`` and lets go of it and the call."""
+        if self._held:
+            self._held = False
+            release(self._conn)
+        self._conn = self._call = None
 
 
 class StreamReceive(_blockio.StreamRx):
@@ -735,43 +818,15 @@ class RingProactor:
 
     # -- driven by readiness ------------------------------------------------
 
-    async def _when_ready(self, fd: int, mask: int, call: Callable[[], Any]) -> Any:
-        while True:
-            await self.poll(fd, mask)
-            try:
-                return call()
-            except (BlockingIOError, InterruptedError):
-                pass
-
-    def _waiting(self, conn: socket.socket, coro: Any) -> futures.Future:
-        """A task running ``coro``, with ``conn`` held open from now (its
-        caller took ``conn``'s descriptor number) to the step that ends the
-        task, so that the number never reaches another socket meanwhile and
-        a close waiting for it happens in that same step, as on asyncio's
-        loop. A task cancelled before its first step never starts ``coro``:
-        it is released in that step."""
-        held = hold_open(conn)
-        started = False
-
-        async def run() -> Any:
-            nonlocal started
-            started = True
-            try:
-                return await coro
-            finally:
-                if held:
-                    release(conn)
-
-        def not_started() -> None:
-            # (called right after the task's first step)
-            if not started:
-                coro.close()
-                if held:
-                    release(conn)
-
-        task = self._loop.create_task(run())
-        self._loop.call_soon(not_started)
-        return task
+    def _ready_poll(self, call: ReadyCall, fd: int, mask: int, conn: Any) -> int:
+        """Polls ``fd`` for ``mask`` on the ring for ``call`` (see
+        :class:`ReadyCall`), whose ``ready`` the completion calls from the
+        dispatch; ``conn`` is held open until the kernel is done with the
+        poll. Returns the poll's token."""
+        token = self._ring.poll(fd, mask)
+        self._ops[token] = (call, _READY, None)
+        self._hold(token, conn)
+        return token
 
     def _inline_or_when_ready(self, conn: socket.socket, mask: int, call: Callable[[], Any]) -> futures.Future:
         """``call()`` inline (as the caller's own step: a caller that then
@@ -781,7 +836,7 @@ class RingProactor:
         try:
             fut.set_result(call())
         except (BlockingIOError, InterruptedError):
-            return self._waiting(conn, self._when_ready(conn.fileno(), mask, call))
+            return ReadyCall(self, conn, mask, call)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -815,7 +870,7 @@ class RingProactor:
         try:
             conn.connect(address)
         except (BlockingIOError, InterruptedError):
-            return self._waiting(conn, self._connected(conn, address))
+            return self._connected(conn, address)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -824,15 +879,18 @@ class RingProactor:
             fut.set_result(None)
         return fut
 
-    async def _connected(self, conn: socket.socket, address: Any) -> None:
-        fd = conn.fileno()
-        while True:
-            await self.poll(fd, POLLOUT)
+    def _connected(self, conn: socket.socket, address: Any) -> futures.Future:
+        """A future done when the connect under way on ``conn`` ends: None
+        once connected, else asyncio's ``OSError`` ("Connect call failed")."""
+
+        def outcome() -> None:
             err = conn.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err == 0:
-                return
-            if err not in (errno.EINPROGRESS, errno.EALREADY):
+            if err in (errno.EINPROGRESS, errno.EALREADY):
+                raise BlockingIOError(err, os.strerror(err))
+            if err:
                 raise OSError(err, f"Connect call failed {address}")
+
+        return ReadyCall(self, conn, POLLOUT, outcome)
 
     def sendfile_some(self, sock: socket.socket, in_fd: int, offset: int, count: int) -> futures.Future:
         """``os.sendfile`` of at most ``count`` bytes from ``offset`` once
@@ -921,6 +979,10 @@ class RingProactor:
                 self._sends[arg[0]] = left
         if kind == _CALLBACK:
             arg(res if res < 0 else value)
+            return
+        if kind == _READY:
+            if not fut.done():
+                fut.polled(res)
             return
         if kind in (_RECV, _RECV_INTO, _ACCEPT) and self._receiving.get(arg[0]) == token:
             del self._receiving[arg[0]]
