@@ -160,11 +160,20 @@ def _check_pollable(fd: int, mode: int) -> None:
 class _Closing:
     """The end of a transport on Linux.
 
-    asyncio's proactor transports shut a socket down before closing it (a
-    Windows cure for reads left pending); on Linux ``shutdown`` fails with
-    ``ENOTCONN`` on a datagram socket that was never connected and on a
-    stream whose peer reset it, which must not keep the socket open or
-    ``connection_lost`` from being reported.
+    The socket is closed, not shut down first (asyncio's proactor
+    transports call ``shutdown``, a Windows cure for reads left pending),
+    as asyncio's selector transports and uvloop close it: another holder
+    of the socket (a duplicate, a child process given it) keeps it usable,
+    a reset (``SO_LINGER`` 0, bytes left unread) goes out as a reset, and
+    a datagram socket never connected or a stream its peer reset closes
+    without the ``ENOTCONN`` of a ``shutdown``. The transport's operations
+    in the ring hold the socket's file until the kernel answers their
+    cancel, which the transport's close or abort submits at once: a
+    receive or send waiting on the socket is answered without waiting
+    for the peer, so the last reference goes, and the peer sees the end,
+    while the loop runs on; the loop's close cancels and reaps whatever is
+    left before it returns. A sendfile waiting for the socket to take
+    more is ended (``RingProactor.end_waits``), as a shutdown ended it.
 
     Once ``connection_lost`` has been called the transport lets go of its
     protocol, socket and loop, as asyncio's selector transports do
@@ -187,13 +196,7 @@ class _Closing:
         try:
             self._protocol.connection_lost(exc)
         finally:
-            sock = self._sock
-            if hasattr(sock, "shutdown") and sock.fileno() != -1:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            sock.close()
+            self._sock.close()
             self._sock = None
             self._protocol = None
             self._loop = None
@@ -365,11 +368,22 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             )
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
+        if not self._called_connection_lost and (self._data or self._loop._proactor.took_unread(self._sock)):
+            # Bytes a receive took that the protocol never got (reading was
+            # paused, or the close cancelled the receive as it took them):
+            # on asyncio's loop they would still be in the kernel's queue,
+            # and the close would reset the connection.
+            _proactor.reset_on_close(self._sock)
+        sock, proactor = self._sock, self._loop._proactor if self._loop is not None else None
         try:
             super()._call_connection_lost(exc)
         finally:
             if self._called_connection_lost:
                 self._let_go()
+                if proactor is not None and sock is not None:
+                    # A sendfile waiting for the socket to take more ends
+                    # (see RingProactor.end_waits).
+                    proactor.end_waits(sock)
 
     def _loop_closed(self) -> None:
         """The loop was closed with the connection open: the native write

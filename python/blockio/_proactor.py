@@ -244,6 +244,15 @@ def reset(conn: socket.socket) -> None:
     conn.close()
 
 
+def reset_on_close(conn: Any) -> None:
+    """Makes the close of ``conn`` (a stream socket) reset the connection
+    (``SO_LINGER`` 0), as the kernel resets one closed with bytes left
+    unread in its queue; nothing for another object."""
+    if is_stream(conn):
+        with contextlib.suppress(OSError):
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
 def _fd_of(obj: Any) -> int:
     return obj if isinstance(obj, int) else obj.fileno()
 
@@ -417,6 +426,12 @@ class RingProactor:
         # descriptor yet (see take_opened): closed by close(), as nobody
         # else would close them once the tasks awaiting them never run
         self._opened: set[OpFuture] = set()
+        # sockets whose transport's cancelled receive took bytes that
+        # nothing will read (see took_unread)
+        self._unread: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        # descriptor -> the poll futures of the readiness waits on it
+        # (_when_ready), for end_waits
+        self._ready_waits: dict[int, set[OpFuture]] = {}
 
     def set_loop(self, loop: Any) -> None:
         self._loop = loop
@@ -698,6 +713,15 @@ class RingProactor:
         self._ops[token] = (None, _CALLBACK, callback)
         return token
 
+    def took_unread(self, conn: Any) -> bool:
+        """Whether a transport's receive on ``conn``, cancelled by its
+        close or abort, took bytes that nothing reads (they would be in
+        the kernel's queue on asyncio's loop, and make the close a reset)."""
+        if conn in self._unread:
+            self._unread.discard(conn)
+            return True
+        return False
+
     def cancel_op(self, token: int) -> bool:
         """Asks the kernel to cancel operation ``token`` (one of ``_ops``,
         or a transport's receive, kept in the ring's slab; the ring ignores
@@ -737,11 +761,30 @@ class RingProactor:
 
     async def _when_ready(self, fd: int, mask: int, call: Callable[[], Any]) -> Any:
         while True:
-            await self.poll(fd, mask)
+            wait = self.poll(fd, mask)
+            waits = self._ready_waits.setdefault(fd, set())
+            waits.add(wait)
+            try:
+                await wait
+            finally:
+                waits.discard(wait)
+                if not waits and self._ready_waits.get(fd) is waits:
+                    del self._ready_waits[fd]
             try:
                 return call()
             except (BlockingIOError, InterruptedError):
                 pass
+
+    def end_waits(self, conn: socket.socket) -> None:
+        """Ends the readiness waits on ``conn`` (a socket its transport
+        closed; a sendfile on it holds it open) with ``BrokenPipeError``, as
+        a wait on a socket shut down would end: the socket is closed, not
+        shut down, and would never be ready (its peer may be waiting for
+        the sendfile to end before it reads). Their polls are cancelled."""
+        for wait in list(self._ready_waits.get(_fd_of(conn), ())):
+            if not wait.done():
+                self.cancel_op(wait._token)
+                wait.set_exception(os_error(errno.EPIPE))
 
     def _waiting(self, conn: socket.socket, coro: Any) -> futures.Future:
         """A task running ``coro``, with ``conn`` held open from now (its
@@ -967,6 +1010,8 @@ class RingProactor:
             # would stay until the number is reused, and every transport's
             # arming would ask whether they are its own).
             self._drop_kept(rx.conn)
+            if res > 0 and isinstance(rx.conn, socket.socket):
+                self._unread.add(rx.conn)
             return
         if rx.token != token:
             if res >= 0 and not redirected:
@@ -1104,6 +1149,7 @@ class RingProactor:
             if fut is not None and not fut.done():
                 fut.cancel()
         self._kept.clear()
+        self._unread.clear()
         # Opens answered but not taken: their tasks never resume now.
         opened = [fut.result() for fut in self._opened]
         self._opened.clear()
