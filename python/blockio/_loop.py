@@ -1425,6 +1425,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_recv(self, sock, n):
         self._check_receiving_sock(sock)
+        if isinstance(n, int) and n < 0:
+            # (socket.recv's own refusal, which asyncio's loop calls first)
+            raise ValueError("negative buffersize in recv")
         fut = self._proactor.recv(sock, n)
         try:
             return await fut
@@ -1483,6 +1486,12 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 return await self._proactor._connected(sock, address)
             if exc.errno == errno.EBADF:
                 raise OSError(errno.EBADF, os.strerror(errno.EBADF)) from None
+            if sock.gettimeout() != 0:
+                # asyncio's loop connects a blocking socket (or one with a
+                # timeout) by its connect call, waiting, whose error is
+                # the plain OSError; "Connect call failed" is that of a
+                # non-blocking socket's connect once under way.
+                raise _proactor.os_error(exc.errno) from None
             raise
 
     async def sock_accept(self, sock):
@@ -1566,12 +1575,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                         n, unsent = await self._sendfile_step(sock, fileno, offset + sent, end, past_end, reading)
                         reading = reading or unsent is not None
                 except BrokenPipeError as exc:
-                    # The socket's reset went to the transport's pending
-                    # receive (asyncio's selector loop has none during a
-                    # sendfile): the pipe is broken by a reset or an abort.
+                    # The socket's reset went to a receive on it (a
+                    # transport's; asyncio's selector loop has none during
+                    # a sendfile): the pipe is broken by a reset or an
+                    # abort. Where no receive may have taken a reset, the
+                    # kernel's EPIPE is asyncio's too (a socket never
+                    # connected, a peer that reset after it ended its side).
                     if getattr(sock, "_closed", False):
                         raise _sendfile_closed(sent) from exc
-                    if _proactor.was_reset(sock):
+                    if self._proactor.reset_may_be_taken(sock) and _proactor.was_reset(sock):
                         raise _proactor.os_error(errno.ECONNRESET) from exc
                     raise
                 if n == 0 and not unsent:

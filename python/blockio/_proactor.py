@@ -429,6 +429,9 @@ class RingProactor:
         # sockets whose transport's cancelled receive took bytes that
         # nothing will read (see took_unread)
         self._unread: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        # sockets whose transport's receive was handed a reset (see
+        # reset_may_be_taken)
+        self._reset_taken: weakref.WeakSet[Any] = weakref.WeakSet()
         # descriptor -> the poll futures of the readiness waits on it
         # (_when_ready), for end_waits
         self._ready_waits: dict[int, set[OpFuture]] = {}
@@ -712,6 +715,16 @@ class RingProactor:
         token = self._ring.poll(fd, mask)
         self._ops[token] = (None, _CALLBACK, callback)
         return token
+
+    def reset_may_be_taken(self, conn: Any) -> bool:
+        """Whether a reset of ``conn``'s connection may have been reported
+        to a receive on it rather than to the caller: a receive (a
+        ``sock_recv``'s or a transport's) is in flight or its completion
+        not yet dispatched, or a transport's receive was handed the reset."""
+        fd = _fd_of(conn)
+        if fd in self._receiving or conn in self._reset_taken:
+            return True
+        return self._ring is not None and self._ring.receiving(fd) is not None
 
     def took_unread(self, conn: Any) -> bool:
         """Whether a transport's receive on ``conn``, cancelled by its
@@ -1028,6 +1041,8 @@ class RingProactor:
             data, exc = None, os_error(errno.ECONNRESET)
         else:
             data, exc = value, None
+        if isinstance(exc, ConnectionResetError) and isinstance(rx.conn, socket.socket):
+            self._reset_taken.add(rx.conn)
         try:
             if self._direct:
                 rx.deliver(callback, data, exc)
@@ -1150,6 +1165,7 @@ class RingProactor:
                 fut.cancel()
         self._kept.clear()
         self._unread.clear()
+        self._reset_taken.clear()
         # Opens answered but not taken: their tasks never resume now.
         opened = [fut.result() for fut in self._opened]
         self._opened.clear()
