@@ -13,7 +13,7 @@ import struct
 import pytest
 
 from loops import run_on
-from waits import DEADLINE
+from waits import DEADLINE, await_until
 
 LOOPS = ["asyncio", "blockio-uring", "blockio-epoll"]
 
@@ -143,18 +143,26 @@ def test_bytes_arriving_as_the_transport_closes_make_the_close_a_reset(name, how
     assert run_on(name, main()) == (b"", "reset")
 
 
+@pytest.mark.parametrize("how", ["close", "abort"])
 @pytest.mark.parametrize("kind", ["tcp", "unix"])
 @pytest.mark.parametrize("name", LOOPS)
-def test_the_peer_sees_the_end_as_an_idle_transport_closes(name, kind):
+def test_the_peer_sees_the_end_as_an_idle_transport_closes(name, kind, how):
     # The transport's receive waits on the socket when it closes: its
-    # socket ends there, with what was written before.
+    # socket ends there, with what was written before, and on blockio's
+    # ring nothing of the transport is left in flight.
     async def main():
+        ring = getattr(asyncio.get_running_loop(), "_proactor", None)
+        ring = getattr(ring, "_ring", None)
+        before = ring.in_flight() if ring is not None else 0
         t, p, peer = await _connected(kind, _Ends)
         with peer:
             t.write(b"last words")
-            t.close()
+            getattr(t, how)()
             await p.lost
-            return await _peer_reads_to_end(peer), t.get_extra_info("socket").fileno()
+            ended = await _peer_reads_to_end(peer), t.get_extra_info("socket").fileno()
+            if ring is not None:
+                await await_until(lambda: ring.in_flight() == before, "the ring's operations back to the loop's own")
+            return ended
 
     assert run_on(name, main()) == ((b"last words", "eof"), -1)
 
