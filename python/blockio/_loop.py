@@ -160,11 +160,20 @@ def _check_pollable(fd: int, mode: int) -> None:
 class _Closing:
     """The end of a transport on Linux.
 
-    asyncio's proactor transports shut a socket down before closing it (a
-    Windows cure for reads left pending); on Linux ``shutdown`` fails with
-    ``ENOTCONN`` on a datagram socket that was never connected and on a
-    stream whose peer reset it, which must not keep the socket open or
-    ``connection_lost`` from being reported.
+    The socket is closed, not shut down first (asyncio's proactor
+    transports call ``shutdown``, a Windows cure for reads left pending),
+    as asyncio's selector transports and uvloop close it: another holder
+    of the socket (a duplicate, a child process given it) keeps it usable,
+    a reset (``SO_LINGER`` 0, bytes left unread) goes out as a reset, and
+    a datagram socket never connected or a stream its peer reset closes
+    without the ``ENOTCONN`` of a ``shutdown``. The transport's operations
+    in the ring hold the socket's file until the kernel answers their
+    cancel, which the transport's close or abort submits at once: a
+    receive or send waiting on the socket is answered without waiting
+    for the peer, so the last reference goes, and the peer sees the end,
+    while the loop runs on; the loop's close cancels and reaps whatever is
+    left before it returns. A sendfile waiting for the socket to take
+    more is ended (``RingProactor.end_waits``), as a shutdown ended it.
 
     Once ``connection_lost`` has been called the transport lets go of its
     protocol, socket and loop, as asyncio's selector transports do
@@ -187,13 +196,7 @@ class _Closing:
         try:
             self._protocol.connection_lost(exc)
         finally:
-            sock = self._sock
-            if hasattr(sock, "shutdown") and sock.fileno() != -1:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            sock.close()
+            self._sock.close()
             self._sock = None
             self._protocol = None
             self._loop = None
@@ -359,11 +362,22 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             )
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
+        if not self._called_connection_lost and (self._data or self._loop._proactor.took_unread(self._sock)):
+            # Bytes a receive took that the protocol never got (reading was
+            # paused, or the close cancelled the receive as it took them):
+            # on asyncio's loop they would still be in the kernel's queue,
+            # and the close would reset the connection.
+            _proactor.reset_on_close(self._sock)
+        sock, proactor = self._sock, self._loop._proactor if self._loop is not None else None
         try:
             super()._call_connection_lost(exc)
         finally:
             if self._called_connection_lost:
                 self._let_go()
+                if proactor is not None and sock is not None:
+                    # A sendfile waiting for the socket to take more ends
+                    # (see RingProactor.end_waits).
+                    proactor.end_waits(sock)
 
     def _loop_closed(self) -> None:
         """The loop was closed with the connection open: the native write
@@ -1408,6 +1422,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_recv(self, sock, n):
         self._check_receiving_sock(sock)
+        if isinstance(n, int) and n < 0:
+            # (socket.recv's own refusal, which asyncio's loop calls first)
+            raise ValueError("negative buffersize in recv")
         fut = self._proactor.recv(sock, n)
         try:
             return await fut
@@ -1466,6 +1483,12 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 return await self._proactor._connected(sock, address)
             if exc.errno == errno.EBADF:
                 raise OSError(errno.EBADF, os.strerror(errno.EBADF)) from None
+            if sock.gettimeout() != 0:
+                # asyncio's loop connects a blocking socket (or one with a
+                # timeout) by its connect call, waiting, whose error is
+                # the plain OSError; "Connect call failed" is that of a
+                # non-blocking socket's connect once under way.
+                raise _proactor.os_error(exc.errno) from None
             raise
 
     async def sock_accept(self, sock):
@@ -1549,12 +1572,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                         n, unsent = await self._sendfile_step(sock, fileno, offset + sent, end, past_end, reading)
                         reading = reading or unsent is not None
                 except BrokenPipeError as exc:
-                    # The socket's reset went to the transport's pending
-                    # receive (asyncio's selector loop has none during a
-                    # sendfile): the pipe is broken by a reset or an abort.
+                    # The socket's reset went to a receive on it (a
+                    # transport's; asyncio's selector loop has none during
+                    # a sendfile): the pipe is broken by a reset or an
+                    # abort. Where no receive may have taken a reset, the
+                    # kernel's EPIPE is asyncio's too (a socket never
+                    # connected, a peer that reset after it ended its side).
                     if getattr(sock, "_closed", False):
                         raise _sendfile_closed(sent) from exc
-                    if _proactor.was_reset(sock):
+                    if self._proactor.reset_may_be_taken(sock) and _proactor.was_reset(sock):
                         raise _proactor.os_error(errno.ECONNRESET) from exc
                     raise
                 if n == 0 and not unsent:

@@ -114,6 +114,7 @@ class ReadyCall(futures.Future):
         self._mask = mask
         self._call: Any = call
         self._held = hold_open(conn)
+        proactor._ready_waits.setdefault(self._fd, set()).add(self)
         self._token: int | None = proactor._ready_poll(self, self._fd, mask, conn)
 
     def polled(self, res: int) -> None:
@@ -164,8 +165,25 @@ class ReadyCall(futures.Future):
         self._end()
         return super().cancel(msg=msg)
 
+    def end_with(self, exc: BaseException) -> None:
+        """Ends the wait with ``exc`` (see :meth:`RingProactor.end_waits`),
+        its poll in flight cancelled."""
+        if self.done():
+            return
+        token, self._token = self._token, None
+        if token is not None:
+            self._proactor.cancel_op(token)
+        self._end()
+        self.set_exception(exc)
+
     def _end(self) -> None:
-        """Ends the hold on ``conn`` and lets go of it and the call."""
+        """Ends the hold on ``conn`` and lets go of it and the call (and
+        the proactor of this wait: see :meth:`RingProactor.end_waits`)."""
+        waits = self._proactor._ready_waits.get(self._fd)
+        if waits is not None:
+            waits.discard(self)
+            if not waits:
+                del self._proactor._ready_waits[self._fd]
         if self._held:
             self._held = False
             release(self._conn)
@@ -325,6 +343,15 @@ def reset(conn: socket.socket) -> None:
     with contextlib.suppress(OSError):
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     conn.close()
+
+
+def reset_on_close(conn: Any) -> None:
+    """Makes the close of ``conn`` (a stream socket) reset the connection
+    (``SO_LINGER`` 0), as the kernel resets one closed with bytes left
+    unread in its queue; nothing for another object."""
+    if is_stream(conn):
+        with contextlib.suppress(OSError):
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 def _fd_of(obj: Any) -> int:
@@ -500,6 +527,15 @@ class RingProactor:
         # descriptor yet (see take_opened): closed by close(), as nobody
         # else would close them once the tasks awaiting them never run
         self._opened: set[OpFuture] = set()
+        # sockets whose transport's cancelled receive took bytes that
+        # nothing will read (see took_unread)
+        self._unread: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        # sockets whose transport's receive was handed a reset (see
+        # reset_may_be_taken)
+        self._reset_taken: weakref.WeakSet[Any] = weakref.WeakSet()
+        # descriptor -> the poll futures of the readiness waits on it
+        # The readiness waits (ReadyCall) by descriptor, for end_waits
+        self._ready_waits: dict[int, set[ReadyCall]] = {}
 
     def set_loop(self, loop: Any) -> None:
         self._loop = loop
@@ -781,6 +817,25 @@ class RingProactor:
         self._ops[token] = (None, _CALLBACK, callback)
         return token
 
+    def reset_may_be_taken(self, conn: Any) -> bool:
+        """Whether a reset of ``conn``'s connection may have been reported
+        to a receive on it rather than to the caller: a receive (a
+        ``sock_recv``'s or a transport's) is in flight or its completion
+        not yet dispatched, or a transport's receive was handed the reset."""
+        fd = _fd_of(conn)
+        if fd in self._receiving or conn in self._reset_taken:
+            return True
+        return self._ring is not None and self._ring.receiving(fd) is not None
+
+    def took_unread(self, conn: Any) -> bool:
+        """Whether a transport's receive on ``conn``, cancelled by its
+        close or abort, took bytes that nothing reads (they would be in
+        the kernel's queue on asyncio's loop, and make the close a reset)."""
+        if conn in self._unread:
+            self._unread.discard(conn)
+            return True
+        return False
+
     def cancel_op(self, token: int) -> bool:
         """Asks the kernel to cancel operation ``token`` (one of ``_ops``,
         or a transport's receive, kept in the ring's slab; the ring ignores
@@ -827,6 +882,15 @@ class RingProactor:
         self._ops[token] = (call, _READY, None)
         self._hold(token, conn)
         return token
+
+    def end_waits(self, conn: socket.socket) -> None:
+        """Ends the readiness waits on ``conn`` (a socket its transport
+        closed; a sendfile on it holds it open) with ``BrokenPipeError``, as
+        a wait on a socket shut down would end: the socket is closed, not
+        shut down, and would never be ready (its peer may be waiting for
+        the sendfile to end before it reads). Their polls are cancelled."""
+        for call in list(self._ready_waits.get(_fd_of(conn), ())):
+            call.end_with(os_error(errno.EPIPE))
 
     def _inline_or_when_ready(self, conn: socket.socket, mask: int, call: Callable[[], Any]) -> futures.Future:
         """``call()`` inline (as the caller's own step: a caller that then
@@ -1029,6 +1093,8 @@ class RingProactor:
             # would stay until the number is reused, and every transport's
             # arming would ask whether they are its own).
             self._drop_kept(rx.conn)
+            if res > 0 and isinstance(rx.conn, socket.socket):
+                self._unread.add(rx.conn)
             return
         if rx.token != token:
             if res >= 0 and not redirected:
@@ -1045,6 +1111,8 @@ class RingProactor:
             data, exc = None, os_error(errno.ECONNRESET)
         else:
             data, exc = value, None
+        if isinstance(exc, ConnectionResetError) and isinstance(rx.conn, socket.socket):
+            self._reset_taken.add(rx.conn)
         try:
             if self._direct:
                 rx.deliver(callback, data, exc)
@@ -1166,6 +1234,8 @@ class RingProactor:
             if fut is not None and not fut.done():
                 fut.cancel()
         self._kept.clear()
+        self._unread.clear()
+        self._reset_taken.clear()
         # Opens answered but not taken: their tasks never resume now.
         opened = [fut.result() for fut in self._opened]
         self._opened.clear()
