@@ -305,16 +305,19 @@ where
                 std::thread::spawn(move || peer(addr, i))
             })
             .collect();
-        let seen: Vec<T> = threads
-            .into_iter()
-            .map(|t| {
-                t.join().unwrap_or_else(|_| {
-                    panic!(
-                        "{name}: a peer of {stack:?} over {family:?} failed (its message is above)"
-                    )
-                })
-            })
-            .collect();
+        // Every peer is waited for before any failure is reported: the
+        // report drops the server, and a peer still reading would then see
+        // its connection cut by the teardown and fail too, as if the
+        // server had failed it. So each message printed above a failure is
+        // a peer's own.
+        let joined: Vec<std::thread::Result<T>> = threads.into_iter().map(|t| t.join()).collect();
+        let failed = joined.iter().filter(|r| r.is_err()).count();
+        assert!(
+            failed == 0,
+            "{name}: {failed} of {conns} peers of {stack:?} over {family:?} failed \
+             (their messages are above)"
+        );
+        let seen: Vec<T> = joined.into_iter().map(Result::unwrap).collect();
         drop(server);
         match &reference {
             None => reference = Some(seen),
