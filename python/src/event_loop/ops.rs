@@ -3,7 +3,7 @@
 //! for its current step (the operation itself, or the readiness poll it
 //! waits on after an `EAGAIN`).
 
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 
 use io_uring::{opcode, squeue, types::Fd};
 use pyo3::buffer::PyBuffer;
@@ -25,7 +25,9 @@ pub(crate) enum Kind {
     Poll,
     /// Read a file at an offset (`pread`) into a new `bytes` object (the
     /// value) or the caller's buffer (the value: the count):
-    /// one read, short at the end of the file, as the engine's.
+    /// one read, short at the end of the file, as the engine's. One that
+    /// holds its own descriptor (`own_fd`: see `LoopRing::pread`) is copied
+    /// by the kernel's worker threads, never on the loop's thread.
     Pread,
     /// Write the caller's buffer to a file at an offset (`pwrite`): one
     /// write, whose count is the value (short only where the kernel cuts
@@ -135,6 +137,12 @@ pub(crate) struct InFlight {
     /// whose sender the loop wrote again since: what that write sent is
     /// taken with it (see `State::mark_peer_receives`).
     pub peer_sent: bool,
+    /// A [`Kind::Pread`]'s own duplicate of its caller's descriptor (`fd`
+    /// is its number), closed when the operation is dropped: such a read
+    /// goes to the kernel's worker threads (`IOSQE_ASYNC`), which look the
+    /// number up only when they start it, so the number must stay this
+    /// file's until then whatever the caller does with its own.
+    pub own_fd: Option<OwnedFd>,
     /// The transport's receive this operation completes, if it is one:
     /// kept in the operation itself, not boxed, so that arming and
     /// dispatching a message's receive allocate and free nothing for it
@@ -160,6 +168,7 @@ impl InFlight {
             waiting_ready: false,
             cancelled: false,
             peer_sent: false,
+            own_fd: None,
             owner: None,
         }
     }
@@ -235,7 +244,12 @@ impl InFlight {
             }
             Kind::Pread => {
                 let (ptr, len) = self.recv_target();
-                opcode::Read::new(fd, ptr, len).offset(self.offset).build()
+                let read = opcode::Read::new(fd, ptr, len).offset(self.offset).build();
+                if self.own_fd.is_some() {
+                    read.flags(squeue::Flags::ASYNC)
+                } else {
+                    read
+                }
             }
             Kind::Pwrite => {
                 let (ptr, len) = self.send_source();
@@ -283,6 +297,19 @@ impl InFlight {
         e.user_data(token)
     }
 }
+
+/// The longest file read ([`Kind::Pread`]) the kernel may try at its
+/// submission. A buffered read is first tried there: `io_uring_enter` on
+/// the loop's thread copies what of it the page cache holds (and the rest
+/// is copied by work the kernel runs on that thread too), and the loop
+/// runs nothing else meanwhile, about 1 ms per MiB on the shared 2-core
+/// machine (`docs/benchmarks.md`, "Large reads on the loop's ring"). A
+/// longer read holds its own duplicate of the descriptor and is marked
+/// `IOSQE_ASYNC`: the kernel's worker threads copy it, and the loop runs
+/// its other tasks until it completes. Up to this length a read costs no
+/// duplicate and no thread hop (`loop.sendfile` reads uncached ranges in
+/// reads of this size).
+pub(crate) const INLINE_PREAD_MAX: usize = 256 << 10;
 
 /// A length as the 32-bit field of a submission entry (a longer transfer
 /// is done in several steps: sends resubmit the rest, receives return

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ use pyo3::types::PyBytes;
 use pyo3::PyTraverseError;
 
 use super::dispatch::release_conn;
-use super::ops::{addr_slot, InFlight, Kind, Memory, Owner};
+use super::ops::{addr_slot, InFlight, Kind, Memory, Owner, INLINE_PREAD_MAX};
 use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
 use crate::fds::Born;
@@ -434,12 +434,7 @@ impl LoopRing {
         // where they are while `obj` lives: the operation holds it until
         // the completion, and only `finish` resizes it, after that.
         let at = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
-        let mut op = InFlight::new(Kind::Pread, fd, false, Memory::Bytes(obj, at), length);
-        op.offset = offset;
-        let token = self.submit(op)?;
-        self.flush()?;
-        self.file_reads.fetch_add(1, Ordering::Relaxed);
-        Ok(token)
+        self.submit_pread(fd, offset, Memory::Bytes(obj, at), length)
     }
 
     /// Reads at most the length of `buf` (a writable, contiguous buffer,
@@ -454,12 +449,7 @@ impl LoopRing {
             ));
         }
         let n = b.len_bytes();
-        let mut op = InFlight::new(Kind::Pread, fd, false, Memory::Lent(b), n);
-        op.offset = offset;
-        let token = self.submit(op)?;
-        self.flush()?;
-        self.file_reads.fetch_add(1, Ordering::Relaxed);
-        Ok(token)
+        self.submit_pread(fd, offset, Memory::Lent(b), n)
     }
 
     /// The first buffer of receive `token` in flight, in bytes (2 KiB,
@@ -999,6 +989,29 @@ impl LoopRing {
         }
     }
 
+    /// Hands the kernel a read of `len` bytes of the file `fd` at `offset`
+    /// into `memory` ([`LoopRing::pread`], [`LoopRing::pread_into`]) and
+    /// returns its token. A read longer than [`INLINE_PREAD_MAX`] is made
+    /// on a duplicate of `fd` the operation owns (closed once the kernel
+    /// has answered) and copied by the kernel's worker threads (see
+    /// `InFlight::own_fd`): a worker looks the number up when it starts
+    /// the read, and the duplicate's number stays this file's until then,
+    /// as the caller's need not. A descriptor that cannot be duplicated
+    /// (`EBADF`, `EMFILE`) raises `OSError`, and nothing is submitted.
+    fn submit_pread(&self, fd: RawFd, offset: u64, memory: Memory, len: usize) -> PyResult<u64> {
+        let mut op = InFlight::new(Kind::Pread, fd, false, memory, len);
+        op.offset = offset;
+        if len > INLINE_PREAD_MAX {
+            let own = own_duplicate(fd)?;
+            op.fd = own.as_raw_fd();
+            op.own_fd = Some(own);
+        }
+        let token = self.submit(op)?;
+        self.flush()?;
+        self.file_reads.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
+    }
+
     /// Queues `op` and returns its token.
     fn submit(&self, mut op: InFlight) -> PyResult<u64> {
         let mut guard = self.lock()?;
@@ -1504,7 +1517,8 @@ impl State {
     /// Cancels everything but file writes (see [`LoopRing::pwrite`]),
     /// reaps until every operation has answered or [`CLOSE_BOUND`] passes,
     /// then leaks what is left (its memory may still be written by the
-    /// kernel) and closes the ring. Returns the owners of the transports'
+    /// kernel, and a read's own descriptor may still be looked up by a
+    /// worker: its number must not name another file) and closes the ring. Returns the owners of the transports'
     /// receives in flight or not yet dispatched.
     fn shut_down(mut self, py: Python<'_>) -> Vec<Owner> {
         let mut owners = Vec::new();
@@ -1571,6 +1585,14 @@ impl State {
     fn forget_in_child(self) {
         drop(self);
     }
+}
+
+/// A new descriptor for the file `fd` names now (`F_DUPFD_CLOEXEC`).
+fn own_duplicate(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: the caller's descriptor, borrowed for this one call; if it
+    // was closed meanwhile the duplicate fails with EBADF, reported as such.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    Ok(rustix::io::fcntl_dupfd_cloexec(borrowed, 0)?)
 }
 
 /// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
