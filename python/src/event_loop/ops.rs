@@ -302,8 +302,10 @@ impl InFlight {
 /// submission. A buffered read is first tried there: `io_uring_enter` on
 /// the loop's thread copies what of it the page cache holds (and the rest
 /// is copied by work the kernel runs on that thread too), and the loop
-/// runs nothing else meanwhile, about 1 ms per MiB on the shared 2-core
-/// machine (`docs/benchmarks.md`, "Large reads on the loop's ring"). A
+/// runs nothing else meanwhile (a 512 MiB read into a new `bytes` object,
+/// whose pages fault in as they are filled: some 300 ms on the shared
+/// 2-core machine, `docs/benchmarks.md`, "Large reads on the loop's
+/// ring"). A
 /// longer read holds its own duplicate of the descriptor and is marked
 /// `IOSQE_ASYNC`: the kernel's worker threads copy it, and the loop runs
 /// its other tasks until it completes. Up to this length a read costs no

@@ -416,7 +416,9 @@ impl LoopRing {
     /// Reads at most `length` bytes of the file `fd` at `offset` into new
     /// bytes (one `pread`, short at the end of the file), handed to the
     /// kernel at once: the kernel takes the file from the descriptor's
-    /// number now and holds it until the completion, so the caller may
+    /// number now (a read over [`INLINE_PREAD_MAX`], which the kernel's
+    /// workers copy, takes a duplicate of the number now: see
+    /// `submit_pread`) and holds it until the completion, so the caller may
     /// close the number, or cancel the read, at any time after this
     /// returns and nothing reaches a file that takes the number next.
     /// (Where the kernel takes not all of the queue at once, as a ring
