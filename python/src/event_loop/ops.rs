@@ -25,9 +25,9 @@ pub(crate) enum Kind {
     Poll,
     /// Read a file at an offset (`pread`) into a new `bytes` object (the
     /// value) or the caller's buffer (the value: the count):
-    /// one read, short at the end of the file, as the engine's. One that
-    /// holds its own descriptor (`own_fd`: see `LoopRing::pread`) is copied
-    /// by the kernel's worker threads, never on the loop's thread.
+    /// one read, short at the end of the file, as the engine's. One whose
+    /// memory is [`Memory::Held`] (longer than [`INLINE_PREAD_MAX`]) is
+    /// copied by the kernel's worker threads, never on the loop's thread.
     Pread,
     /// Write the caller's buffer to a file at an offset (`pwrite`): one
     /// write, whose count is the value (short only where the kernel cuts
@@ -72,6 +72,15 @@ pub(crate) enum Memory {
     Addr(Box<AddrSlot>),
     /// A path, NUL-terminated (an open).
     Path(std::ffi::CString),
+    /// A file read's memory (`Bytes` or `Lent`) and the read's own
+    /// duplicate of its caller's descriptor (the operation's `fd` is its
+    /// number), closed at the completion: such a read goes to the kernel's
+    /// worker threads (`IOSQE_ASYNC`), which look the number up only when
+    /// they start it, so the number must stay this file's until then
+    /// whatever the caller does with its own (see `LoopRing::pread`).
+    /// Boxed, so that no operation grows for it (`InFlight` is moved
+    /// whole for every socket message).
+    Held(Box<(Memory, OwnedFd)>),
 }
 
 impl Memory {
@@ -137,12 +146,6 @@ pub(crate) struct InFlight {
     /// whose sender the loop wrote again since: what that write sent is
     /// taken with it (see `State::mark_peer_receives`).
     pub peer_sent: bool,
-    /// A [`Kind::Pread`]'s own duplicate of its caller's descriptor (`fd`
-    /// is its number), closed when the operation is dropped: such a read
-    /// goes to the kernel's worker threads (`IOSQE_ASYNC`), which look the
-    /// number up only when they start it, so the number must stay this
-    /// file's until then whatever the caller does with its own.
-    pub own_fd: Option<OwnedFd>,
     /// The transport's receive this operation completes, if it is one:
     /// kept in the operation itself, not boxed, so that arming and
     /// dispatching a message's receive allocate and free nothing for it
@@ -168,7 +171,6 @@ impl InFlight {
             waiting_ready: false,
             cancelled: false,
             peer_sent: false,
-            own_fd: None,
             owner: None,
         }
     }
@@ -197,7 +199,11 @@ impl InFlight {
     /// The address and room of the memory a receive fills.
     fn recv_target(&mut self) -> (*mut u8, u32) {
         let room = clamp_len(self.len);
-        match &mut self.memory {
+        let memory = match &mut self.memory {
+            Memory::Held(held) => &mut held.0,
+            memory => memory,
+        };
+        match memory {
             Memory::Owned(v) => (v.as_mut_ptr(), room),
             Memory::Lent(b) => (b.buf_ptr().cast::<u8>(), room),
             Memory::Bytes(_, at) => (*at as *mut u8, room),
@@ -245,7 +251,7 @@ impl InFlight {
             Kind::Pread => {
                 let (ptr, len) = self.recv_target();
                 let read = opcode::Read::new(fd, ptr, len).offset(self.offset).build();
-                if self.own_fd.is_some() {
+                if matches!(self.memory, Memory::Held(_)) {
                     read.flags(squeue::Flags::ASYNC)
                 } else {
                     read

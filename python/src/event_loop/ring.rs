@@ -996,18 +996,19 @@ impl LoopRing {
     /// returns its token. A read longer than [`INLINE_PREAD_MAX`] is made
     /// on a duplicate of `fd` the operation owns (closed once the kernel
     /// has answered) and copied by the kernel's worker threads (see
-    /// `InFlight::own_fd`): a worker looks the number up when it starts
+    /// [`Memory::Held`]): a worker looks the number up when it starts
     /// the read, and the duplicate's number stays this file's until then,
     /// as the caller's need not. A descriptor that cannot be duplicated
     /// (`EBADF`, `EMFILE`) raises `OSError`, and nothing is submitted.
     fn submit_pread(&self, fd: RawFd, offset: u64, memory: Memory, len: usize) -> PyResult<u64> {
+        let (fd, memory) = if len > INLINE_PREAD_MAX {
+            let own = own_duplicate(fd)?;
+            (own.as_raw_fd(), Memory::Held(Box::new((memory, own))))
+        } else {
+            (fd, memory)
+        };
         let mut op = InFlight::new(Kind::Pread, fd, false, memory, len);
         op.offset = offset;
-        if len > INLINE_PREAD_MAX {
-            let own = own_duplicate(fd)?;
-            op.fd = own.as_raw_fd();
-            op.own_fd = Some(own);
-        }
         let token = self.submit(op)?;
         self.flush()?;
         self.file_reads.fetch_add(1, Ordering::Relaxed);
@@ -1679,7 +1680,15 @@ fn finish(
         // kernel is done with the buffer: this is its completion.
         unsafe { v.set_len(written) }
     }
-    Ok(match (op.kind, op.memory) {
+    let memory = match op.memory {
+        Memory::Held(held) => {
+            // (the read's own descriptor closed: the kernel is done with it)
+            let (memory, _own) = *held;
+            memory
+        }
+        memory => memory,
+    };
+    Ok(match (op.kind, memory) {
         (Kind::Recv, Memory::Owned(mut first)) => {
             // The first buffer, then (when it filled) what `recv_rest`
             // added.
