@@ -340,3 +340,109 @@ def test_spooled_files_and_type_names_as_aiofiles_also_installed_over_it(tmp_pat
     where = subprocess.run([sys.executable, "-c", "import aiofiles.tempfile as t, blockio; print(t.blockio.__name__)"],
                            capture_output=True, env=env, timeout=120)
     assert where.stdout.decode().strip() == "blockio", where.stderr.decode()
+
+
+#: The public names of aiofiles' modules (code imports the standard
+#: library's names from them too: ``from aiofiles.threadpool import
+#: FileIO``).
+MODULE_NAMES = """
+    import importlib, json
+    MODULES = ["aiofiles", "aiofiles.os", "aiofiles.ospath", "aiofiles.base", "aiofiles.threadpool",
+               "aiofiles.threadpool.binary", "aiofiles.threadpool.text", "aiofiles.threadpool.utils",
+               "aiofiles.tempfile", "aiofiles.tempfile.temptypes"]
+    print(json.dumps({m: sorted(n for n in dir(importlib.import_module(m)) if not n.startswith("_"))
+                      for m in MODULES}))
+"""
+
+
+def test_every_public_name_of_aiofiles_modules_is_there():
+    theirs = json.loads(run_py(MODULE_NAMES, compat=False))
+    ours = json.loads(run_py(MODULE_NAMES, compat=True))
+    assert "delegate_to_executor" in theirs["aiofiles.threadpool.utils"]
+    assert "AiofilesContextManagerTempDir" in theirs["aiofiles.tempfile"]
+    assert {m: sorted(set(names) - set(ours[m])) for m, names in theirs.items()} == {m: [] for m in theirs}
+
+
+#: A class of its own made with ``aiofiles.threadpool.utils``' decorators
+#: around a synchronous file that records each call and the thread it ran
+#: on (the executor's threads are named ``mine``), before and after the
+#: file rolls over (``_rolled``).
+UTILS = """
+    import asyncio, json, threading
+    from concurrent.futures import ThreadPoolExecutor
+    from aiofiles.tempfile import AiofilesContextManagerTempDir, TemporaryDirectory
+    from aiofiles.threadpool.utils import (cond_delegate_to_executor, delegate_to_executor,
+                                           proxy_method_directly, proxy_property_directly)
+
+    class Recorder:
+        def __init__(self, rolled):
+            self._rolled, self.calls, self.name, self.closed = rolled, [], "rec", False
+        def _note(self, what, *args):
+            self.calls.append([what, list(args), threading.current_thread().name.split("_")[0]])
+        def read(self, n=-1):
+            self._note("read", n)
+            return b"x" * n
+        def seek(self, at, whence=0):
+            self._note("seek", at, whence)
+            return at
+        def write(self, b):
+            self._note("write", b.decode())
+            return len(b)
+        def tell(self):
+            self._note("tell")
+            return 7
+        def fileno(self):
+            self._note("fileno")
+            return 3
+        def fail(self):
+            self._note("fail")
+            raise ValueError("failed in the file")
+
+    @delegate_to_executor("read", "seek", "fail")
+    @cond_delegate_to_executor("write", "tell")
+    @proxy_method_directly("fileno")
+    @proxy_property_directly("name", "closed")
+    class Wrapper:
+        def __init__(self, file, executor):
+            self._file, self._executor = file, executor
+        @property
+        def _loop(self):
+            return asyncio.get_running_loop()
+
+    async def main():
+        out = {}
+        with ThreadPoolExecutor(2, thread_name_prefix="mine") as ex:
+            for rolled in (False, True):
+                f = Recorder(rolled)
+                w = Wrapper(f, ex)
+                got = [await w.read(3), await w.seek(5, whence=1), await w.write(b"ab"), await w.tell(),
+                       w.fileno(), w.name, w.closed]
+                try:
+                    await w.fail()
+                except ValueError as e:
+                    got.append(repr(e))
+                out[str(rolled)] = [repr(g) for g in got] + [f.calls]
+        out["coroutines"] = {n: asyncio.iscoroutinefunction(getattr(Wrapper, n))
+                             for n in ("read", "seek", "write", "tell", "fileno", "fail")}
+        out["properties"] = sorted(n for n in ("name", "closed") if isinstance(Wrapper.__dict__[n], property))
+        try:
+            w.name = "other"
+            out["set"] = "set"
+        except AttributeError:
+            out["set"] = "AttributeError"
+        manager = TemporaryDirectory()
+        async with manager as d:
+            out["tempdir"] = [isinstance(manager, AiofilesContextManagerTempDir), type(d).__name__]
+        return out
+
+    print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_threadpool_utils_decorators_make_the_methods_aiofiles_makes():
+    theirs = json.loads(run_py(UTILS, compat=False))
+    assert theirs["True"][-1] == [["read", [3], "mine"], ["seek", [5, 1], "mine"], ["write", ["ab"], "mine"],
+                                  ["tell", [], "mine"], ["fileno", [], "MainThread"], ["fail", [], "mine"]]
+    assert theirs["False"][-1][2:4] == [["write", ["ab"], "MainThread"], ["tell", [], "MainThread"]]
+    assert theirs["tempdir"] == [True, "str"] and theirs["set"] == "AttributeError"
+    assert json.loads(run_py(UTILS, compat=True)) == theirs

@@ -14,6 +14,7 @@ import gc
 import mmap
 import os
 import random
+import resource
 import subprocess
 import sys
 import textwrap
@@ -274,6 +275,32 @@ def test_a_read_on_the_ring_reads_its_file_though_the_number_is_closed_and_reuse
     assert on_ring == 1
 
 
+def test_large_reads_on_the_ring_read_their_file_though_the_number_is_reused_at_once(data_path, tmp_path):
+    """Reads of 1 MiB go to the kernel's worker threads, which look a
+    descriptor up only when they start a read: 32 of them handed to the
+    ring at once, then the number taken by another file before the loop
+    runs again, every read still returns its own file's bytes (each holds
+    a duplicate of the descriptor from its submission)."""
+    path, data = data_path
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x" * SIZE)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            futs = [loop._ring_pread(fd, 0, SIZE) for _ in range(32)]
+            fd2 = os.open(other, os.O_RDONLY)
+            os.dup2(fd2, fd)
+            os.close(fd2)
+            return await asyncio.gather(*futs, return_exceptions=True)
+        finally:
+            os.close(fd)
+
+    got = run_on(UringEventLoop, main())
+    assert [g == data for g in got] == [True] * 32, [type(g) for g in got]
+
+
 def test_loop_close_with_a_file_read_in_flight(data_path):
     """The loop is closed while a file's read is on its ring, its task
     waiting: the loop is stopped in the turn that submits the read (its
@@ -475,6 +502,64 @@ def test_a_large_read_on_the_ring_holds_its_length_once(tmp_path):
     grown_kib, on_ring = map(int, out.stdout.split())
     assert on_ring == 1
     assert grown_kib < (size * 3 // 2) >> 10, f"the read raised the peak by {grown_kib} KiB for {size >> 10} KiB"
+
+
+def thread_faults():
+    """The calling thread's minor page faults so far."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+
+
+async def large_read(path, how, size):
+    """A read of the ``size`` bytes of ``path`` on the running loop's ring,
+    made ``how``: ``Engine.aread``, ``Engine.areadinto`` into a fresh
+    anonymous mapping (kept from huge pages: one fault per 4 KiB page),
+    or a ``blockio.open`` file's ``read()``. Returns the bytes read, the
+    page faults the loop's thread took while the read was awaited and the
+    count of reads on the ring meanwhile."""
+    engine = default_engine()
+    on_ring = ring_reads()
+    if how == "read":
+        async with blockio.open(path, "rb") as f:
+            faults = thread_faults()
+            got = await f.read()
+            faults = thread_faults() - faults
+        return got, faults, ring_reads() - on_ring
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if how == "aread":
+            faults = thread_faults()
+            got = await engine.aread(fd, offset=0, length=size)
+            faults = thread_faults() - faults
+            return got, faults, ring_reads() - on_ring
+        buf = mmap.mmap(-1, size)
+        buf.madvise(mmap.MADV_NOHUGEPAGE)
+        faults = thread_faults()
+        n = await engine.areadinto(fd, buf, 0)
+        faults = thread_faults() - faults
+        return buf[:n], faults, ring_reads() - on_ring
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("how", ["aread", "areadinto", "read"])
+def test_a_large_read_on_the_ring_is_copied_off_the_loops_thread(tmp_path, how):
+    """A read of 64 MiB of cached bytes on the loop's ring lands in memory
+    nothing has touched yet, so the thread that copies it takes a page
+    fault per page (16,384). The loop's thread takes almost none of them:
+    a read this large goes to the kernel's worker threads
+    (``IOSQE_ASYNC``), and the loop runs its other tasks while they copy.
+    Tried at its submission, as a small read is, the whole read would be
+    copied on the loop's thread, which would take every one of those
+    faults (and run nothing else meanwhile)."""
+    size = 64 << 20
+    data = bytes(range(256)) * (size >> 8)
+    p = tmp_path / "big.bin"
+    p.write_bytes(data)  # (its pages are in the cache: just written)
+    got, faults, on_ring = run_on(UringEventLoop, large_read(p, how, size))
+    assert got == data
+    assert on_ring >= 1
+    pages = size // mmap.PAGESIZE
+    assert faults < pages // 4, f"the loop's thread took {faults} page faults reading {pages} pages"
 
 
 @pytest.mark.parametrize("buffering", [-1, 0])

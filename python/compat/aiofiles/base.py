@@ -13,6 +13,9 @@ import asyncio
 from collections.abc import Awaitable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generator, Optional
+# (names aiofiles' module has, which code written for it imports from it)
+from asyncio import get_running_loop  # noqa: F401
+from functools import partial, wraps  # noqa: F401
 
 import blockio
 from blockio._open import Opener

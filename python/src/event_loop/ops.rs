@@ -3,7 +3,7 @@
 //! for its current step (the operation itself, or the readiness poll it
 //! waits on after an `EAGAIN`).
 
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 
 use io_uring::{opcode, squeue, types::Fd};
 use pyo3::buffer::PyBuffer;
@@ -25,7 +25,9 @@ pub(crate) enum Kind {
     Poll,
     /// Read a file at an offset (`pread`) into a new `bytes` object (the
     /// value) or the caller's buffer (the value: the count):
-    /// one read, short at the end of the file, as the engine's.
+    /// one read, short at the end of the file, as the engine's. One whose
+    /// memory is [`Memory::Held`] (longer than [`INLINE_PREAD_MAX`]) is
+    /// copied by the kernel's worker threads, never on the loop's thread.
     Pread,
     /// Write the caller's buffer to a file at an offset (`pwrite`): one
     /// write, whose count is the value (short only where the kernel cuts
@@ -70,6 +72,15 @@ pub(crate) enum Memory {
     Addr(Box<AddrSlot>),
     /// A path, NUL-terminated (an open).
     Path(std::ffi::CString),
+    /// A file read's memory (`Bytes` or `Lent`) and the read's own
+    /// duplicate of its caller's descriptor (the operation's `fd` is its
+    /// number), closed at the completion: such a read goes to the kernel's
+    /// worker threads (`IOSQE_ASYNC`), which look the number up only when
+    /// they start it, so the number must stay this file's until then
+    /// whatever the caller does with its own (see `LoopRing::pread`).
+    /// Boxed, so that no operation grows for it (`InFlight` is moved
+    /// whole for every socket message).
+    Held(Box<(Memory, OwnedFd)>),
 }
 
 impl Memory {
@@ -188,7 +199,11 @@ impl InFlight {
     /// The address and room of the memory a receive fills.
     fn recv_target(&mut self) -> (*mut u8, u32) {
         let room = clamp_len(self.len);
-        match &mut self.memory {
+        let memory = match &mut self.memory {
+            Memory::Held(held) => &mut held.0,
+            memory => memory,
+        };
+        match memory {
             Memory::Owned(v) => (v.as_mut_ptr(), room),
             Memory::Lent(b) => (b.buf_ptr().cast::<u8>(), room),
             Memory::Bytes(_, at) => (*at as *mut u8, room),
@@ -235,7 +250,12 @@ impl InFlight {
             }
             Kind::Pread => {
                 let (ptr, len) = self.recv_target();
-                opcode::Read::new(fd, ptr, len).offset(self.offset).build()
+                let read = opcode::Read::new(fd, ptr, len).offset(self.offset).build();
+                if matches!(self.memory, Memory::Held(_)) {
+                    read.flags(squeue::Flags::ASYNC)
+                } else {
+                    read
+                }
             }
             Kind::Pwrite => {
                 let (ptr, len) = self.send_source();
@@ -283,6 +303,21 @@ impl InFlight {
         e.user_data(token)
     }
 }
+
+/// The longest file read ([`Kind::Pread`]) the kernel may try at its
+/// submission. A buffered read is first tried there: `io_uring_enter` on
+/// the loop's thread copies what of it the page cache holds (and the rest
+/// is copied by work the kernel runs on that thread too), and the loop
+/// runs nothing else meanwhile (a 512 MiB read into a new `bytes` object,
+/// whose pages fault in as they are filled: some 300 ms on the shared
+/// 2-core machine, `docs/benchmarks.md`, "Large reads on the loop's
+/// ring"). A
+/// longer read holds its own duplicate of the descriptor and is marked
+/// `IOSQE_ASYNC`: the kernel's worker threads copy it, and the loop runs
+/// its other tasks until it completes. Up to this length a read costs no
+/// duplicate and no thread hop (`loop.sendfile` reads uncached ranges in
+/// reads of this size).
+pub(crate) const INLINE_PREAD_MAX: usize = 256 << 10;
 
 /// A length as the 32-bit field of a submission entry (a longer transfer
 /// is done in several steps: sends resubmit the rest, receives return

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ use pyo3::types::PyBytes;
 use pyo3::PyTraverseError;
 
 use super::dispatch::release_conn;
-use super::ops::{addr_slot, InFlight, Kind, Memory, Owner};
+use super::ops::{addr_slot, InFlight, Kind, Memory, Owner, INLINE_PREAD_MAX};
 use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
 use crate::fds::Born;
@@ -416,7 +416,9 @@ impl LoopRing {
     /// Reads at most `length` bytes of the file `fd` at `offset` into new
     /// bytes (one `pread`, short at the end of the file), handed to the
     /// kernel at once: the kernel takes the file from the descriptor's
-    /// number now and holds it until the completion, so the caller may
+    /// number now (a read over [`INLINE_PREAD_MAX`], which the kernel's
+    /// workers copy, takes a duplicate of the number now: see
+    /// `submit_pread`) and holds it until the completion, so the caller may
     /// close the number, or cancel the read, at any time after this
     /// returns and nothing reaches a file that takes the number next.
     /// (Where the kernel takes not all of the queue at once, as a ring
@@ -434,12 +436,7 @@ impl LoopRing {
         // where they are while `obj` lives: the operation holds it until
         // the completion, and only `finish` resizes it, after that.
         let at = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
-        let mut op = InFlight::new(Kind::Pread, fd, false, Memory::Bytes(obj, at), length);
-        op.offset = offset;
-        let token = self.submit(op)?;
-        self.flush()?;
-        self.file_reads.fetch_add(1, Ordering::Relaxed);
-        Ok(token)
+        self.submit_pread(fd, offset, Memory::Bytes(obj, at), length)
     }
 
     /// Reads at most the length of `buf` (a writable, contiguous buffer,
@@ -454,12 +451,7 @@ impl LoopRing {
             ));
         }
         let n = b.len_bytes();
-        let mut op = InFlight::new(Kind::Pread, fd, false, Memory::Lent(b), n);
-        op.offset = offset;
-        let token = self.submit(op)?;
-        self.flush()?;
-        self.file_reads.fetch_add(1, Ordering::Relaxed);
-        Ok(token)
+        self.submit_pread(fd, offset, Memory::Lent(b), n)
     }
 
     /// The first buffer of receive `token` in flight, in bytes (2 KiB,
@@ -999,6 +991,30 @@ impl LoopRing {
         }
     }
 
+    /// Hands the kernel a read of `len` bytes of the file `fd` at `offset`
+    /// into `memory` ([`LoopRing::pread`], [`LoopRing::pread_into`]) and
+    /// returns its token. A read longer than [`INLINE_PREAD_MAX`] is made
+    /// on a duplicate of `fd` the operation owns (closed once the kernel
+    /// has answered) and copied by the kernel's worker threads (see
+    /// [`Memory::Held`]): a worker looks the number up when it starts
+    /// the read, and the duplicate's number stays this file's until then,
+    /// as the caller's need not. A descriptor that cannot be duplicated
+    /// (`EBADF`, `EMFILE`) raises `OSError`, and nothing is submitted.
+    fn submit_pread(&self, fd: RawFd, offset: u64, memory: Memory, len: usize) -> PyResult<u64> {
+        let (fd, memory) = if len > INLINE_PREAD_MAX {
+            let own = own_duplicate(fd)?;
+            (own.as_raw_fd(), Memory::Held(Box::new((memory, own))))
+        } else {
+            (fd, memory)
+        };
+        let mut op = InFlight::new(Kind::Pread, fd, false, memory, len);
+        op.offset = offset;
+        let token = self.submit(op)?;
+        self.flush()?;
+        self.file_reads.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
+    }
+
     /// Queues `op` and returns its token.
     fn submit(&self, mut op: InFlight) -> PyResult<u64> {
         let mut guard = self.lock()?;
@@ -1504,7 +1520,8 @@ impl State {
     /// Cancels everything but file writes (see [`LoopRing::pwrite`]),
     /// reaps until every operation has answered or [`CLOSE_BOUND`] passes,
     /// then leaks what is left (its memory may still be written by the
-    /// kernel) and closes the ring. Returns the owners of the transports'
+    /// kernel, and a read's own descriptor may still be looked up by a
+    /// worker: its number must not name another file) and closes the ring. Returns the owners of the transports'
     /// receives in flight or not yet dispatched.
     fn shut_down(mut self, py: Python<'_>) -> Vec<Owner> {
         let mut owners = Vec::new();
@@ -1571,6 +1588,14 @@ impl State {
     fn forget_in_child(self) {
         drop(self);
     }
+}
+
+/// A new descriptor for the file `fd` names now (`F_DUPFD_CLOEXEC`).
+fn own_duplicate(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: the caller's descriptor, borrowed for this one call; if it
+    // was closed meanwhile the duplicate fails with EBADF, reported as such.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    Ok(rustix::io::fcntl_dupfd_cloexec(borrowed, 0)?)
 }
 
 /// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
@@ -1655,7 +1680,15 @@ fn finish(
         // kernel is done with the buffer: this is its completion.
         unsafe { v.set_len(written) }
     }
-    Ok(match (op.kind, op.memory) {
+    let memory = match op.memory {
+        Memory::Held(held) => {
+            // (the read's own descriptor closed: the kernel is done with it)
+            let (memory, _own) = *held;
+            memory
+        }
+        memory => memory,
+    };
+    Ok(match (op.kind, memory) {
         (Kind::Recv, Memory::Owned(mut first)) => {
             // The first buffer, then (when it filled) what `recv_rest`
             // added.

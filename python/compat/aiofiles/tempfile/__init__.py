@@ -20,12 +20,24 @@ which would otherwise be imported in its place.
 import os
 import tempfile as _tempfile
 from typing import Any, Optional
+# (names aiofiles' module has, which code written for it imports from it)
+import asyncio  # noqa: F401
+import sys  # noqa: F401
+from functools import partial, singledispatch  # noqa: F401
+from io import BufferedRandom, BufferedReader, BufferedWriter, FileIO, TextIOBase  # noqa: F401
+from tempfile import NamedTemporaryFile as syncNamedTemporaryFile  # noqa: F401
+from tempfile import SpooledTemporaryFile as syncSpooledTemporaryFile  # noqa: F401
+from tempfile import TemporaryDirectory as syncTemporaryDirectory  # noqa: F401
+from tempfile import TemporaryFile as syncTemporaryFile  # noqa: F401
+from tempfile import _TemporaryFileWrapper as syncTemporaryFileWrapper  # noqa: F401
 
 import blockio
 import blockio.os
 from blockio.os import wrap
 
 from ..base import AiofilesContextManager, AsyncBase
+from ..threadpool.binary import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO  # noqa: F401
+from ..threadpool.text import AsyncTextIOWrapper  # noqa: F401
 from .temptypes import AsyncSpooledTemporaryFile, AsyncTemporaryDirectory
 
 __all__ = ["NamedTemporaryFile", "TemporaryFile", "SpooledTemporaryFile", "TemporaryDirectory"]
@@ -134,8 +146,9 @@ def SpooledTemporaryFile(max_size: int = 0, mode: str = "w+b", buffering: int = 
     return AiofilesContextManager(_spooled(mode, buffering, encoding, newline, suffix, prefix, dir))
 
 
-class _DirectoryContextManager(AiofilesContextManager):
-    """``async with`` gives the directory's path and removes it at the end;
+class AiofilesContextManagerTempDir(AiofilesContextManager):
+    """What :func:`TemporaryDirectory` returns (aiofiles' name for it):
+    ``async with`` gives the directory's path and removes it at the end;
     awaited, it gives the :class:`AsyncTemporaryDirectory`."""
 
     __slots__ = ()
@@ -156,4 +169,4 @@ async def _directory(suffix: Optional[str], prefix: Optional[str], dir: Any) -> 
 def TemporaryDirectory(suffix: Optional[str] = None, prefix: Optional[str] = None, dir: Any = None,
                        loop: Any = None, executor: Any = None) -> AiofilesContextManager:
     """A temporary directory (see :class:`AsyncTemporaryDirectory`)."""
-    return _DirectoryContextManager(_directory(suffix, prefix, dir))
+    return AiofilesContextManagerTempDir(_directory(suffix, prefix, dir))

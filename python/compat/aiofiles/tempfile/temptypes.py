@@ -8,6 +8,9 @@ from typing import Any
 from blockio.os import wrap
 
 from ..base import AsyncBase
+# (names aiofiles' module has, which code written for it imports from it)
+from functools import partial  # noqa: F401
+from ..threadpool.utils import cond_delegate_to_executor, delegate_to_executor, proxy_property_directly  # noqa: F401
 
 __all__ = ["AsyncSpooledTemporaryFile", "AsyncTemporaryDirectory"]
 

@@ -17,6 +17,9 @@ import functools
 import io
 import sys
 from typing import Any
+# (names aiofiles' module has, which code written for it imports from it)
+from functools import partial, singledispatch  # noqa: F401
+from io import BufferedIOBase, BufferedRandom, BufferedReader, BufferedWriter, FileIO, TextIOBase  # noqa: F401
 
 import blockio
 
@@ -24,6 +27,7 @@ from ..base import AiofilesContextManager
 from ._stdio import BytesStream, TextStream
 from .binary import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO, AsyncIndirectBufferedIOBase
 from .text import AsyncTextIndirectIOWrapper, AsyncTextIOWrapper
+from . import utils  # noqa: F401
 
 __all__ = ("open", "stdin", "stdout", "stderr", "stdin_bytes", "stdout_bytes", "stderr_bytes")
 

@@ -19,6 +19,8 @@ import blockio
 
 from ..base import AsyncBase, AsyncIndirectBase, OverFile
 from ._delegate import delegate
+# (names aiofiles' module has, which code written for it imports from it)
+from .utils import delegate_to_executor, proxy_method_directly, proxy_property_directly  # noqa: F401
 
 __all__ = ["AsyncBufferedIOBase", "AsyncBufferedReader", "AsyncFileIO", "AsyncIndirectBufferedIOBase",
            "AsyncIndirectBufferedReader", "AsyncIndirectFileIO"]
