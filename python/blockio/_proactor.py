@@ -875,7 +875,16 @@ class RingProactor:
     # -- the wait -----------------------------------------------------------
 
     def select(self, timeout: float | None = None) -> tuple:
-        """Waits at most ``timeout`` seconds and resolves every finished operation."""
+        """Waits at most ``timeout`` seconds and resolves every finished operation.
+
+        In a child forked while the loop ran, the ring is the parent's: a
+        step with callbacks ready (``timeout`` 0) runs them without
+        touching it, so that what ends without I/O ends (``asyncio.run``'s
+        cancellation of the tasks left, whose operations on the engine the
+        child fails: see ``Engine._forget_parent``); a wait raises the
+        ring's ``RuntimeError`` (a forked child makes its own loop)."""
+        if timeout == 0 and self._ring.inherited:
+            return ()
         if self._kept_conns:
             self._drop_conns_of_closed_listeners()
         for arm in self._before_wait:
