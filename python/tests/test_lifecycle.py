@@ -635,10 +635,14 @@ def test_a_forked_child_that_exits_normally_forgets_the_parents_engines(data_fil
 #: What the child of the fork in the middle of writes does, on which loop:
 #: returns (asyncio.run's end cancels the writes), awaits the writes, or
 #: waits with its loop running until the parent's writes have landed, then
-#: awaits them (not on uvloop, whose loop in a forked child never wakes
-#: again, nor on blockio's on io_uring, whose ring a child cannot wait on).
-FORKED_CHILDREN = [(child, name) for child in ("returns", "awaits") for name in loop_kinds.NAMES] + [
-    ("waits", "asyncio"), ("waits", "blockio-epoll")]
+#: awaits them (not on blockio's loop on io_uring, whose ring a child
+#: cannot wait on). Not on uvloop: libuv batches its epoll_ctl calls
+#: through an io_uring whose queue the child shares with the parent, so a
+#: uvloop run or closed in a forked child aborts one of the two now and
+#: then (about one run in twenty here, a program of uvloop alone too:
+#: "uv__epoll_ctl_flush: Assertion `*ctl->sqhead == *ctl->sqtail'").
+FORKED_CHILDREN = [(child, name) for child in ("returns", "awaits") for name in loop_kinds.NAMES
+                   if name != "uvloop"] + [("waits", "asyncio"), ("waits", "blockio-epoll")]
 
 
 @pytest.mark.parametrize("child, loop_name", FORKED_CHILDREN, ids=["-".join(c) for c in FORKED_CHILDREN])
