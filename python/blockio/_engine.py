@@ -398,8 +398,12 @@ def _close_all() -> None:
 
 def _forget_engines_after_fork() -> None:
     """In a forked child the engines made before ``fork()`` are the
-    parent's (their rings and threads): the child's exit leaves them
+    parent's (their rings and threads): each is forgotten at once, its
+    operations in flight failed for the child's tasks (see
+    :meth:`Engine._forget_parent`), and the child's exit leaves them
     alone, as it leaves the parent's threads."""
+    for e in list(_engines):
+        e._forget_parent()
     _engines.clear()
 
 
@@ -524,11 +528,9 @@ class Engine:
 
         In a child forked after the engine was made, the rings and
         threads are the parent's: the child's engine is forgotten, never
-        touched (nothing of the child waits on it), and is closed."""
+        touched, and is closed (see :meth:`_forget_parent`)."""
         if self._pid != os.getpid():
-            with self._loops_lock:
-                self._loops, self._loop, self._trio_runs = weakref.WeakValueDictionary(), _no_loop, {}
-            self._core.close()  # (forgets the parent's rings: see the core)
+            self._forget_parent()
             return
         with self._loops_lock:
             loops, self._loops, self._loop = list(self._loops.values()), weakref.WeakValueDictionary(), _no_loop
@@ -555,6 +557,23 @@ class Engine:
                 _deliver(fut, None, None, err)
         if interrupted is not None:
             raise interrupted
+
+    def _forget_parent(self) -> None:
+        """In a child forked after the engine was made (at the fork, from
+        ``os.register_at_fork``): the rings and threads are the parent's,
+        and only the parent completes the operations it had in flight. The
+        core forgets them without touching a ring or a buffer, and each
+        task of the child awaiting one gets ``RuntimeError`` saying so
+        (:func:`_fail_in_child`) instead of waiting for ever; a task that
+        was cancelled meanwhile (``asyncio.run``'s end cancels every task)
+        ends cancelled (see :meth:`_awrite_kept`). Idempotent."""
+        # (no lock: in a child just forked only this thread runs, and a lock
+        # another thread of the parent held would stay held)
+        self._loops, self._loop, self._trio_runs = weakref.WeakValueDictionary(), _no_loop, {}
+        _, parents, _ = self._core.close()
+        for fut, _ in parents:
+            if fut is not None:
+                _fail_in_child(fut)
 
     @staticmethod
     def _unwatch(loop: asyncio.AbstractEventLoop, efd: int) -> None:
@@ -853,6 +872,8 @@ class Engine:
                 await asyncio.shield(fut)
             except asyncio.CancelledError as e:
                 cancelled = e
+        if cancelled is not None and _parents(fut):
+            raise cancelled
         return fut.result(), cancelled
 
     def _unclaimed(self, keep: Any, results: Any) -> None:
@@ -1369,6 +1390,8 @@ class Engine:
         if placed is not None:
             placed()
         cancelled = await self._await_kept(loop, fut, token, writes, cancelled)
+        if cancelled is not None and _parents(fut):
+            raise cancelled  # (the parent's write, in a forked child: see `_forget_parent`)
         results = fut.result()
         stopped = None
         if writes is not None and results[0] != len(flat):
@@ -1647,6 +1670,45 @@ def _named(results: List[Any], paths: Sequence[StrPath]) -> List[Any]:
         OSError(r.errno, os.strerror(r.errno or 0), os.fspath(p)) if isinstance(r, OSError) else r
         for r, p in zip(results, paths)
     ]
+
+
+#: What a forked child's task awaiting an operation its parent started
+#: gets (see :meth:`Engine._forget_parent`).
+_PARENTS = ("this blockio operation was started before fork(): it belongs to the parent process, "
+            "which completes it; the child never sees its result")
+
+
+def _fail_in_child(fut: _Future) -> None:
+    """Fails ``fut``, the waiter of an operation of the parent, in a child
+    just forked, with ``RuntimeError(_PARENTS)``, by its loop's
+    ``call_soon``: a loop that ran in the thread that forked (asyncio's
+    ``get_running_loop`` refuses to name it in the child, whose process id
+    differs) resolves it at its next step, in that thread; the child has
+    no other thread, so no other runs the loop meanwhile, and a loop that
+    ran in another (gone in the child) runs the callback only if the child
+    runs it again."""
+    err = RuntimeError(_PARENTS)
+    if isinstance(fut, TrioFuture):
+        try:
+            fut.settle(None, err)
+        except Exception:
+            pass  # (that trio.run is over)
+        return
+    loop = fut.get_loop()
+    if loop.is_closed():
+        return
+    try:
+        loop.call_soon(_resolve, fut, None, err)
+    except RuntimeError:
+        pass  # (in debug mode: a loop of another thread, which the child does not have)
+
+
+def _parents(fut: "asyncio.Future[Any]") -> bool:
+    """Whether ``fut`` (done) was failed by :func:`_fail_in_child`."""
+    if fut.cancelled():
+        return False
+    e = fut.exception()
+    return type(e) is RuntimeError and e.args == (_PARENTS,)
 
 
 def _deliver_results(fut: _Future, results: Any, on: Optional[asyncio.AbstractEventLoop]) -> None:

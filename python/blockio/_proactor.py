@@ -997,7 +997,14 @@ class RingProactor:
     # -- the wait -----------------------------------------------------------
 
     def select(self, timeout: float | None = None) -> tuple:
-        """Waits at most ``timeout`` seconds and resolves every finished operation."""
+        """Waits at most ``timeout`` seconds and resolves every finished operation.
+
+        In a child forked while the loop ran, the ring is the parent's: a
+        step with callbacks ready (``timeout`` 0) runs them without
+        touching it, so that what ends without I/O ends (``asyncio.run``'s
+        cancellation of the tasks left, whose operations on the engine the
+        child fails: see ``Engine._forget_parent``); a wait raises the
+        ring's ``RuntimeError`` (a forked child makes its own loop)."""
         if self._kept_conns:
             self._drop_conns_of_closed_listeners()
         for arm in self._before_wait:
@@ -1007,7 +1014,12 @@ class RingProactor:
         # (no wait while completions are left from a dispatch an
         # exception interrupted: they go first)
         ring = self._ring
-        ring.fill(timeout)
+        try:
+            ring.fill(timeout)
+        except RuntimeError:
+            if timeout == 0 and ring.inherited:
+                return ()
+            raise
         # A completion's protocol call goes behind the callbacks already
         # queued (asyncio's order: a completion is handled after what was
         # scheduled before it): at once when none is, else as one of them.

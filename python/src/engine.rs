@@ -319,8 +319,13 @@ impl Core {
 
     /// The finished batches since the last call: `(waiter, results)` pairs,
     /// results as the synchronous calls return them. Called by the event
-    /// loop when the eventfd is readable.
+    /// loop when the eventfd is readable. Nothing in a forked child: the
+    /// eventfd and the rings are the parent's (a read of the eventfd would
+    /// take the parent's wake-up, a reap its completions).
     pub(crate) fn drain<'py>(&self, py: Python<'py>) -> PyResult<Finished<'py>> {
+        if self.born.forked() {
+            return Ok(Vec::new());
+        }
         self.inflight.clear_eventfd();
         release_parked(py);
         self.finished()
@@ -340,19 +345,27 @@ impl Core {
     /// full one), or a signal handler raises, it cancels the rest: those
     /// not yet in the kernel are never submitted, those in flight are
     /// cancelled there and keep their buffers until the kernel lets go of
-    /// them. Idempotent.
+    /// them. Idempotent. In a forked child it waits for nothing and
+    /// touches no ring: the rings, the engine and the batches are
+    /// forgotten, and `cancelled` holds the waiters of the parent's
+    /// batches (see `InFlight::forget`).
     pub(crate) fn close<'py>(&self, py: Python<'py>) -> PyResult<Closed<'py>> {
         if self.born.forked() {
             // A forked child never touches the parent's rings; forget them.
             self.rings.forget();
-            std::mem::forget(
-                self.engine
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take(),
-            );
-            self.inflight.forget();
-            return Ok((Vec::new(), Vec::new(), None));
+            let engine = self
+                .engine
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if engine.is_some() {
+                // (once: the first close in the child)
+                self.inflight.detach_eventfd();
+            }
+            std::mem::forget(engine);
+            // The waiters of the parent's operations, for the caller to
+            // fail: nothing in the child will ever complete them.
+            return Ok((Vec::new(), self.inflight.forget(), None));
         }
         self.closing.store(true, Ordering::SeqCst);
         let mut finished = Vec::new();

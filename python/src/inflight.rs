@@ -231,11 +231,50 @@ impl InFlight {
         waiters
     }
 
+    /// In a forked child: points the eventfd's number at a new eventfd of
+    /// the child's own. The number stays registered with the event loops
+    /// that watched it, whose epoll instance the child shares with the
+    /// parent; epoll knows a registration by number and open file, so
+    /// the child's loops unwatching or closing it (uvloop's close does)
+    /// remove nothing of the parent's, whose loop would otherwise never
+    /// hear of its completions again. Best effort: left as it is if no
+    /// eventfd can be made.
+    pub(crate) fn detach_eventfd(&self) {
+        // SAFETY: eventfd has no memory effects; the result is checked.
+        let own = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if own < 0 {
+            return;
+        }
+        // SAFETY: both are descriptors of this process; dup3 replaces the
+        // number `eventfd` (owned by `wakeups`, which keeps it) atomically
+        // and `own`, a copy now, is closed once, here.
+        unsafe {
+            libc::dup3(own, self.eventfd(), libc::O_CLOEXEC);
+            libc::close(own);
+        }
+    }
+
     /// Forgets every batch without dropping it: in a forked child, whose
-    /// operations belong to the parent's rings.
-    pub(crate) fn forget(&self) {
-        std::mem::forget(std::mem::take(
-            &mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner),
-        ));
+    /// operations belong to the parent's rings and threads. The waiters
+    /// of the batches (those pending, and those that finished when started
+    /// but were not drained), in the order the batches started: nothing
+    /// in the child will ever resolve them, so the caller fails them.
+    pub(crate) fn forget(&self) -> Vec<PyObject> {
+        let pending =
+            std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        let ready = std::mem::take(&mut *self.ready.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut waiters: Vec<(u64, PyObject)> = Vec::new();
+        for (token, mut p) in pending {
+            if let Some(w) = p.waiter.take() {
+                waiters.push((token, w));
+            }
+            std::mem::forget(p);
+        }
+        for (token, w, done) in ready {
+            waiters.push((token, w));
+            std::mem::forget(done);
+        }
+        waiters.sort_unstable_by_key(|(t, _)| *t);
+        waiters.into_iter().map(|(_, w)| w).collect()
     }
 }

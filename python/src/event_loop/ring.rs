@@ -501,6 +501,13 @@ impl LoopRing {
         self.file_writes.load(Ordering::Relaxed)
     }
 
+    /// Whether the ring is a parent's, in a child forked after it was
+    /// made: the proactor then takes no wait on it.
+    #[getter]
+    fn inherited(&self) -> bool {
+        !self.made_here()
+    }
+
     /// Opens `path` (bytes, as `os.fsencode` gives it) with `flags` and
     /// `mode` (`openat` from the working directory, as `os.open`), handed
     /// to the kernel at once; the value is the new descriptor. `ValueError`
