@@ -107,35 +107,30 @@ def test_a_close_with_linger_0_resets_the_connection(name, how):
     assert run_on(name, main()) == (b"", "reset")
 
 
-@pytest.mark.parametrize("how", ["close", "abort"])
-@pytest.mark.parametrize("name", LOOPS)
-def test_bytes_left_unread_make_the_close_a_reset(name, how):
+async def _paused_then_sent(p, peer):
     # The protocol pauses reading at the first bytes; what the peer sends
-    # next is never read, and the close resets the connection (the kernel
-    # resets one closed with bytes left in its queue).
-    async def main():
-        t, p, peer = await _connected("tcp", lambda: _Ends(pause=True))
-        with peer:
-            peer.sendall(b"first")
-            assert await p.paused == b"first"
-            peer.sendall(b"u" * 10000)
-            getattr(t, how)()
-            await p.lost
-            return await _peer_reads_to_end(peer)
-
-    assert run_on(name, main()) == (b"", "reset")
+    # next is never read (the kernel resets a socket closed with bytes
+    # left in its queue).
+    peer.sendall(b"first")
+    assert await p.paused == b"first"
+    peer.sendall(b"u" * 10000)
 
 
-@pytest.mark.parametrize("how", ["close", "abort"])
-@pytest.mark.parametrize("name", LOOPS)
-def test_bytes_arriving_as_the_transport_closes_make_the_close_a_reset(name, how):
+async def _sent_as_it_closes(p, peer):
     # The peer's bytes come in the step that closes the transport: the
     # protocol never gets them (on blockio's ring the transport's receive
-    # may take them as the close cancels it), and the close resets.
+    # may take them as the close cancels it).
+    peer.sendall(b"too late")
+
+
+@pytest.mark.parametrize("unread", [_paused_then_sent, _sent_as_it_closes], ids=["paused", "arriving"])
+@pytest.mark.parametrize("how", ["close", "abort"])
+@pytest.mark.parametrize("name", LOOPS)
+def test_bytes_the_protocol_never_read_make_the_close_a_reset(name, how, unread):
     async def main():
-        t, p, peer = await _connected("tcp", _Ends)
+        t, p, peer = await _connected("tcp", lambda: _Ends(pause=unread is _paused_then_sent))
         with peer:
-            peer.sendall(b"too late")
+            await unread(p, peer)
             getattr(t, how)()
             await p.lost
             return await _peer_reads_to_end(peer)
