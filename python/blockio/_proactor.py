@@ -114,8 +114,13 @@ class ReadyCall(futures.Future):
         self._mask = mask
         self._call: Any = call
         self._held = hold_open(conn)
+        self._token: int | None = None
         proactor._ready_waits.setdefault(self._fd, set()).add(self)
-        self._token: int | None = proactor._ready_poll(self, self._fd, mask, conn)
+        try:
+            self._token = proactor._ready_poll(self, self._fd, mask, conn)
+        except BaseException:
+            self._end()  # (no poll: neither the hold nor the entry stays behind)
+            raise
 
     def polled(self, res: int) -> None:
         """The poll's completion (its events, or ``-errno``), from the
@@ -533,8 +538,7 @@ class RingProactor:
         # sockets whose transport's receive was handed a reset (see
         # reset_may_be_taken)
         self._reset_taken: weakref.WeakSet[Any] = weakref.WeakSet()
-        # descriptor -> the poll futures of the readiness waits on it
-        # The readiness waits (ReadyCall) by descriptor, for end_waits
+        # the readiness waits (ReadyCall) by descriptor, for end_waits
         self._ready_waits: dict[int, set[ReadyCall]] = {}
 
     def set_loop(self, loop: Any) -> None:

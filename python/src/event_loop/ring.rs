@@ -1009,8 +1009,17 @@ impl LoopRing {
     /// (`EBADF`, `EMFILE`) raises `OSError`, and nothing is submitted.
     fn submit_pread(&self, fd: RawFd, offset: u64, memory: Memory, len: usize) -> PyResult<u64> {
         let (fd, memory) = if len > INLINE_PREAD_MAX {
-            let own = own_duplicate(fd)?;
-            (own.as_raw_fd(), Memory::Held(Box::new((memory, own))))
+            match own_duplicate(fd) {
+                Ok(own) => (own.as_raw_fd(), Memory::Held(Box::new((memory, own)))),
+                // Out of descriptors: the read goes on the caller's number
+                // and is tried at submission, as a short one is (the
+                // loop's thread may copy it then), rather than fail where
+                // a `pread` would not.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    (fd, memory)
+                }
+                Err(e) => return Err(e.into()),
+            }
         } else {
             (fd, memory)
         };
