@@ -662,3 +662,33 @@ def test_the_first_open_short_of_descriptors_says_what_it_could_not_make(tmp_pat
             assert "a process's first blockio.open needs 4 free descriptors" in text, seen
     # (with 3 free the engine is made and the file's own open fails)
     assert [k for k, line in seen if line.startswith("failed True f |")] == [3], seen
+
+
+def test_a_large_read_on_the_ring_needs_no_free_descriptor(tmp_path):
+    """With every descriptor of the process taken, a read of more than
+    256 KiB on blockio's loop's ring, which would take a duplicate of its
+    descriptor, still reads its bytes (on the caller's number, tried at
+    submission), as ``os.pread`` does."""
+    (tmp_path / "data").write_bytes(os.urandom(1 << 20))
+    code, out = run_limited("""
+        from blockio._loop import UringEventLoop
+
+        async def main():
+            want = open("data", "rb").read()
+            fd = os.open("data", os.O_RDONLY)
+            limit_descriptors(max(int(n) for n in os.listdir("/proc/self/fd")) + 4)
+            fill()
+            try:
+                os.open("/dev/null", os.O_RDONLY)
+            except OSError as e:
+                print("full:", e.errno == errno.EMFILE)
+            got = await asyncio.get_running_loop()._ring_pread(fd, 0, len(want))
+            print("read:", got == want)
+
+        loop = UringEventLoop()
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+    """, "uring", tmp_path)
+    assert (code, out.split()) == (0, ["full:", "True", "read:", "True"]), out

@@ -301,34 +301,6 @@ def test_large_reads_on_the_ring_read_their_file_though_the_number_is_reused_at_
     assert [g == data for g in got] == [True] * 32, [type(g) for g in got]
 
 
-def test_a_large_read_on_the_ring_needs_no_free_descriptor(data_path):
-    """With every descriptor of the process taken, a read of more than
-    256 KiB on the ring, which would take a duplicate of its descriptor,
-    still reads its bytes (on the caller's number, tried at submission),
-    as ``os.pread`` does."""
-    path, data = data_path
-
-    async def main():
-        loop = asyncio.get_running_loop()
-        fd = os.open(path, os.O_RDONLY)
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        filler = []
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(n) for n in os.listdir("/proc/self/fd")) + 4, hard))
-            with pytest.raises(OSError) as full:
-                while True:
-                    filler.append(os.open("/dev/null", os.O_RDONLY))
-            assert full.value.errno == errno.EMFILE
-            return await loop._ring_pread(fd, 0, SIZE)
-        finally:
-            for n in filler:
-                os.close(n)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-            os.close(fd)
-
-    assert run_on(UringEventLoop, main()) == data
-
-
 def test_loop_close_with_a_file_read_in_flight(data_path):
     """The loop is closed while a file's read is on its ring, its task
     waiting: the loop is stopped in the turn that submits the read (its
