@@ -86,6 +86,7 @@
 //! common write, without Python frames).
 
 mod dispatch;
+mod files;
 mod inline;
 mod ops;
 mod ring;

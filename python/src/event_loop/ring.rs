@@ -25,7 +25,8 @@ use pyo3::types::PyBytes;
 use pyo3::PyTraverseError;
 
 use super::dispatch::release_conn;
-use super::ops::{addr_slot, InFlight, Kind, Memory, Owner, INLINE_PREAD_MAX};
+use super::files::FileTable;
+use super::ops::{addr_slot, Hold, InFlight, Kind, Memory, Owner, INLINE_PREAD_MAX};
 use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
 use crate::fds::Born;
@@ -221,6 +222,9 @@ struct State {
     accepts_alone: Vec<RawFd>,
     /// The kernel sets the flag on TCP accepts (see `accepts_alone`).
     nonempty_told: bool,
+    /// The registered-file table that holds the files of the reads the
+    /// kernel's workers copy (see `files`).
+    files: FileTable,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -257,6 +261,7 @@ impl LoopRing {
                 format!("io_uring_setup: {e}"),
             ))
         })?;
+        let files = FileTable::new(&ring);
         Ok(LoopRing {
             state: Mutex::new(Some(State {
                 ring,
@@ -269,6 +274,7 @@ impl LoopRing {
                 spare: Spares::default(),
                 accepts_alone: Vec::new(),
                 nonempty_told: kernel_tells_nonempty(),
+                files,
             })),
             born: Born::here(),
             file_reads: AtomicU64::new(0),
@@ -417,8 +423,9 @@ impl LoopRing {
     /// bytes (one `pread`, short at the end of the file), handed to the
     /// kernel at once: the kernel takes the file from the descriptor's
     /// number now (a read over [`INLINE_PREAD_MAX`], which the kernel's
-    /// workers copy, takes a duplicate of the number now: see
-    /// `submit_pread`) and holds it until the completion, so the caller may
+    /// workers copy, holds it in a slot of the ring's registered-file
+    /// table from now: see `submit_pread`) and holds it until the
+    /// completion, so the caller may
     /// close the number, or cancel the read, at any time after this
     /// returns and nothing reaches a file that takes the number next.
     /// (Where the kernel takes not all of the queue at once, as a ring
@@ -1000,49 +1007,33 @@ impl LoopRing {
 
     /// Hands the kernel a read of `len` bytes of the file `fd` at `offset`
     /// into `memory` ([`LoopRing::pread`], [`LoopRing::pread_into`]) and
-    /// returns its token. A read longer than [`INLINE_PREAD_MAX`] is made
-    /// on a duplicate of `fd` the operation owns (closed once the kernel
-    /// has answered) and copied by the kernel's worker threads (see
-    /// [`Memory::Held`]): a worker looks the number up when it starts
-    /// the read, and the duplicate's number stays this file's until then,
-    /// as the caller's need not. A descriptor that cannot be duplicated
-    /// (`EBADF`, `EMFILE`) raises `OSError`, and nothing is submitted.
+    /// returns its token. A read longer than [`INLINE_PREAD_MAX`] is
+    /// copied by the kernel's worker threads, and its file is taken now
+    /// (see [`State::hold_file`]). A descriptor that names no file
+    /// (`EBADF`) raises `OSError`, and nothing is submitted.
     fn submit_pread(&self, fd: RawFd, offset: u64, memory: Memory, len: usize) -> PyResult<u64> {
-        let (fd, memory) = if len > INLINE_PREAD_MAX {
-            match own_duplicate(fd) {
-                Ok(own) => (own.as_raw_fd(), Memory::Held(Box::new((memory, own)))),
-                // Out of descriptors: the read goes on the caller's number
-                // and is tried at submission, as a short one is (the
-                // loop's thread may copy it then), rather than fail where
-                // a `pread` would not.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    (fd, memory)
-                }
-                Err(e) => return Err(e.into()),
-            }
-        } else {
-            (fd, memory)
+        let token = {
+            let mut guard = self.lock()?;
+            let st = guard.as_mut().ok_or_else(closed)?;
+            let (fd, memory) = if len > INLINE_PREAD_MAX {
+                st.hold_file(fd, memory)?
+            } else {
+                (fd, memory)
+            };
+            let mut op = InFlight::new(Kind::Pread, fd, false, memory, len);
+            op.offset = offset;
+            st.queue(op)?
         };
-        let mut op = InFlight::new(Kind::Pread, fd, false, memory, len);
-        op.offset = offset;
-        let token = self.submit(op)?;
         self.flush()?;
         self.file_reads.fetch_add(1, Ordering::Relaxed);
         Ok(token)
     }
 
     /// Queues `op` and returns its token.
-    fn submit(&self, mut op: InFlight) -> PyResult<u64> {
+    fn submit(&self, op: InFlight) -> PyResult<u64> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
-        let token = st.ops.vacant().ok_or_else(too_many)?;
-        let entry = op.entry(token);
-        st.ops.insert(token, op);
-        if let Err(e) = st.push(entry) {
-            st.ops.remove(token);
-            return Err(e.into());
-        }
-        Ok(token)
+        st.queue(op)
     }
 }
 
@@ -1297,6 +1288,61 @@ impl State {
         }
     }
 
+    /// Queues `op` and returns its token; on failure `op` is dropped, its
+    /// slot of the file table given back.
+    fn queue(&mut self, mut op: InFlight) -> PyResult<u64> {
+        let Some(token) = self.ops.vacant() else {
+            self.let_go(&op);
+            return Err(too_many());
+        };
+        let entry = op.entry(token);
+        self.ops.insert(token, op);
+        if let Err(e) = self.push(entry) {
+            if let Some(op) = self.ops.remove(token) {
+                self.let_go(&op);
+            }
+            return Err(e.into());
+        }
+        Ok(token)
+    }
+
+    /// The file of a read of `fd` into `memory` that the kernel's workers
+    /// copy, taken now (they look a number up only when they start it,
+    /// and the caller may have closed `fd` and opened another file under
+    /// it by then): the descriptor to issue the read on and its memory,
+    /// which holds the file until the completion ([`Memory::Held`]).
+    /// Held in a slot of the ring's file table, which keeps the process's
+    /// POSIX record locks on the file (see `files`); where none can be
+    /// had, in a duplicate of `fd` (whose close at the completion
+    /// releases them); out of descriptors too, on `fd` itself, tried at
+    /// the submission as a short read is (the loop's thread may copy it
+    /// then), rather than fail where a `pread` would not.
+    fn hold_file(&mut self, fd: RawFd, memory: Memory) -> io::Result<(RawFd, Memory)> {
+        if let Some(slot) = self.files.take(&self.ring, fd)? {
+            return Ok((fd, Memory::Held(Box::new((memory, Hold::Slot(slot))))));
+        }
+        match own_duplicate(fd) {
+            Ok(own) => Ok((
+                own.as_raw_fd(),
+                Memory::Held(Box::new((memory, Hold::Dup(own)))),
+            )),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                Ok((fd, memory))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives back the file-table slot of `op`, whose completion was
+    /// reaped (or which never reached the kernel), if it holds one.
+    fn let_go(&mut self, op: &InFlight) {
+        if let Memory::Held(held) = &op.memory {
+            if let Hold::Slot(slot) = held.1 {
+                self.files.give_back(&self.ring, slot);
+            }
+        }
+    }
+
     /// Hands every queued entry to the kernel without waiting: true when
     /// none is left queued, false when the kernel took not all of them for
     /// now (interrupted, or busy with completions to reap).
@@ -1350,6 +1396,7 @@ impl State {
                 continue;
             }
             if let Some((op, res, rest)) = self.advance(token, res)? {
+                self.let_go(&op);
                 if op.kind == Kind::Accept && res >= 0 {
                     self.accepted(op.fd, flags);
                 }
@@ -1580,6 +1627,7 @@ impl State {
                 let Some(mut op) = self.ops.remove(t) else {
                     continue;
                 };
+                self.let_go(&op);
                 if op.kind == Kind::Open && res >= 0 {
                     // SAFETY: the kernel made descriptor `res` for this
                     // open, whose caller never gets it (the ring is
