@@ -102,13 +102,7 @@ def test_calls_on_blockio_loops_ring_keep_the_callers_locks(data_path, call, siz
     fd = locked(path)
     try:
         with blockio.Engine(backend="uring") as engine:
-            async def main():
-                ring = asyncio.get_running_loop()._proactor._ring
-                before = ring.file_reads + ring.file_writes
-                await ring_call(engine, call, fd, size, data)
-                return ring.file_reads + ring.file_writes - before
-
-            assert run_on("blockio-uring", main()) == 1  # (on the loop's ring)
+            run_on("blockio-uring", ring_call(engine, call, fd, size, data))
         assert lock_held_elsewhere(path)
     finally:
         os.close(fd)
@@ -172,3 +166,92 @@ def test_the_thread_pool_backend_releases_the_locks_as_documented(data_path, siz
     finally:
         os.close(fd)
 
+
+
+def on_ring(slots, coro_fn):
+    """Runs ``coro_fn(loop, ring)`` on a new blockio loop whose ring has
+    ``slots`` registered-file slots; its value."""
+    from blockio._blockio import LoopRing
+    from blockio._loop import UringEventLoop
+
+    ring = LoopRing(file_slots=slots)
+    loop = UringEventLoop(ring)
+    try:
+        return loop.run_until_complete(coro_fn(loop, ring))
+    finally:
+        loop.close()
+
+
+def test_a_read_beyond_the_rings_file_slots_takes_a_duplicate(data_path):
+    """A loop ring whose registered-file table is full (one slot here, two
+    reads of 1 MiB in flight at once) reads the second read's file through
+    a duplicate of its descriptor, as where the kernel refuses the table:
+    both read their bytes, and the duplicate's close releases the lock
+    (``python/README.md``, Notes)."""
+    path, data = data_path
+    size = 1 << 20
+    fd = locked(path)
+    try:
+        async def reads(loop, ring):
+            first = loop._ring_pread(fd, 0, size)
+            assert ring.free_file_slots == 0
+            return await asyncio.gather(first, loop._ring_pread(fd, size, size))
+
+        assert on_ring(1, reads) == [data[:size], data[size:2 * size]]
+        assert not lock_held_elsewhere(path)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("slots", [0, 1])
+def test_a_large_read_keeps_the_lock_in_a_slot_and_releases_it_on_a_duplicate(data_path, slots):
+    """One read of 1 MiB on a ring with one slot keeps the lock; on a ring
+    with none (as where the kernel refuses the table) it takes a
+    duplicate, whose close releases it."""
+    path, data = data_path
+    size = 1 << 20
+    fd = locked(path)
+    try:
+        async def read(loop, ring):
+            return await loop._ring_pread(fd, size, size)
+
+        assert on_ring(slots, read) == data[size:2 * size]
+        assert lock_held_elsewhere(path) == (slots == 1)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("cancel", [False, True], ids=["read", "cancelled"])
+def test_a_rings_file_slot_serves_read_after_read(data_path, cancel):
+    """On a ring with one slot, five reads of 1 MiB one after the other
+    (each, with ``cancelled``, after a read cancelled on the ring) all
+    hold their file in the slot: it is free again once the read and the
+    entry that empties it have completed, and no read took a duplicate,
+    whose close would have released the lock."""
+    from waits import await_until
+
+    path, data = data_path
+    size = 1 << 20
+    fd = locked(path)
+    try:
+        async def reads(loop, ring):
+            async def read(at):
+                return await loop._ring_pread(fd, at, size)
+
+            for i in range(5):
+                if cancel:
+                    task = asyncio.ensure_future(read((2 * i + 1) * size))
+                    await asyncio.sleep(0)  # (the task starts: its read is on the ring)
+                    assert ring.free_file_slots == 0
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                    await await_until(lambda: ring.free_file_slots == 1, "the slot free again")
+                got = loop._ring_pread(fd, 2 * i * size, size)
+                assert ring.free_file_slots == 0
+                assert await got == data[2 * i * size:(2 * i + 1) * size]
+                await await_until(lambda: ring.free_file_slots == 1, "the slot free again")
+
+        on_ring(1, reads)
+        assert lock_held_elsewhere(path)
+    finally:
+        os.close(fd)

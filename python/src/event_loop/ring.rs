@@ -25,7 +25,7 @@ use pyo3::types::PyBytes;
 use pyo3::PyTraverseError;
 
 use super::dispatch::release_conn;
-use super::files::FileTable;
+use super::files::{emptied_slot, FileTable, FILE_SLOTS};
 use super::ops::{addr_slot, Hold, InFlight, Kind, Memory, Owner, INLINE_PREAD_MAX};
 use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
@@ -249,19 +249,22 @@ pub(crate) struct LoopRing {
 
 #[pymethods]
 impl LoopRing {
-    /// A ring with `entries` submission slots. `OSError` when the kernel
-    /// refuses io_uring (`EPERM` under `kernel.io_uring_disabled` or
-    /// seccomp, `ENOSYS` on old kernels).
+    /// A ring with `entries` submission slots and a registered-file table
+    /// of `file_slots` slots (see `files`: 0, none, makes every read of
+    /// more than 256 KiB take a duplicate of its descriptor, as where the
+    /// kernel refuses the table). `OSError` when the kernel refuses
+    /// io_uring (`EPERM` under `kernel.io_uring_disabled` or seccomp,
+    /// `ENOSYS` on old kernels).
     #[new]
-    #[pyo3(signature = (entries = 256))]
-    fn new(entries: u32) -> PyResult<Self> {
+    #[pyo3(signature = (entries = 256, file_slots = FILE_SLOTS))]
+    fn new(entries: u32, file_slots: u32) -> PyResult<Self> {
         let ring = build_ring(entries).map_err(|e| {
             PyOSError::new_err((
                 e.raw_os_error().unwrap_or(0),
                 format!("io_uring_setup: {e}"),
             ))
         })?;
-        let files = FileTable::new(&ring);
+        let files = FileTable::new(&ring, file_slots);
         Ok(LoopRing {
             state: Mutex::new(Some(State {
                 ring,
@@ -506,6 +509,16 @@ impl LoopRing {
     #[getter]
     fn file_writes(&self) -> u64 {
         self.file_writes.load(Ordering::Relaxed)
+    }
+
+    /// How many slots of the ring's registered-file table are free (see
+    /// `files`): each read of more than 256 KiB in flight holds one, until
+    /// both its completion and that of the entry emptying its slot are
+    /// reaped.
+    #[getter]
+    fn free_file_slots(&self) -> PyResult<usize> {
+        let guard = self.lock()?;
+        Ok(guard.as_ref().ok_or_else(closed)?.files.free())
     }
 
     /// Whether the ring is a parent's, in a child forked after it was
@@ -1289,15 +1302,31 @@ impl State {
     }
 
     /// Queues `op` and returns its token; on failure `op` is dropped, its
-    /// slot of the file table given back.
+    /// slot of the file table given back. A read that holds a slot is
+    /// queued with the entry that empties the slot linked after it (see
+    /// `files`).
     fn queue(&mut self, mut op: InFlight) -> PyResult<u64> {
         let Some(token) = self.ops.vacant() else {
             self.let_go(&op);
             return Err(too_many());
         };
         let entry = op.entry(token);
+        let slot = match &op.memory {
+            Memory::Held(held) => match held.1 {
+                Hold::Slot(slot) => Some(slot),
+                Hold::Dup(_) => None,
+            },
+            _ => None,
+        };
         self.ops.insert(token, op);
-        if let Err(e) = self.push(entry) {
+        let pushed = match slot {
+            Some(slot) => self.push_linked(&[
+                entry.flags(squeue::Flags::IO_HARDLINK),
+                FileTable::empty_entry(slot),
+            ]),
+            None => self.push(entry),
+        };
+        if let Err(e) = pushed {
             if let Some(op) = self.ops.remove(token) {
                 self.let_go(&op);
             }
@@ -1333,8 +1362,8 @@ impl State {
         }
     }
 
-    /// Gives back the file-table slot of `op`, whose completion was
-    /// reaped (or which never reached the kernel), if it holds one.
+    /// Gives back the file-table slot of `op`, which never reached the
+    /// kernel, if it holds one.
     fn let_go(&mut self, op: &InFlight) {
         if let Memory::Held(held) = &op.memory {
             if let Hold::Slot(slot) = held.1 {
@@ -1379,6 +1408,21 @@ impl State {
         }
     }
 
+    /// Queues `entries` one after the other, flushing the submission queue
+    /// to the kernel first when it has not room for all of them: a link
+    /// is never cut by a submission between its entries.
+    fn push_linked(&mut self, entries: &[squeue::Entry]) -> io::Result<()> {
+        loop {
+            // SAFETY: as in `push`; an entry that empties a file slot
+            // points at a static (see `files`).
+            if unsafe { self.ring.submission().push_multiple(entries) }.is_ok() {
+                self.queued = true;
+                return Ok(());
+            }
+            self.ring.submit()?;
+        }
+    }
+
     /// Takes every completion the ring holds and keeps those that finish
     /// an operation in `pending`, as `(token, result, value)` (with the
     /// owner of a transport's receive).
@@ -1395,8 +1439,16 @@ impl State {
             if token == CANCEL_TOKEN {
                 continue;
             }
+            if let Some(slot) = emptied_slot(token) {
+                self.files.emptied(&self.ring, slot, res);
+                continue;
+            }
             if let Some((op, res, rest)) = self.advance(token, res)? {
-                self.let_go(&op);
+                if let Memory::Held(held) = &op.memory {
+                    if let Hold::Slot(slot) = held.1 {
+                        self.files.read_done(&self.ring, slot);
+                    }
+                }
                 if op.kind == Kind::Accept && res >= 0 {
                     self.accepted(op.fd, flags);
                 }
@@ -1627,7 +1679,6 @@ impl State {
                 let Some(mut op) = self.ops.remove(t) else {
                     continue;
                 };
-                self.let_go(&op);
                 if op.kind == Kind::Open && res >= 0 {
                     // SAFETY: the kernel made descriptor `res` for this
                     // open, whose caller never gets it (the ring is
