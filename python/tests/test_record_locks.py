@@ -32,7 +32,7 @@ from test_loop_files import drop_cache
 
 SIZES = [4 << 10, 128 << 10, 1 << 20, 8 << 20]
 FILE_SIZE = 16 << 20
-LOOPS = ["asyncio", "blockio-uring"]
+LOOPS = ["asyncio", "uvloop", "blockio-uring"]
 
 # Exits 0 when the lock on the file named by argv[1] is someone else's
 # (the try to take it fails with EAGAIN or EACCES), 1 when it is free.
