@@ -37,7 +37,9 @@
 //!   (`Engine.aread`'s read that the page cache cannot serve and
 //!   `Engine.areadinto`'s, and so a `blockio.open` file's, on this loop:
 //!   no driver thread, eventfd or thread hop), handed to the kernel at
-//!   once so that the kernel holds the file from then on;
+//!   once so that the kernel holds the file from then on (a read the
+//!   kernel's workers copy, in a slot of the ring's registered-file
+//!   table, taken at the call: see `files`);
 //! * `pwrite` of a caller's buffer to a file at an offset (`Engine.awrite`
 //!   on this loop), handed to the kernel at once and never cancelled: a
 //!   write begun lands, and the loop's close waits for it;
@@ -79,13 +81,16 @@
 //! `setuid`).
 //!
 //! Modules: `ring` (the Python class), `ops` (one operation in flight and
-//! its submission entry), `inline` (the write tried before the ring),
+//! its submission entry), `files` (the registered-file table that holds
+//! a large read's file without a descriptor, which keeps the process's
+//! POSIX record locks), `inline` (the write tried before the ring),
 //! `dispatch` (a completion batch dispatched to the proactor, and a socket
 //! transport's receive armed, without Python frames), `sockaddr` (a kernel
 //! socket address as Python spells it), `write` (a socket transport's
 //! common write, without Python frames).
 
 mod dispatch;
+mod files;
 mod inline;
 mod ops;
 mod ring;

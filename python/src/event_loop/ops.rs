@@ -3,9 +3,10 @@
 //! for its current step (the operation itself, or the readiness poll it
 //! waits on after an `EAGAIN`).
 
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use io_uring::{opcode, squeue, types::Fd};
+use io_uring::types::{Fd, Fixed};
+use io_uring::{opcode, squeue};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -72,15 +73,30 @@ pub(crate) enum Memory {
     Addr(Box<AddrSlot>),
     /// A path, NUL-terminated (an open).
     Path(std::ffi::CString),
-    /// A file read's memory (`Bytes` or `Lent`) and the read's own
-    /// duplicate of its caller's descriptor (the operation's `fd` is its
-    /// number), closed at the completion: such a read goes to the kernel's
-    /// worker threads (`IOSQE_ASYNC`), which look the number up only when
-    /// they start it, so the number must stay this file's until then
-    /// whatever the caller does with its own (see `LoopRing::pread`).
+    /// A file read's memory (`Bytes` or `Lent`) and what holds its file
+    /// until the completion: such a read goes to the kernel's worker
+    /// threads (`IOSQE_ASYNC`), which look a number up only when they
+    /// start it, so the file must be taken at the submission whatever the
+    /// caller does with its own number meanwhile (see `LoopRing::pread`).
     /// Boxed, so that no operation grows for it (`InFlight` is moved
     /// whole for every socket message).
-    Held(Box<(Memory, OwnedFd)>),
+    Held(Box<(Memory, Hold)>),
+}
+
+/// What holds the file of a read the kernel's workers copy (see
+/// [`Memory::Held`]).
+pub(crate) enum Hold {
+    /// A slot of the ring's registered-file table (see `files`): the read
+    /// is issued on it, and it is emptied when the completion is reaped,
+    /// which closes no descriptor and so keeps the process's POSIX record
+    /// locks on the file.
+    Slot(u32),
+    /// The read's own duplicate of the caller's descriptor, which the read
+    /// is issued on (the operation's `fd` is its number), closed at the
+    /// completion: where no
+    /// slot could be had (see `files`). Its close releases the process's
+    /// record locks on the file.
+    Dup(OwnedFd),
 }
 
 impl Memory {
@@ -250,11 +266,15 @@ impl InFlight {
             }
             Kind::Pread => {
                 let (ptr, len) = self.recv_target();
-                let read = opcode::Read::new(fd, ptr, len).offset(self.offset).build();
-                if matches!(self.memory, Memory::Held(_)) {
-                    read.flags(squeue::Flags::ASYNC)
-                } else {
-                    read
+                match &self.memory {
+                    Memory::Held(held) => match held.1 {
+                        Hold::Slot(slot) => opcode::Read::new(Fixed(slot), ptr, len),
+                        Hold::Dup(ref own) => opcode::Read::new(Fd(own.as_raw_fd()), ptr, len),
+                    }
+                    .offset(self.offset)
+                    .build()
+                    .flags(squeue::Flags::ASYNC),
+                    _ => opcode::Read::new(fd, ptr, len).offset(self.offset).build(),
                 }
             }
             Kind::Pwrite => {
@@ -312,10 +332,11 @@ impl InFlight {
 /// whose pages fault in as they are filled: some 300 ms on the shared
 /// 2-core machine, `docs/benchmarks.md`, "Large reads on the loop's
 /// ring"). A
-/// longer read holds its own duplicate of the descriptor and is marked
-/// `IOSQE_ASYNC`: the kernel's worker threads copy it, and the loop runs
+/// longer read holds its file in a slot of the ring's registered-file
+/// table (or, failing that, a duplicate of the descriptor: see `files`)
+/// and is marked `IOSQE_ASYNC`: the kernel's worker threads copy it, and the loop runs
 /// its other tasks until it completes. Up to this length a read costs no
-/// duplicate and no thread hop (`loop.sendfile` reads uncached ranges in
+/// registration and no thread hop (`loop.sendfile` reads uncached ranges in
 /// reads of this size).
 pub(crate) const INLINE_PREAD_MAX: usize = 256 << 10;
 

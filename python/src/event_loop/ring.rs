@@ -25,7 +25,8 @@ use pyo3::types::PyBytes;
 use pyo3::PyTraverseError;
 
 use super::dispatch::release_conn;
-use super::ops::{addr_slot, InFlight, Kind, Memory, Owner, INLINE_PREAD_MAX};
+use super::files::{emptied_slot, FileTable, FILE_SLOTS};
+use super::ops::{addr_slot, Hold, InFlight, Kind, Memory, Owner, INLINE_PREAD_MAX};
 use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
 use crate::fds::Born;
@@ -221,6 +222,9 @@ struct State {
     accepts_alone: Vec<RawFd>,
     /// The kernel sets the flag on TCP accepts (see `accepts_alone`).
     nonempty_told: bool,
+    /// The registered-file table that holds the files of the reads the
+    /// kernel's workers copy (see `files`).
+    files: FileTable,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -245,18 +249,22 @@ pub(crate) struct LoopRing {
 
 #[pymethods]
 impl LoopRing {
-    /// A ring with `entries` submission slots. `OSError` when the kernel
-    /// refuses io_uring (`EPERM` under `kernel.io_uring_disabled` or
-    /// seccomp, `ENOSYS` on old kernels).
+    /// A ring with `entries` submission slots and a registered-file table
+    /// of `file_slots` slots (see `files`: 0, none, makes every read of
+    /// more than 256 KiB take a duplicate of its descriptor, as where the
+    /// kernel refuses the table). `OSError` when the kernel refuses
+    /// io_uring (`EPERM` under `kernel.io_uring_disabled` or seccomp,
+    /// `ENOSYS` on old kernels).
     #[new]
-    #[pyo3(signature = (entries = 256))]
-    fn new(entries: u32) -> PyResult<Self> {
+    #[pyo3(signature = (entries = 256, file_slots = FILE_SLOTS))]
+    fn new(entries: u32, file_slots: u32) -> PyResult<Self> {
         let ring = build_ring(entries).map_err(|e| {
             PyOSError::new_err((
                 e.raw_os_error().unwrap_or(0),
                 format!("io_uring_setup: {e}"),
             ))
         })?;
+        let files = FileTable::new(&ring, file_slots);
         Ok(LoopRing {
             state: Mutex::new(Some(State {
                 ring,
@@ -269,6 +277,7 @@ impl LoopRing {
                 spare: Spares::default(),
                 accepts_alone: Vec::new(),
                 nonempty_told: kernel_tells_nonempty(),
+                files,
             })),
             born: Born::here(),
             file_reads: AtomicU64::new(0),
@@ -417,8 +426,9 @@ impl LoopRing {
     /// bytes (one `pread`, short at the end of the file), handed to the
     /// kernel at once: the kernel takes the file from the descriptor's
     /// number now (a read over [`INLINE_PREAD_MAX`], which the kernel's
-    /// workers copy, takes a duplicate of the number now: see
-    /// `submit_pread`) and holds it until the completion, so the caller may
+    /// workers copy, holds it in a slot of the ring's registered-file
+    /// table from now: see `submit_pread`) and holds it until the
+    /// completion, so the caller may
     /// close the number, or cancel the read, at any time after this
     /// returns and nothing reaches a file that takes the number next.
     /// (Where the kernel takes not all of the queue at once, as a ring
@@ -499,6 +509,16 @@ impl LoopRing {
     #[getter]
     fn file_writes(&self) -> u64 {
         self.file_writes.load(Ordering::Relaxed)
+    }
+
+    /// How many slots of the ring's registered-file table are free (see
+    /// `files`): each read of more than 256 KiB in flight holds one, until
+    /// both its completion and that of the entry emptying its slot are
+    /// reaped.
+    #[getter]
+    fn free_file_slots(&self) -> PyResult<usize> {
+        let guard = self.lock()?;
+        Ok(guard.as_ref().ok_or_else(closed)?.files.free())
     }
 
     /// Whether the ring is a parent's, in a child forked after it was
@@ -1000,49 +1020,33 @@ impl LoopRing {
 
     /// Hands the kernel a read of `len` bytes of the file `fd` at `offset`
     /// into `memory` ([`LoopRing::pread`], [`LoopRing::pread_into`]) and
-    /// returns its token. A read longer than [`INLINE_PREAD_MAX`] is made
-    /// on a duplicate of `fd` the operation owns (closed once the kernel
-    /// has answered) and copied by the kernel's worker threads (see
-    /// [`Memory::Held`]): a worker looks the number up when it starts
-    /// the read, and the duplicate's number stays this file's until then,
-    /// as the caller's need not. A descriptor that cannot be duplicated
-    /// (`EBADF`, `EMFILE`) raises `OSError`, and nothing is submitted.
+    /// returns its token. A read longer than [`INLINE_PREAD_MAX`] is
+    /// copied by the kernel's worker threads, and its file is taken now
+    /// (see [`State::hold_file`]). A descriptor that names no file
+    /// (`EBADF`) raises `OSError`, and nothing is submitted.
     fn submit_pread(&self, fd: RawFd, offset: u64, memory: Memory, len: usize) -> PyResult<u64> {
-        let (fd, memory) = if len > INLINE_PREAD_MAX {
-            match own_duplicate(fd) {
-                Ok(own) => (own.as_raw_fd(), Memory::Held(Box::new((memory, own)))),
-                // Out of descriptors: the read goes on the caller's number
-                // and is tried at submission, as a short one is (the
-                // loop's thread may copy it then), rather than fail where
-                // a `pread` would not.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    (fd, memory)
-                }
-                Err(e) => return Err(e.into()),
-            }
-        } else {
-            (fd, memory)
+        let token = {
+            let mut guard = self.lock()?;
+            let st = guard.as_mut().ok_or_else(closed)?;
+            let (fd, memory) = if len > INLINE_PREAD_MAX {
+                st.hold_file(fd, memory)?
+            } else {
+                (fd, memory)
+            };
+            let mut op = InFlight::new(Kind::Pread, fd, false, memory, len);
+            op.offset = offset;
+            st.queue(op)?
         };
-        let mut op = InFlight::new(Kind::Pread, fd, false, memory, len);
-        op.offset = offset;
-        let token = self.submit(op)?;
         self.flush()?;
         self.file_reads.fetch_add(1, Ordering::Relaxed);
         Ok(token)
     }
 
     /// Queues `op` and returns its token.
-    fn submit(&self, mut op: InFlight) -> PyResult<u64> {
+    fn submit(&self, op: InFlight) -> PyResult<u64> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
-        let token = st.ops.vacant().ok_or_else(too_many)?;
-        let entry = op.entry(token);
-        st.ops.insert(token, op);
-        if let Err(e) = st.push(entry) {
-            st.ops.remove(token);
-            return Err(e.into());
-        }
-        Ok(token)
+        st.queue(op)
     }
 }
 
@@ -1297,6 +1301,77 @@ impl State {
         }
     }
 
+    /// Queues `op` and returns its token; on failure `op` is dropped, its
+    /// slot of the file table given back. A read that holds a slot is
+    /// queued with the entry that empties the slot linked after it (see
+    /// `files`).
+    fn queue(&mut self, mut op: InFlight) -> PyResult<u64> {
+        let Some(token) = self.ops.vacant() else {
+            self.let_go(&op);
+            return Err(too_many());
+        };
+        let entry = op.entry(token);
+        let slot = match &op.memory {
+            Memory::Held(held) => match held.1 {
+                Hold::Slot(slot) => Some(slot),
+                Hold::Dup(_) => None,
+            },
+            _ => None,
+        };
+        self.ops.insert(token, op);
+        let pushed = match slot {
+            Some(slot) => self.push_linked(&[
+                entry.flags(squeue::Flags::IO_HARDLINK),
+                FileTable::empty_entry(slot),
+            ]),
+            None => self.push(entry),
+        };
+        if let Err(e) = pushed {
+            if let Some(op) = self.ops.remove(token) {
+                self.let_go(&op);
+            }
+            return Err(e.into());
+        }
+        Ok(token)
+    }
+
+    /// The file of a read of `fd` into `memory` that the kernel's workers
+    /// copy, taken now (they look a number up only when they start it,
+    /// and the caller may have closed `fd` and opened another file under
+    /// it by then): the descriptor to issue the read on and its memory,
+    /// which holds the file until the completion ([`Memory::Held`]).
+    /// Held in a slot of the ring's file table, which keeps the process's
+    /// POSIX record locks on the file (see `files`); where none can be
+    /// had, in a duplicate of `fd` (whose close at the completion
+    /// releases them); out of descriptors too, on `fd` itself, tried at
+    /// the submission as a short read is (the loop's thread may copy it
+    /// then), rather than fail where a `pread` would not.
+    fn hold_file(&mut self, fd: RawFd, memory: Memory) -> io::Result<(RawFd, Memory)> {
+        if let Some(slot) = self.files.take(&self.ring, fd)? {
+            return Ok((fd, Memory::Held(Box::new((memory, Hold::Slot(slot))))));
+        }
+        match own_duplicate(fd) {
+            Ok(own) => Ok((
+                own.as_raw_fd(),
+                Memory::Held(Box::new((memory, Hold::Dup(own)))),
+            )),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                Ok((fd, memory))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives back the file-table slot of `op`, which never reached the
+    /// kernel, if it holds one.
+    fn let_go(&mut self, op: &InFlight) {
+        if let Memory::Held(held) = &op.memory {
+            if let Hold::Slot(slot) = held.1 {
+                self.files.give_back(&self.ring, slot);
+            }
+        }
+    }
+
     /// Hands every queued entry to the kernel without waiting: true when
     /// none is left queued, false when the kernel took not all of them for
     /// now (interrupted, or busy with completions to reap).
@@ -1333,6 +1408,21 @@ impl State {
         }
     }
 
+    /// Queues `entries` one after the other, flushing the submission queue
+    /// to the kernel first when it has not room for all of them: a link
+    /// is never cut by a submission between its entries.
+    fn push_linked(&mut self, entries: &[squeue::Entry]) -> io::Result<()> {
+        loop {
+            // SAFETY: as in `push`; an entry that empties a file slot
+            // points at a static (see `files`).
+            if unsafe { self.ring.submission().push_multiple(entries) }.is_ok() {
+                self.queued = true;
+                return Ok(());
+            }
+            self.ring.submit()?;
+        }
+    }
+
     /// Takes every completion the ring holds and keeps those that finish
     /// an operation in `pending`, as `(token, result, value)` (with the
     /// owner of a transport's receive).
@@ -1349,7 +1439,16 @@ impl State {
             if token == CANCEL_TOKEN {
                 continue;
             }
+            if let Some(slot) = emptied_slot(token) {
+                self.files.emptied(&self.ring, slot, res);
+                continue;
+            }
             if let Some((op, res, rest)) = self.advance(token, res)? {
+                if let Memory::Held(held) = &op.memory {
+                    if let Hold::Slot(slot) = held.1 {
+                        self.files.read_done(&self.ring, slot);
+                    }
+                }
                 if op.kind == Kind::Accept && res >= 0 {
                     self.accepted(op.fd, flags);
                 }
