@@ -1048,6 +1048,24 @@ _SENDFILE_READ = 256 * 1024
 _PAGE = mmap.PAGESIZE
 
 
+def _plain_sendfile(file: Any, offset: Any, count: Any) -> int | None:
+    """The descriptor of ``file`` when ``loop.sendfile``'s arguments are
+    plainly valid and the file needs nothing done before its bytes are
+    read from the descriptor: opened ``"rb"`` (so no writes to land first,
+    see :func:`_before_sendfile`), an ``int`` offset from 0 up and an
+    ``int`` count above 0 or None. None otherwise (the general path then
+    checks them, with asyncio's errors)."""
+    if getattr(file, "mode", None) != "rb" or type(offset) is not int or offset < 0:
+        return None
+    if count is not None and (type(count) is not int or count <= 0):
+        return None
+    try:
+        fileno = file.fileno()
+    except (AttributeError, io.UnsupportedOperation, OSError, ValueError):
+        return None
+    return fileno if type(fileno) is int else None
+
+
 def _sendfile_closed(sent: int) -> ConnectionAbortedError:
     """The error of a sendfile whose socket was closed (a transport's abort)."""
     return ConnectionAbortedError(errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes")
@@ -1513,20 +1531,60 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             # socket's number; its proactor loop would say "Empty waiter
             # is already set" (a RuntimeError). The first sendfile goes on.
             raise KeyError(transp._sock.fileno())
+        tx = getattr(transp, "_tx", None)
+        if tx is not None and tx.ready:
+            fileno = _plain_sendfile(file, offset, count)
+            if fileno is not None:
+                # The common case in one native call (see StreamTx.sendfile):
+                # a cached range sent as far as the socket takes it now.
+                got = tx.sendfile(fileno, offset, count or 0)
+                if got is not None:
+                    sent, end = got
+                    if offset + sent >= end:
+                        if sent > 0:
+                            await _place_after_sendfile(file, offset + sent)
+                        return sent
+                    # The rest on the general path, from where this stopped
+                    # (a range not cached: read on the ring from its start).
+                    return await self._sendfile_native_steps(transp, file, offset, count, max(sent, 0), sent < 0)
+        return await self._sendfile_native_steps(transp, file, offset, count, 0, False)
+
+    async def _sendfile_native_steps(self, transp, file, offset, count, sent, uncached):
+        """asyncio's native sendfile of a transport (reading paused, the
+        transport's sends waited for and its writes refused meanwhile; the
+        socket's sendfile in steps, :meth:`_sock_sendfile_native`), of
+        which ``sent`` bytes from ``offset`` went out already (``uncached``:
+        the range from there is known not to be wholly cached: read on the
+        ring from the start). With neither, asyncio's ``sock_sendfile``
+        checks the arguments first."""
+        resume_reading = transp.is_reading()
+        transp.pause_reading()
+        await transp._make_empty_waiter()
         try:
-            return await super()._sendfile_native(transp, file, offset, count)
+            if sent or uncached:
+                return await self._sock_sendfile_steps(transp._sock, file, offset, count, sent, uncached)
+            return await self.sock_sendfile(transp._sock, file, offset, count, fallback=False)
         except ConnectionAbortedError as exc:
             # The transport's own receive took the peer's reset and closed
             # the socket: the reset is what ended the sendfile.
             if transp._lost_reset:
                 raise _proactor.os_error(errno.ECONNRESET) from exc
             raise
+        finally:
+            transp._reset_empty_waiter()
+            if resume_reading:
+                transp.resume_reading()
 
     async def _sock_sendfile_native(self, sock, file, offset, count):
+        return await self._sock_sendfile_steps(sock, file, offset, count, 0, False)
+
+    async def _sock_sendfile_steps(self, sock, file, offset, count, sent, uncached):
         # In steps as the socket takes them (see _sendfile_step), the
         # file's position following what was sent (also when the peer goes
         # away). An asynchronous file (blockio.open's, aiofiles') is sent
-        # from its descriptor too, once its writes have landed.
+        # from its descriptor too, once its writes have landed. ``sent``
+        # bytes from ``offset`` went out already; ``uncached``: the first
+        # step reads on the ring without asking the page cache again.
         try:
             fileno = file.fileno()
             st = os.fstat(fileno)
@@ -1553,7 +1611,6 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             past_end = max(offset + count - fsize, 0)
         else:
             past_end = _PAGE
-        sent = 0
         # Bytes read on the ring and not yet sent (see _sendfile_step).
         unsent: memoryview | None = None
         reading = False  # (a step read on the ring: so do the next ones)
@@ -1569,8 +1626,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                         n = await self._proactor.send_some(sock, unsent)
                         unsent = unsent[n:]
                     else:
-                        n, unsent = await self._sendfile_step(sock, fileno, offset + sent, end, past_end, reading)
+                        n, unsent = await self._sendfile_step(
+                            sock, fileno, offset + sent, end, past_end, reading or uncached)
                         reading = reading or unsent is not None
+                        uncached = False
                 except BrokenPipeError as exc:
                     # The socket's reset went to a receive on it (a
                     # transport's; asyncio's selector loop has none during
