@@ -1539,30 +1539,35 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 # a cached range sent as far as the socket takes it now.
                 got = tx.sendfile(fileno, offset, count or 0)
                 if got is not None:
-                    sent, end = got
-                    if offset + sent >= end:
+                    sent, end, failed = got
+                    if offset + sent >= end and not failed:
                         if sent > 0:
                             await _place_after_sendfile(file, offset + sent)
                         return sent
-                    # The rest on the general path, from where this stopped
-                    # (a range not cached: read on the ring from its start).
-                    return await self._sendfile_native_steps(transp, file, offset, count, max(sent, 0), sent < 0)
-        return await self._sendfile_native_steps(transp, file, offset, count, 0, False)
+                    # The rest in steps, from where this stopped (a range
+                    # not cached: read on the ring from its start; a failed
+                    # call: its error raised as the first step's).
+                    past_end = offset + count - end if count else _PAGE
+                    rest = (fileno, end, past_end, max(sent, 0), sent < 0, failed)
+                    return await self._sendfile_native_steps(transp, file, offset, count, rest)
+        return await self._sendfile_native_steps(transp, file, offset, count, None)
 
-    async def _sendfile_native_steps(self, transp, file, offset, count, sent, uncached):
-        """asyncio's native sendfile of a transport (reading paused, the
-        transport's sends waited for and its writes refused meanwhile; the
-        socket's sendfile in steps, :meth:`_sock_sendfile_native`), of
-        which ``sent`` bytes from ``offset`` went out already (``uncached``:
-        the range from there is known not to be wholly cached: read on the
-        ring from the start). With neither, asyncio's ``sock_sendfile``
-        checks the arguments first."""
+    async def _sendfile_native_steps(self, transp, file, offset, count, rest):
+        """asyncio's native sendfile of a transport: reading paused, the
+        transport's sends waited for and its writes refused meanwhile, the
+        socket's sendfile in steps (asyncio's ``sock_sendfile``, which
+        checks the arguments, then :meth:`_sock_sendfile_native`); or,
+        given ``rest`` (the descriptor, ``end``, ``past_end``, the bytes
+        from ``offset`` sent already, whether the range from there is known
+        not to be wholly cached, the errno of the call that stopped: see
+        :meth:`_sendfile_steps`), the rest of a sendfile whose start went
+        out in one native call."""
         resume_reading = transp.is_reading()
         transp.pause_reading()
         await transp._make_empty_waiter()
         try:
-            if sent or uncached:
-                return await self._sock_sendfile_steps(transp._sock, file, offset, count, sent, uncached)
+            if rest is not None:
+                return await self._sendfile_steps(transp._sock, file, offset, *rest)
             return await self.sock_sendfile(transp._sock, file, offset, count, fallback=False)
         except ConnectionAbortedError as exc:
             # The transport's own receive took the peer's reset and closed
@@ -1576,15 +1581,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 transp.resume_reading()
 
     async def _sock_sendfile_native(self, sock, file, offset, count):
-        return await self._sock_sendfile_steps(sock, file, offset, count, 0, False)
-
-    async def _sock_sendfile_steps(self, sock, file, offset, count, sent, uncached):
-        # In steps as the socket takes them (see _sendfile_step), the
-        # file's position following what was sent (also when the peer goes
-        # away). An asynchronous file (blockio.open's, aiofiles') is sent
-        # from its descriptor too, once its writes have landed. ``sent``
-        # bytes from ``offset`` went out already; ``uncached``: the first
-        # step reads on the ring without asking the page cache again.
+        # In steps as the socket takes them (see _sendfile_steps). An
+        # asynchronous file (blockio.open's, aiofiles') is sent from its
+        # descriptor too, once its writes have landed.
         try:
             fileno = file.fileno()
             st = os.fstat(fileno)
@@ -1611,6 +1610,19 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             past_end = max(offset + count - fsize, 0)
         else:
             past_end = _PAGE
+        return await self._sendfile_steps(sock, file, offset, fileno, end, past_end, 0, False, 0)
+
+    async def _sendfile_steps(self, sock, file, offset, fileno, end, past_end, sent, uncached, failed):
+        """Sends ``fileno`` (``file``'s descriptor) from ``offset + sent``
+        to ``end`` (``sent`` bytes from ``offset`` went out already) in
+        steps as the socket takes them (see :meth:`_sendfile_step`, which
+        says what ``past_end`` is); ``uncached``: the range is known not to
+        be wholly cached, and the first step reads on the ring without
+        asking the page cache again; ``failed``: the first step's outcome
+        is the error of this errno, that of a call already made (which the
+        kernel reports once: a peer's reset says ``EPIPE`` to the next). The
+        file's position follows what was sent, also when the peer goes
+        away; the count sent in all."""
         # Bytes read on the ring and not yet sent (see _sendfile_step).
         unsent: memoryview | None = None
         reading = False  # (a step read on the ring: so do the next ones)
@@ -1622,6 +1634,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 if getattr(sock, "_closed", False):
                     raise _sendfile_closed(sent)
                 try:
+                    if failed:
+                        code, failed = failed, 0
+                        raise _proactor.os_error(code)
                     if unsent:
                         n = await self._proactor.send_some(sock, unsent)
                         unsent = unsent[n:]

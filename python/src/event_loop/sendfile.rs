@@ -35,9 +35,8 @@ const MOST: u64 = 0x7fff_f000;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
     /// Nothing was sent and the general path takes the whole sendfile:
-    /// not a regular file, `fstat` failed, or the first `sendfile(2)`
-    /// failed (the general path makes the same call again and raises its
-    /// error as asyncio does).
+    /// not a regular file, or `fstat` failed (the general path makes the
+    /// same call again and raises its error as asyncio does).
     NotHere,
     /// The range `[offset, end)` is not wholly in the page cache; nothing
     /// was sent.
@@ -47,14 +46,19 @@ pub(crate) enum Outcome {
         end: u64,
     },
     /// `sent` bytes went out from `offset`; the sendfile is finished when
-    /// `offset + sent >= end`, else the rest is the general path's (the
-    /// socket took no more now, or a later call failed).
+    /// `offset + sent >= end` and no error came, else the rest is the
+    /// general path's: the socket took no more now, or `error` (an errno)
+    /// ended the last call, which the general path raises as its own
+    /// call's. (The kernel reports a socket's pending error, such as a
+    /// peer's reset, to one call only: the next would say `EPIPE`.)
     Sent {
         /// The bytes sent.
         sent: u64,
         /// Where the range ends; where the file ended, if it was cut
         /// short meanwhile.
         end: u64,
+        /// The errno of the call that failed, 0 if none did.
+        error: i32,
     },
 }
 
@@ -93,6 +97,7 @@ pub(crate) fn send_cached(sock: RawFd, file: RawFd, offset: u64, count: u64) -> 
         return Outcome::Sent {
             sent: 0,
             end: offset,
+            error: 0,
         };
     }
     if !range_cached(file_number, offset, end - offset) {
@@ -105,6 +110,7 @@ pub(crate) fn send_cached(sock: RawFd, file: RawFd, offset: u64, count: u64) -> 
         page
     };
     let mut pos = offset;
+    let mut error = 0;
     while pos < end {
         let mut want = (end - pos).min(MOST);
         if pos + want == end && past_end > 0 {
@@ -117,18 +123,22 @@ pub(crate) fn send_cached(sock: RawFd, file: RawFd, offset: u64, count: u64) -> 
                 return Outcome::Sent {
                     sent: pos - offset,
                     end: pos,
+                    error: 0,
                 };
             }
             Ok(n) => pos += n as u64,
             Err(Errno::INTR) => {}
-            Err(_) if pos == offset => return Outcome::NotHere,
-            // (the socket full, or an error the general path's next call
-            // meets again and raises as asyncio does)
-            Err(_) => break,
+            // (the socket full: the general path waits for it)
+            Err(Errno::AGAIN) => break,
+            Err(e) => {
+                error = e.raw_os_error();
+                break;
+            }
         }
     }
     Outcome::Sent {
         sent: pos - offset,
         end: end.max(pos),
+        error,
     }
 }
