@@ -62,6 +62,7 @@ import socket
 import stat
 import sys
 import threading
+import types
 import warnings
 import weakref
 from asyncio import (
@@ -1066,6 +1067,27 @@ def _plain_sendfile(file: Any, offset: Any, count: Any) -> int | None:
     return fileno if type(fileno) is int else None
 
 
+@types.coroutine
+def _go_on(steps: Any, yielded: Any) -> Any:
+    """The rest of an awaitable whose iterator ``steps`` was stepped once
+    already and yielded ``yielded``, run as the awaiting task's own steps
+    (``yield from``'s part after its first step): what it yields goes to
+    the task, what the task sends or throws goes to it."""
+    while True:
+        try:
+            sent = yield yielded
+        except BaseException as exc:  # (a cancel: the awaitable's to handle)
+            call, arg = steps.throw, exc
+        else:
+            call, arg = steps.send, sent
+        try:
+            yielded = call(arg)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            arg = None  # (a thrown error's traceback holds this frame)
+
+
 def _sendfile_closed(sent: int) -> ConnectionAbortedError:
     """The error of a sendfile whose socket was closed (a transport's abort)."""
     return ConnectionAbortedError(errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes")
@@ -1542,7 +1564,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                     sent, end, failed = got
                     if offset + sent >= end and not failed:
                         if sent > 0:
-                            await _place_after_sendfile(file, offset + sent)
+                            await self._place_after_sent(transp, file, offset + sent)
                         return sent
                     # The rest in steps, from where this stopped (a range
                     # not cached: read on the ring from its start; a failed
@@ -1551,6 +1573,31 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                     rest = (fileno, end, past_end, max(sent, 0), sent < 0, failed)
                     return await self._sendfile_native_steps(transp, file, offset, count, rest)
         return await self._sendfile_native_steps(transp, file, offset, count, None)
+
+    async def _place_after_sent(self, transp, file, position):
+        """Sets ``file``'s position to ``position`` after a sendfile that
+        went out in one native call. A seek that does not finish at once
+        (an asynchronous file's: aiofiles' runs in a thread, blockio's
+        waits for a call on the file before it) goes on with the transport
+        in a sendfile, as on the general path, where the position is set
+        before the sendfile ends: reading paused, writes refused."""
+        moved = file.seek(position)
+        if not inspect.isawaitable(moved):
+            return
+        steps = moved.__await__()
+        try:
+            first = steps.send(None)
+        except StopIteration:
+            return
+        resume_reading = transp.is_reading()
+        transp.pause_reading()
+        await transp._make_empty_waiter()
+        try:
+            await _go_on(steps, first)
+        finally:
+            transp._reset_empty_waiter()
+            if resume_reading:
+                transp.resume_reading()
 
     async def _sendfile_native_steps(self, transp, file, offset, count, rest):
         """asyncio's native sendfile of a transport: reading paused, the

@@ -3,7 +3,8 @@ io_uring loop is one native call (``StreamTx.sendfile``: ``fstat``,
 ``cachestat``, ``sendfile`` as far as the socket takes it), with
 asyncio's behaviour: each test runs the same sendfile on asyncio's loop
 and on blockio's, and compares what each returned, sent and left (the
-file's position, the error). What the native call does not finish (the
+file's position, the error); an asynchronous file's position, which
+asyncio's loop does not await, is checked on blockio's loops alone. What the native call does not finish (the
 socket full, bytes still going out before it, a peer gone, a file cut
 short, a file that is not a regular one) goes on as asyncio's sendfile."""
 
@@ -15,6 +16,7 @@ import socket
 import struct
 import threading
 
+import aiofiles
 import pytest
 
 import blockio
@@ -116,6 +118,41 @@ def test_a_cached_sendfile_on_an_idle_transport_neither_pauses_reading_nor_waits
     results = run_on("blockio-uring", asyncio.wait_for(main(), DEADLINE))
     assert results == [(len(small_data), len(small_data)), small_data, (len(big_data), len(big_data)), big_data]
     assert calls == [(big.name, "pause_reading"), (big.name, "_make_empty_waiter")]
+
+
+@pytest.mark.parametrize("name", ["blockio-uring", "blockio-epoll"])
+def test_a_write_while_an_aiofiles_files_position_is_set_after_its_bytes_is_refused(tmp_path, name):
+    # (asyncio's loop does not await an asynchronous file's seek.) The
+    # file's bytes go out in one call, then aiofiles' seek runs in a
+    # thread: the sendfile is still in progress (as where it goes in
+    # steps), so another task's write then gets asyncio's RuntimeError and
+    # the peer gets the file's bytes alone.
+    path, data = _file(tmp_path, 30000)
+    refused = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        t, peer, _ = await _pair(loop)
+        got = loop.run_in_executor(None, _read_all, peer)
+
+        async def other():  # (runs once the sendfile waits for the seek)
+            try:
+                t.write(b"MARK")
+            except RuntimeError as exc:
+                refused.append(str(exc))
+
+        async with aiofiles.open(path, "rb") as f:
+            send = asyncio.ensure_future(loop.sendfile(t, f))
+            write = asyncio.ensure_future(other())
+            n = await send
+            await write
+            at = await f.tell()
+        t.close()
+        return n, at, await got
+
+    n, at, got = run_on(name, asyncio.wait_for(main(), DEADLINE))
+    assert refused == ["unable to write; sendfile is in progress"]
+    assert (n, at, got == data) == (len(data), len(data), True)
 
 
 @pytest.mark.parametrize("name", LOOPS)
