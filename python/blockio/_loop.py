@@ -1047,6 +1047,9 @@ _SENDFILE_READ = 256 * 1024
 # not a multiple of its blocks (asyncio's loop, without a count, asks for
 # the file's size in every step).
 _PAGE = mmap.PAGESIZE
+# The offsets and counts a sendfile's native call takes (see
+# _plain_sendfile): its arithmetic is on 64-bit integers.
+_NATIVE_LIMIT = 1 << 62
 
 
 def _plain_sendfile(file: Any, offset: Any, count: Any) -> int | None:
@@ -1054,17 +1057,19 @@ def _plain_sendfile(file: Any, offset: Any, count: Any) -> int | None:
     plainly valid and the file needs nothing done before its bytes are
     read from the descriptor: opened ``"rb"`` (so no writes to land first,
     see :func:`_before_sendfile`), an ``int`` offset from 0 up and an
-    ``int`` count above 0 or None. None otherwise (the general path then
-    checks them, with asyncio's errors)."""
-    if getattr(file, "mode", None) != "rb" or type(offset) is not int or offset < 0:
+    ``int`` count above 0 or None, each below 2**62 (the native call's
+    64-bit arithmetic), and a descriptor that is a C ``int``. None
+    otherwise (the general path then checks them, with asyncio's errors,
+    and sends any size)."""
+    if getattr(file, "mode", None) != "rb" or type(offset) is not int or not 0 <= offset < _NATIVE_LIMIT:
         return None
-    if count is not None and (type(count) is not int or count <= 0):
+    if count is not None and (type(count) is not int or not 0 < count < _NATIVE_LIMIT):
         return None
     try:
         fileno = file.fileno()
     except (AttributeError, io.UnsupportedOperation, OSError, ValueError):
         return None
-    return fileno if type(fileno) is int else None
+    return fileno if type(fileno) is int and 0 <= fileno < 1 << 31 else None
 
 
 @types.coroutine

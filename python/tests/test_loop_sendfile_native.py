@@ -65,6 +65,19 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("offset, count", [(0, 1 << 64), (5, 1 << 70), (1 << 64, None), (1 << 64, 10)])
+def test_an_offset_or_count_past_64_bits_is_taken_as_any_past_the_files_end(tmp_path, offset, count):
+    # (asyncio's selector loop raises OverflowError here, converting them
+    # for os.sendfile; blockio's loop, whose native call's arithmetic is
+    # 64-bit, takes them as any offset or count past the file's end: the
+    # file to its end, or nothing from an offset past it)
+    path, data = _file(tmp_path, 5000)
+    got = run_on("blockio-uring", asyncio.wait_for(_send(path, offset, count, "builtin"), DEADLINE))
+    n = max(len(data) - offset, 0)
+    at = offset + n if n else 0
+    assert got == (n, data[offset:], at, data[at:at + 10])
+
+
 @pytest.mark.parametrize("opener", ["builtin", "blockio"])
 def test_a_cached_sendfile_returns_sends_and_places_the_file_as_on_asyncio(tmp_path, opener):
     # On asyncio's loop the file is the built-in's (asyncio does not await
