@@ -27,8 +27,9 @@ the server's CPU time per request over the load (user + system, median
 and lowest-highest: the loop's cost, also where ``wrk`` is the ceiling),
 its system calls per request (``--syscalls``: ``perf stat``) and the
 rate's ratio to ``uvloop-aiofiles`` (of the medians; lowest-highest of
-the ratios within each round). Before each round, the server's
-answers to a few requests are compared byte for byte with the files.
+the ratios within each round, then each round's ratio in order).
+Before each round, the server's answers to a few requests are compared
+byte for byte with the files.
 
     python python/benchmarks/loop_serve.py [--rounds 5] [--seconds 3]
         [--set-mib 1024] [--conns 50] [--workloads warm,cold] [--syscalls]
@@ -276,7 +277,7 @@ def main() -> None:
             if base:
                 each = [a / b for a, b in zip(rate, base)]
                 ratio = (f"  x{statistics.median(rate) / statistics.median(base):.2f} uvloop-aiofiles"
-                         f" ({min(each):.2f}-{max(each):.2f})")
+                         f" ({min(each):.2f}-{max(each):.2f}; rounds {' '.join(f'{x:.2f}' for x in each)})")
             calls = f"  {statistics.median(x['calls'] for x in rs):5.2f} calls/req" if args.syscalls else ""
             print(f"  {name:22} {statistics.median(rate):8.0f}/s ({min(rate):.0f}-{max(rate):.0f})  "
                   f"p99 {statistics.median(x['p99'] for x in rs) * 1e3:6.2f} ms  "

@@ -465,6 +465,15 @@ class StreamTx:
     @ready.setter
     def ready(self, ready: bool) -> None: ...
     def write(self, data: Buffer) -> None: ...
+    def sendfile(self, fd: int, offset: int, count: int) -> tuple[int, int, int] | None:
+        """The common ``loop.sendfile``: when the transport is ready and
+        ``fd`` a regular file whose range from ``offset`` (``count`` bytes,
+        to its end when 0) the page cache holds, ``sendfile(2)`` of it as
+        far as the socket takes it now. ``(sent, end, errno)``: finished
+        when ``offset + sent >= end`` and ``errno`` is 0; else ``errno``
+        is the failed call's (0: the socket took no more). ``sent`` is -1
+        for a range not wholly cached (nothing sent). None, nothing sent,
+        for any other case."""
 
 @disjoint_base
 class StreamRx:

@@ -62,6 +62,7 @@ import socket
 import stat
 import sys
 import threading
+import types
 import warnings
 import weakref
 from asyncio import (
@@ -1046,6 +1047,50 @@ _SENDFILE_READ = 256 * 1024
 # not a multiple of its blocks (asyncio's loop, without a count, asks for
 # the file's size in every step).
 _PAGE = mmap.PAGESIZE
+# The offsets and counts a sendfile's native call takes (see
+# _plain_sendfile): its arithmetic is on 64-bit integers.
+_NATIVE_LIMIT = 1 << 62
+
+
+def _plain_sendfile(file: Any, offset: Any, count: Any) -> int | None:
+    """The descriptor of ``file`` when ``loop.sendfile``'s arguments are
+    plainly valid and the file needs nothing done before its bytes are
+    read from the descriptor: opened ``"rb"`` (so no writes to land first,
+    see :func:`_before_sendfile`), an ``int`` offset from 0 up and an
+    ``int`` count above 0 or None, each below 2**62 (the native call's
+    64-bit arithmetic), and a descriptor that is a C ``int``. None
+    otherwise (the general path then checks them, with asyncio's errors,
+    and sends any size)."""
+    if getattr(file, "mode", None) != "rb" or type(offset) is not int or not 0 <= offset < _NATIVE_LIMIT:
+        return None
+    if count is not None and (type(count) is not int or not 0 < count < _NATIVE_LIMIT):
+        return None
+    try:
+        fileno = file.fileno()
+    except (AttributeError, io.UnsupportedOperation, OSError, ValueError):
+        return None
+    return fileno if type(fileno) is int and 0 <= fileno < 1 << 31 else None
+
+
+@types.coroutine
+def _go_on(steps: Any, yielded: Any) -> Any:
+    """The rest of an awaitable whose iterator ``steps`` was stepped once
+    already and yielded ``yielded``, run as the awaiting task's own steps
+    (``yield from``'s part after its first step): what it yields goes to
+    the task, what the task sends or throws goes to it."""
+    while True:
+        try:
+            sent = yield yielded
+        except BaseException as exc:  # (a cancel: the awaitable's to handle)
+            call, arg = steps.throw, exc
+        else:
+            call, arg = steps.send, sent
+        try:
+            yielded = call(arg)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            arg = None  # (a thrown error's traceback holds this frame)
 
 
 def _sendfile_closed(sent: int) -> ConnectionAbortedError:
@@ -1513,20 +1558,84 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             # socket's number; its proactor loop would say "Empty waiter
             # is already set" (a RuntimeError). The first sendfile goes on.
             raise KeyError(transp._sock.fileno())
+        tx = getattr(transp, "_tx", None)
+        if tx is not None and tx.ready:
+            fileno = _plain_sendfile(file, offset, count)
+            if fileno is not None:
+                # The common case in one native call (see StreamTx.sendfile):
+                # a cached range sent as far as the socket takes it now.
+                got = tx.sendfile(fileno, offset, count or 0)
+                if got is not None:
+                    sent, end, failed = got
+                    if offset + sent >= end and not failed:
+                        if sent > 0:
+                            await self._place_after_sent(transp, file, offset + sent)
+                        return sent
+                    # The rest in steps, from where this stopped (a range
+                    # not cached: read on the ring from its start; a failed
+                    # call: its error raised as the first step's).
+                    past_end = offset + count - end if count else _PAGE
+                    rest = (fileno, end, past_end, max(sent, 0), sent < 0, failed)
+                    return await self._sendfile_native_steps(transp, file, offset, count, rest)
+        return await self._sendfile_native_steps(transp, file, offset, count, None)
+
+    async def _place_after_sent(self, transp, file, position):
+        """Sets ``file``'s position to ``position`` after a sendfile that
+        went out in one native call. A seek that does not finish at once
+        (an asynchronous file's: aiofiles' runs in a thread, blockio's
+        waits for a call on the file before it) goes on with the transport
+        in a sendfile, as on the general path, where the position is set
+        before the sendfile ends: reading paused, writes refused."""
+        moved = file.seek(position)
+        if not inspect.isawaitable(moved):
+            return
+        steps = moved.__await__()
         try:
-            return await super()._sendfile_native(transp, file, offset, count)
+            first = steps.send(None)
+        except StopIteration:
+            return
+        resume_reading = transp.is_reading()
+        transp.pause_reading()
+        await transp._make_empty_waiter()
+        try:
+            await _go_on(steps, first)
+        finally:
+            transp._reset_empty_waiter()
+            if resume_reading:
+                transp.resume_reading()
+
+    async def _sendfile_native_steps(self, transp, file, offset, count, rest):
+        """asyncio's native sendfile of a transport: reading paused, the
+        transport's sends waited for and its writes refused meanwhile, the
+        socket's sendfile in steps (asyncio's ``sock_sendfile``, which
+        checks the arguments, then :meth:`_sock_sendfile_native`); or,
+        given ``rest`` (the descriptor, ``end``, ``past_end``, the bytes
+        from ``offset`` sent already, whether the range from there is known
+        not to be wholly cached, the errno of the call that stopped: see
+        :meth:`_sendfile_steps`), the rest of a sendfile whose start went
+        out in one native call."""
+        resume_reading = transp.is_reading()
+        transp.pause_reading()
+        await transp._make_empty_waiter()
+        try:
+            if rest is not None:
+                return await self._sendfile_steps(transp._sock, file, offset, *rest)
+            return await self.sock_sendfile(transp._sock, file, offset, count, fallback=False)
         except ConnectionAbortedError as exc:
             # The transport's own receive took the peer's reset and closed
             # the socket: the reset is what ended the sendfile.
             if transp._lost_reset:
                 raise _proactor.os_error(errno.ECONNRESET) from exc
             raise
+        finally:
+            transp._reset_empty_waiter()
+            if resume_reading:
+                transp.resume_reading()
 
     async def _sock_sendfile_native(self, sock, file, offset, count):
-        # In steps as the socket takes them (see _sendfile_step), the
-        # file's position following what was sent (also when the peer goes
-        # away). An asynchronous file (blockio.open's, aiofiles') is sent
-        # from its descriptor too, once its writes have landed.
+        # In steps as the socket takes them (see _sendfile_steps). An
+        # asynchronous file (blockio.open's, aiofiles') is sent from its
+        # descriptor too, once its writes have landed.
         try:
             fileno = file.fileno()
             st = os.fstat(fileno)
@@ -1553,7 +1662,19 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             past_end = max(offset + count - fsize, 0)
         else:
             past_end = _PAGE
-        sent = 0
+        return await self._sendfile_steps(sock, file, offset, fileno, end, past_end, 0, False, 0)
+
+    async def _sendfile_steps(self, sock, file, offset, fileno, end, past_end, sent, uncached, failed):
+        """Sends ``fileno`` (``file``'s descriptor) from ``offset + sent``
+        to ``end`` (``sent`` bytes from ``offset`` went out already) in
+        steps as the socket takes them (see :meth:`_sendfile_step`, which
+        says what ``past_end`` is); ``uncached``: the range is known not to
+        be wholly cached, and the first step reads on the ring without
+        asking the page cache again; ``failed``: the first step's outcome
+        is the error of this errno, that of a call already made (which the
+        kernel reports once: a peer's reset says ``EPIPE`` to the next). The
+        file's position follows what was sent, also when the peer goes
+        away; the count sent in all."""
         # Bytes read on the ring and not yet sent (see _sendfile_step).
         unsent: memoryview | None = None
         reading = False  # (a step read on the ring: so do the next ones)
@@ -1565,12 +1686,17 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 if getattr(sock, "_closed", False):
                     raise _sendfile_closed(sent)
                 try:
+                    if failed:
+                        code, failed = failed, 0
+                        raise _proactor.os_error(code)
                     if unsent:
                         n = await self._proactor.send_some(sock, unsent)
                         unsent = unsent[n:]
                     else:
-                        n, unsent = await self._sendfile_step(sock, fileno, offset + sent, end, past_end, reading)
+                        n, unsent = await self._sendfile_step(
+                            sock, fileno, offset + sent, end, past_end, reading or uncached)
                         reading = reading or unsent is not None
+                        uncached = False
                 except BrokenPipeError as exc:
                     # The socket's reset went to a receive on it (a
                     # transport's; asyncio's selector loop has none during

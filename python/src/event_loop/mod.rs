@@ -87,13 +87,15 @@
 //! `dispatch` (a completion batch dispatched to the proactor, and a socket
 //! transport's receive armed, without Python frames), `sockaddr` (a kernel
 //! socket address as Python spells it), `write` (a socket transport's
-//! common write, without Python frames).
+//! common write, without Python frames), `sendfile` (a transport's
+//! `loop.sendfile` of a cached range, in one native call).
 
 mod dispatch;
 mod files;
 mod inline;
 mod ops;
 mod ring;
+mod sendfile;
 mod slots;
 mod sockaddr;
 mod write;

@@ -24,6 +24,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 use pyo3::PyTraverseError;
 
 use super::ring::LoopRing;
+use super::sendfile::{send_cached, Outcome as SendOutcome};
 
 /// The write side of one socket transport on the loop's ring; the
 /// transport's `write` is its bound `write` method.
@@ -113,6 +114,38 @@ impl StreamTx {
         self.transport(py)?
             .call_method1(intern!(py, "_write_slow"), (data,))?;
         Ok(())
+    }
+
+    /// The common `loop.sendfile(transport, file, offset, count)`: when
+    /// the transport is ready (nothing in flight or buffered, not closing,
+    /// no sendfile) and `fd` is a regular file whose range from `offset`
+    /// (`count` bytes, or to its end when 0) the page cache holds, sends
+    /// it to the socket with `sendfile(2)` as far as the socket takes it
+    /// now (see `sendfile::send_cached`). `(sent, end, errno)`: `sent`
+    /// bytes went out, and the sendfile is finished when `offset + sent
+    /// >= end` (`end`: where the range ends, or where the file ended) and
+    /// `errno` is 0; else `errno` is that of the call that failed, or 0
+    /// when the socket took no more. `sent` is -1 when the range is not
+    /// wholly cached (nothing sent). None when this is not the common case
+    /// (not ready, not a regular file): nothing was sent.
+    fn sendfile(
+        &self,
+        py: Python<'_>,
+        fd: RawFd,
+        offset: u64,
+        count: u64,
+    ) -> PyResult<Option<(i64, u64, i32)>> {
+        if !self.ready.load(Ordering::Relaxed) || !self.ring.bind(py).borrow().usable() {
+            return Ok(None);
+        }
+        let sock: RawFd = self.socket_number(py)?.extract()?;
+        Ok(match send_cached(sock, fd, offset, count) {
+            SendOutcome::NotHere => None,
+            SendOutcome::Uncached { end } => Some((-1, end, 0)),
+            SendOutcome::Sent { sent, end, error } => {
+                Some((i64::try_from(sent).unwrap_or(i64::MAX), end, error))
+            }
+        })
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {

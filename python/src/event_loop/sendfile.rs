@@ -1,0 +1,144 @@
+//! A transport's `loop.sendfile` of a cached file range, in one native
+//! call: the file's size and kind (`fstat`), whether the page cache holds
+//! the whole range (`cachestat`, see `crate::cached`), and `sendfile(2)`
+//! from the file to the socket for as much as the socket takes now.
+//!
+//! # Why
+//!
+//! A file server writes a response header, then sends the file. Through
+//! asyncio's `_sendfile_native` that costs a Python frame per layer
+//! (`sendfile`, `sock_sendfile`, its argument checks, reading paused and
+//! resumed, the empty-buffer waiter, the step loop and its futures) around
+//! three system calls; a small file's bytes go out whole in the first
+//! `sendfile(2)` of a transport with nothing else to send. This is that
+//! common case: when it sends everything, `loop.sendfile` returns without
+//! any of asyncio's machinery. Whatever it does not finish (the socket
+//! full, a range not cached, an error) goes on on the general path, from
+//! where this stopped, which gives every such case asyncio's behaviour.
+//!
+//! A range the page cache does not wholly hold is not sent here: a
+//! `sendfile(2)` of it would wait for the disk on the loop's thread. The
+//! general path reads it on the ring instead.
+
+use std::os::fd::{BorrowedFd, RawFd};
+
+use rustix::fs::FileType;
+use rustix::io::Errno;
+
+use crate::cached::range_cached;
+
+/// The most one `sendfile(2)` sends (the kernel's `MAX_RW_COUNT`, the
+/// largest page-aligned `INT_MAX`).
+const MOST: u64 = 0x7fff_f000;
+
+/// What [`send_cached`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Nothing was sent and the general path takes the whole sendfile:
+    /// not a regular file, or `fstat` failed (the general path makes the
+    /// same call again and raises its error as asyncio does).
+    NotHere,
+    /// The range `[offset, end)` is not wholly in the page cache; nothing
+    /// was sent.
+    Uncached {
+        /// Where the range ends (the file's end, or `offset + count`
+        /// within it).
+        end: u64,
+    },
+    /// `sent` bytes went out from `offset`; the sendfile is finished when
+    /// `offset + sent >= end` and no error came, else the rest is the
+    /// general path's: the socket took no more now, or `error` (an errno)
+    /// ended the last call, which the general path raises as its own
+    /// call's. (The kernel reports a socket's pending error, such as a
+    /// peer's reset, to one call only: the next would say `EPIPE`.)
+    Sent {
+        /// The bytes sent.
+        sent: u64,
+        /// Where the range ends; where the file ended, if it was cut
+        /// short meanwhile.
+        end: u64,
+        /// The errno of the call that failed, 0 if none did.
+        error: i32,
+    },
+}
+
+/// Sends the file `file` from `offset` to the socket `sock` (`count`
+/// bytes, or to the file's end when 0) with `sendfile(2)`, as far as the
+/// socket takes it without waiting, when `file` is a regular file whose
+/// range the page cache holds (see [`Outcome`]).
+///
+/// The last call's count is rounded up to whole pages within what the
+/// caller allows, as the general path does (`_sendfile_step`): the kernel
+/// stops at the file's end, and refuses (`EINVAL`) an `O_DIRECT` file's
+/// count that is not a multiple of its blocks. Without a count that is up
+/// to a page past the end; with one, up to what the count leaves past the
+/// file's end.
+pub(crate) fn send_cached(sock: RawFd, file: RawFd, offset: u64, count: u64) -> Outcome {
+    if sock < 0 || file < 0 {
+        return Outcome::NotHere;
+    }
+    let file_number = file;
+    // SAFETY: both numbers are the caller's, borrowed for this call only
+    // (the GIL is held, so no Python code closes them meanwhile); one
+    // closed before is refused by the kernel (`EBADF`), reported as such.
+    let (sock, file) = unsafe { (BorrowedFd::borrow_raw(sock), BorrowedFd::borrow_raw(file)) };
+    let Ok(st) = rustix::fs::fstat(file) else {
+        return Outcome::NotHere;
+    };
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Outcome::NotHere;
+    }
+    let size = u64::try_from(st.st_size).unwrap_or(0);
+    let Some(asked) = offset.checked_add(count) else {
+        return Outcome::NotHere;
+    };
+    let end = if count > 0 { asked.min(size) } else { size };
+    if offset >= end {
+        return Outcome::Sent {
+            sent: 0,
+            end: offset,
+            error: 0,
+        };
+    }
+    if !range_cached(file_number, offset, end - offset) {
+        return Outcome::Uncached { end };
+    }
+    let page = rustix::param::page_size() as u64;
+    let past_end = if count > 0 {
+        asked.saturating_sub(size)
+    } else {
+        page
+    };
+    let mut pos = offset;
+    let mut error = 0;
+    while pos < end {
+        let mut want = (end - pos).min(MOST);
+        if pos + want == end && past_end > 0 {
+            want = want.next_multiple_of(page).min(want + past_end);
+        }
+        let mut at = pos;
+        match rustix::fs::sendfile(sock, file, Some(&mut at), want as usize) {
+            Ok(0) => {
+                // The file was cut short: it ends here.
+                return Outcome::Sent {
+                    sent: pos - offset,
+                    end: pos,
+                    error: 0,
+                };
+            }
+            Ok(n) => pos += n as u64,
+            Err(Errno::INTR) => {}
+            // (the socket full: the general path waits for it)
+            Err(Errno::AGAIN) => break,
+            Err(e) => {
+                error = e.raw_os_error();
+                break;
+            }
+        }
+    }
+    Outcome::Sent {
+        sent: pos - offset,
+        end: end.max(pos),
+        error,
+    }
+}
