@@ -52,6 +52,7 @@ import asyncio
 import collections
 import contextlib
 import errno
+import fcntl
 import inspect
 import io
 import mmap
@@ -1558,6 +1559,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             # socket's number; its proactor loop would say "Empty waiter
             # is already set" (a RuntimeError). The first sendfile goes on.
             raise KeyError(transp._sock.fileno())
+        if transp._eof_written:
+            # asyncio's selector loop: its os.sendfile fails (EPIPE) before
+            # any byte, so the sendfile is "not available", and its fallback
+            # (if allowed) raises the transport's write error.
+            raise exceptions.SendfileNotAvailableError("os.sendfile call failed")
         tx = getattr(transp, "_tx", None)
         if tx is not None and tx.ready:
             fileno = _plain_sendfile(file, offset, count)
@@ -1644,7 +1650,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         fsize = st.st_size
         if await _before_sendfile(file):
             fsize = os.fstat(fileno).st_size
-        regular = stat.S_ISREG(st.st_mode)
+        # A regular file of size 0 given a count (``/proc``, ``/sys``:
+        # its size says nothing of its bytes) is sent as a device is.
+        regular = stat.S_ISREG(st.st_mode) and not (count and fsize == 0)
         if count and not regular:
             # (a device such as /dev/zero has no size: the count says how
             # much, as for asyncio's loop, which sends count bytes of it)
@@ -1662,7 +1670,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             past_end = max(offset + count - fsize, 0)
         else:
             past_end = _PAGE
-        return await self._sendfile_steps(sock, file, offset, fileno, end, past_end, 0, False, 0)
+        # An O_DIRECT file's os.sendfile reads the device whatever the page
+        # cache holds: its steps read on the ring from the first (see
+        # _sendfile_step for what the ring refuses).
+        direct = regular and bool(fcntl.fcntl(fileno, fcntl.F_GETFL) & os.O_DIRECT)
+        return await self._sendfile_steps(sock, file, offset, fileno, end, past_end, 0, direct, 0)
 
     async def _sendfile_steps(self, sock, file, offset, fileno, end, past_end, sent, uncached, failed):
         """Sends ``fileno`` (``file``'s descriptor) from ``offset + sent``

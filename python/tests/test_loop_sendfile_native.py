@@ -321,3 +321,97 @@ def test_a_pipe_opened_rb_is_sent_as_on_asyncio(name):
         return n, await got
 
     assert run_on(name, asyncio.wait_for(main(), DEADLINE)) == (0, b"")
+
+
+@pytest.mark.parametrize("name", LOOPS)
+@pytest.mark.parametrize("count", [None, 3, 100])
+def test_a_file_whose_size_says_nothing_of_its_bytes_is_sent_as_on_asyncio(name, count):
+    # A /proc file's size is 0: given a count, asyncio sends that many of
+    # its bytes (up to its end); without one, none.
+    async def main():
+        loop = asyncio.get_running_loop()
+        t, peer, _ = await _pair(loop)
+        got = loop.run_in_executor(None, _read_all, peer)
+        with open("/proc/sys/kernel/ostype", "rb") as f:
+            n = await loop.sendfile(t, f, 0, count)
+            at = f.tell()
+        t.close()
+        return n, at, await got
+
+    want = run_on("asyncio", asyncio.wait_for(main(), DEADLINE))
+    assert want[0] == (len(b"Linux\n"[:count]) if count else 0)
+    assert run_on(name, asyncio.wait_for(main(), DEADLINE)) == want
+
+
+@pytest.mark.parametrize("name", ["blockio-uring", "blockio-epoll"])
+@pytest.mark.parametrize("fallback", [True, False])
+def test_a_sendfile_after_write_eof_fails_as_on_asyncio(name, fallback):
+    # asyncio's selector loop: the socket's writing end is shut, so its
+    # os.sendfile fails before any byte and the sendfile is not
+    # available; its fallback's write then raises the transport's error.
+    def outcome(name):
+        async def main():
+            loop = asyncio.get_running_loop()
+            t, peer, _ = await _pair(loop)
+            t.write_eof()
+            try:
+                with open("/proc/self/exe", "rb") as f:
+                    await loop.sendfile(t, f, 0, 10000, fallback=fallback)
+            except Exception as e:
+                return type(e), str(e)
+            finally:
+                t.close()
+                peer.close()
+            return None
+
+        return run_on(name, asyncio.wait_for(main(), DEADLINE))
+
+    want = outcome("asyncio")
+    assert want is not None
+    assert outcome(name) == want
+
+
+@pytest.mark.parametrize("size", [4096, 1 << 20])
+def test_an_o_direct_file_is_left_to_the_general_path_and_sent_as_on_asyncio(tmp_path, size):
+    # The page cache holds the file, but an O_DIRECT file's sendfile(2)
+    # reads the device: the native call, which holds the GIL and runs on
+    # the loop's thread, leaves it alone; the bytes, count and position
+    # are asyncio's.
+    path, data = _file(tmp_path, size, 9)
+    native = []
+
+    async def main(name):
+        loop = asyncio.get_running_loop()
+        t, peer, _ = await _pair(loop)
+        tx = getattr(t, "_tx", None)
+        if tx is not None:
+            t._tx = _Spy(tx, native)
+        got = loop.run_in_executor(None, _read_all, peer)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        with open(fd, "rb", buffering=0) as f:
+            n = await loop.sendfile(t, f, 0, None)
+            at = f.tell()
+        t.close()
+        return n, at, await got == data
+
+    want = run_on("asyncio", asyncio.wait_for(main("asyncio"), DEADLINE))
+    assert want == (size, size, True)
+    assert run_on("blockio-uring", asyncio.wait_for(main("blockio-uring"), DEADLINE)) == want
+    assert native and all(r is None for r in native)
+
+
+class _Spy:
+    """A transport's ``_tx`` whose ``sendfile`` (the native call) records
+    what it returned in ``results``."""
+
+    def __init__(self, tx, results):
+        self._tx = tx
+        self._results = results
+
+    def __getattr__(self, name):
+        return getattr(self._tx, name)
+
+    def sendfile(self, *args):
+        r = self._tx.sendfile(*args)
+        self._results.append(r)
+        return r

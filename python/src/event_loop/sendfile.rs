@@ -18,7 +18,10 @@
 //!
 //! A range the page cache does not wholly hold is not sent here: a
 //! `sendfile(2)` of it would wait for the disk on the loop's thread. The
-//! general path reads it on the ring instead.
+//! general path reads it on the ring instead. Nor is an `O_DIRECT` file
+//! (its `sendfile(2)` reads the device whatever the cache holds), nor a
+//! regular file of size 0 given a count (`/proc`, `/sys`: its size says
+//! nothing of its bytes, and asyncio sends `count` bytes of it).
 
 use std::os::fd::{BorrowedFd, RawFd};
 
@@ -36,7 +39,9 @@ const MOST: u64 = 0x7fff_f000;
 pub(crate) enum Outcome {
     /// Nothing was sent and the general path takes the whole sendfile:
     /// not a regular file, or `fstat` failed (the general path makes the
-    /// same call again and raises its error as asyncio does).
+    /// same call again and raises its error as asyncio does), or a file
+    /// this call leaves to it (`O_DIRECT`, size 0 with a count: see the
+    /// module's doc).
     NotHere,
     /// The range `[offset, end)` is not wholly in the page cache; nothing
     /// was sent.
@@ -78,9 +83,12 @@ pub(crate) fn send_cached(sock: RawFd, file: RawFd, offset: u64, count: u64) -> 
         return Outcome::NotHere;
     }
     let file_number = file;
-    // SAFETY: both numbers are the caller's, borrowed for this call only
-    // (the GIL is held, so no Python code closes them meanwhile); one
-    // closed before is refused by the kernel (`EBADF`), reported as such.
+    // SAFETY: both numbers are the caller's, read just before this call
+    // with the GIL held (the transport's socket from its live
+    // `fileno()`, the file's from the caller's object), and borrowed for
+    // this call only: the GIL stays held throughout, so no Python code
+    // closes or reuses them meanwhile. The calls below only read the
+    // descriptors' files; none is closed or kept.
     let (sock, file) = unsafe { (BorrowedFd::borrow_raw(sock), BorrowedFd::borrow_raw(file)) };
     let Ok(st) = rustix::fs::fstat(file) else {
         return Outcome::NotHere;
@@ -89,6 +97,17 @@ pub(crate) fn send_cached(sock: RawFd, file: RawFd, offset: u64, count: u64) -> 
         return Outcome::NotHere;
     }
     let size = u64::try_from(st.st_size).unwrap_or(0);
+    if size == 0 && count > 0 {
+        // A file whose size says nothing of its bytes (`/proc`, `/sys`):
+        // the general path sends `count` bytes of it, as asyncio does.
+        return Outcome::NotHere;
+    }
+    if rustix::fs::fcntl_getfl(file).map_or(true, |f| f.contains(rustix::fs::OFlags::DIRECT)) {
+        // `O_DIRECT`: `sendfile(2)` reads the device whatever the page
+        // cache holds, so `cachestat` cannot say that it waits for no
+        // disk; the general path reads it on the ring where it can.
+        return Outcome::NotHere;
+    }
     let Some(asked) = offset.checked_add(count) else {
         return Outcome::NotHere;
     };
