@@ -444,6 +444,15 @@ def dispatch_batch(proactor: object, ring: LoopRing) -> None:
     """Dispatches what ``ring.fill`` kept on a ``RingProactor``: a socket
     transport's receive with bytes calls its callback here, any other
     completion goes to ``proactor._finish``; each held socket is released."""
+def select_batch(proactor: object, timeout: float | None) -> None:
+    """``RingProactor.select``: the work before the wait, the wait on the
+    proactor's ring (at most ``timeout`` seconds) and the dispatch of what
+    it brought (``dispatch_batch``)."""
+def run_turn(event_loop: object, proactor: object | None) -> None:
+    """One turn of an asyncio event loop, as ``BaseEventLoop._run_once``,
+    on the loop's own ``_ready`` and ``_scheduled``; the wait is
+    ``select_batch`` on ``proactor``, or with ``None`` the loop's
+    ``_selector.select`` and ``_process_events``."""
 def arm_receive(rx: StreamRx, callback: object) -> None:
     """Arms the next receive of a ``StreamReceive`` on its proactor's ring
     (``RingProactor.receive`` in one call)."""

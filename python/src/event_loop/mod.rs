@@ -89,10 +89,14 @@ mod dispatch;
 mod inline;
 mod ops;
 mod ring;
+mod select;
 mod slots;
 mod sockaddr;
+mod turn;
 mod write;
 
 pub(crate) use dispatch::{arm_receive, arm_ring_receive, dispatch_batch, StreamRx};
 pub(crate) use ring::LoopRing;
+pub(crate) use select::select_batch;
+pub(crate) use turn::run_turn;
 pub(crate) use write::StreamTx;
