@@ -139,7 +139,7 @@ pub(crate) fn run_turn(
         None => {
             let timeout = match timeout {
                 // (asyncio's timeout when a callback is ready: the int 0)
-                Some(t) if t == 0.0 => 0i32.into_pyobject(py)?.into_any(),
+                Some(0.0) => 0i32.into_pyobject(py)?.into_any(),
                 Some(t) => t.into_pyobject(py)?.into_any(),
                 None => py.None().into_bound(py),
             };
