@@ -62,6 +62,14 @@ struct Asyncio {
     /// `asyncio.events.Handle._run`: a handle whose class has this one
     /// runs from here, any other through its `_run`.
     handle_run: PyObject,
+    /// `asyncio.events.Handle`
+    handle_class: PyObject,
+    /// `Handle`'s slots `_cancelled`, `_args`, `_context`, `_callback`
+    /// (their `member_descriptor`s), read from a handle of asyncio's
+    /// classes without an attribute lookup (see [`Slot`]).
+    slots: [Slot; 4],
+    /// `asyncio.events.TimerHandle`
+    timer_class: PyObject,
     /// `asyncio.base_events.BaseEventLoop.time`: a loop whose `time` is
     /// this one has its clock read here.
     base_time: PyObject,
@@ -85,6 +93,87 @@ struct Asyncio {
 
 static ASYNCIO: GILOnceCell<Asyncio> = GILOnceCell::new();
 
+/// The index in [`Asyncio::slots`] of `_cancelled`, `_args`, `_context`
+/// and `_callback`.
+const CANCELLED: usize = 0;
+const ARGS: usize = 1;
+const CONTEXT: usize = 2;
+const CALLBACK: usize = 3;
+
+/// One slot of asyncio's `Handle` class (`__slots__`): its
+/// `member_descriptor`, through which a handle whose class is exactly
+/// `Handle` or `TimerHandle` has the slot read as the descriptor's own
+/// `__get__` reads it (`PyMember_GetOne`), without looking the name up
+/// through the class first (a generic attribute lookup costs more than
+/// the interpreter's specialised one that `Handle._run` would use).
+struct Slot(PyObject);
+
+impl Slot {
+    /// `Handle.__dict__[name]`, which must be a `member_descriptor`.
+    fn of(events: &Bound<'_, PyModule>, name: &str) -> PyResult<Slot> {
+        let py = events.py();
+        let descr = events
+            .getattr("Handle")?
+            .getattr("__dict__")?
+            .get_item(name)?;
+        let member = py.import("types")?.getattr("MemberDescriptorType")?;
+        if !descr.get_type().is(&member) {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "asyncio.events.Handle.{name} is not a slot"
+            )));
+        }
+        Ok(Slot(descr.unbind()))
+    }
+
+    /// The slot's value in `handle`, whose class must be exactly
+    /// `Handle` or `TimerHandle` (checked by the caller: [`exact`]).
+    fn get<'py>(&self, py: Python<'py>, handle: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: the GIL is held (`py`). `self.0` is a live
+        // `member_descriptor` (its type checked in `of`, held by this
+        // value), so it is a `PyMemberDescrObject` whose `d_member`
+        // points into `Handle`'s type, which the descriptor keeps alive.
+        // That member describes a slot of `Handle`'s instance layout, and
+        // `handle`'s class is `Handle` or `TimerHandle` (a subclass that
+        // keeps `Handle`'s layout as its prefix), so the member's offset
+        // lies within `handle`. `PyMember_GetOne` returns a new
+        // reference, or NULL with `AttributeError` set for an unset slot,
+        // which `from_owned_ptr_or_err` takes over.
+        unsafe {
+            let descr = self.0.as_ptr() as *mut pyo3::ffi::PyMemberDescrObject;
+            let out = pyo3::ffi::PyMember_GetOne(
+                handle.as_ptr() as *const std::os::raw::c_char,
+                // (pyo3-ffi types the field `PyGetSetDef *`; CPython's
+                // `PyMemberDescrObject.d_member` is a `PyMemberDef *`)
+                (*descr).d_member.cast::<pyo3::ffi::PyMemberDef>(),
+            );
+            Bound::from_owned_ptr_or_err(py, out)
+        }
+    }
+}
+
+/// Whether `handle`'s class is exactly asyncio's `Handle` or
+/// `TimerHandle` (its slots then read through [`Slot::get`]).
+fn exact(py: Python<'_>, asyncio: &Asyncio, handle: &Bound<'_, PyAny>) -> bool {
+    let class = handle.get_type();
+    class.is(asyncio.handle_class.bind(py)) || class.is(asyncio.timer_class.bind(py))
+}
+
+/// The slot `index` of [`Asyncio::slots`] (named `name`) of `handle`.
+fn slot<'py>(
+    py: Python<'py>,
+    asyncio: &Asyncio,
+    exact: bool,
+    handle: &Bound<'py, PyAny>,
+    index: usize,
+    name: &Bound<'py, pyo3::types::PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if exact {
+        asyncio.slots[index].get(py, handle)
+    } else {
+        handle.getattr(name)
+    }
+}
+
 impl Asyncio {
     fn get(py: Python<'_>) -> PyResult<&Asyncio> {
         ASYNCIO.get_or_try_init(py, || {
@@ -95,6 +184,14 @@ impl Asyncio {
                 heappop: heapq.getattr("heappop")?.unbind(),
                 heapify: heapq.getattr("heapify")?.unbind(),
                 handle_run: events.getattr("Handle")?.getattr("_run")?.unbind(),
+                handle_class: events.getattr("Handle")?.unbind(),
+                slots: [
+                    Slot::of(&events, "_cancelled")?,
+                    Slot::of(&events, "_args")?,
+                    Slot::of(&events, "_context")?,
+                    Slot::of(&events, "_callback")?,
+                ],
+                timer_class: events.getattr("TimerHandle")?.unbind(),
                 base_time: base.getattr("BaseEventLoop")?.getattr("time")?.unbind(),
                 context_run: py
                     .import("contextvars")?
@@ -187,7 +284,19 @@ impl<'py> Clock<'py> {
     fn now(&self, py: Python<'py>) -> PyResult<f64> {
         match self {
             Clock::Monotonic => {
-                let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+                let mut t = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: `t` is a valid, writable `timespec` for the
+                // call's duration; `CLOCK_MONOTONIC` always exists on
+                // Linux. (libc's, through the vDSO, as `time.monotonic()`
+                // reads it; rustix's own vDSO lookup is not used: it reads
+                // the auxiliary vector, which valgrind's does not map.)
+                let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+                if rc != 0 {
+                    return Err(std::io::Error::last_os_error().into());
+                }
                 Ok(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
             }
             Clock::Loop(l) => l.call_method0(intern!(py, "time"))?.extract(),
@@ -319,41 +428,77 @@ fn move_due_timers(
 /// skipped. `SystemExit` and `KeyboardInterrupt` stop the turn, the
 /// callbacks after leaving `_ready` untouched.
 fn run_ready(py: Python<'_>, asyncio: &Asyncio, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
-    let todo = event_loop.getattr(intern!(py, "_ready"))?.len()?;
+    // (the deque and its bound `popleft` taken once per turn: the loop's
+    // `_ready` is never replaced, only appended to and popped)
+    let ready = event_loop.getattr(intern!(py, "_ready"))?;
+    let todo = ready.len()?;
+    if todo == 0 {
+        return Ok(());
+    }
+    let popleft = ready.getattr(intern!(py, "popleft"))?;
+    // `_debug` is read per callback, as asyncio does (a callback may turn
+    // debug mode on), from the loop's own dictionary where it lives.
+    let attrs = event_loop
+        .getattr(intern!(py, "__dict__"))?
+        .downcast_into::<PyDict>()?;
     for _ in 0..todo {
-        let handle = event_loop
-            .getattr(intern!(py, "_ready"))?
-            .call_method0(intern!(py, "popleft"))?;
-        if cancelled(py, &handle)? {
+        let handle = popleft.call0()?;
+        let exact = exact(py, asyncio, &handle);
+        let cancelled = slot(
+            py,
+            asyncio,
+            exact,
+            &handle,
+            CANCELLED,
+            intern!(py, "_cancelled"),
+        )?;
+        if cancelled.is_truthy()? {
             continue;
         }
-        if event_loop.getattr(intern!(py, "_debug"))?.is_truthy()? {
+        let debug = match attrs.get_item(intern!(py, "_debug"))? {
+            Some(debug) => debug.is_truthy()?,
+            None => event_loop.getattr(intern!(py, "_debug"))?.is_truthy()?,
+        };
+        if debug {
             run_debug(py, asyncio, event_loop, &handle)?;
         } else {
-            run_handle(py, asyncio, &handle)?;
+            run_handle(py, asyncio, exact, &handle)?;
         }
     }
     Ok(())
 }
 
 /// Runs `handle` as its `_run` does (see the module's doc).
-fn run_handle(py: Python<'_>, asyncio: &Asyncio, handle: &Bound<'_, PyAny>) -> PyResult<()> {
-    let own = handle
-        .get_type()
-        .getattr(intern!(py, "_run"))?
-        .is(asyncio.handle_run.bind(py));
-    let args = handle.getattr(intern!(py, "_args"))?;
-    let (true, Ok(args)) = (own, args.downcast::<PyTuple>()) else {
+fn run_handle(
+    py: Python<'_>,
+    asyncio: &Asyncio,
+    exact: bool,
+    handle: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let own = exact
+        || handle
+            .get_type()
+            .getattr(intern!(py, "_run"))?
+            .is(asyncio.handle_run.bind(py));
+    if !own {
+        handle.call_method0(intern!(py, "_run"))?;
+        return Ok(());
+    }
+    let args = slot(py, asyncio, exact, handle, ARGS, intern!(py, "_args"))?;
+    let Ok(args) = args.downcast::<PyTuple>() else {
         handle.call_method0(intern!(py, "_run"))?;
         return Ok(());
     };
-    let context = handle.getattr(intern!(py, "_context"))?;
-    let callback = handle.getattr(intern!(py, "_callback"))?;
-    let mut call = Vec::with_capacity(2 + args.len());
-    call.push(context.into_any());
-    call.push(callback);
-    call.extend(args.iter());
-    match vectorcall(py, asyncio.context_run.bind(py), &call) {
+    let context = slot(py, asyncio, exact, handle, CONTEXT, intern!(py, "_context"))?;
+    let callback = slot(
+        py,
+        asyncio,
+        exact,
+        handle,
+        CALLBACK,
+        intern!(py, "_callback"),
+    )?;
+    match run_in(py, asyncio.context_run.bind(py), &context, &callback, args) {
         Ok(_) => Ok(()),
         Err(e)
             if e.is_instance_of::<PySystemExit>(py)
@@ -361,7 +506,7 @@ fn run_handle(py: Python<'_>, asyncio: &Asyncio, handle: &Bound<'_, PyAny>) -> P
         {
             Err(e)
         }
-        Err(e) => report(py, asyncio, handle, &call[1], args, e),
+        Err(e) => report(py, asyncio, handle, &callback, args, e),
     }
 }
 
@@ -430,22 +575,40 @@ fn run_debug(
     ran.and(cleared)
 }
 
-/// Calls `f(*args)` with the arguments in place (vectorcall: no tuple).
-fn vectorcall<'py>(
+/// Calls `run(context, callback, *args)` (`Context.run`) with the
+/// arguments in place (vectorcall: no argument tuple is made per call).
+fn run_in<'py>(
     py: Python<'py>,
-    f: &Bound<'py, PyAny>,
-    args: &[Bound<'py, PyAny>],
+    run: &Bound<'py, PyAny>,
+    context: &Bound<'py, PyAny>,
+    callback: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let ptrs: Vec<*mut pyo3::ffi::PyObject> = args.iter().map(Bound::as_ptr).collect();
-    // SAFETY: `f` and every argument are live Python objects held by
-    // `args` (and `f`'s owner) for the whole call, which only borrows them
-    // (vectorcall takes no reference); `ptrs` holds `args.len()` of their
-    // pointers and outlives the call. The GIL is held (`py`). The result
-    // is a new reference, or NULL with the exception set, which
-    // `from_owned_ptr_or_err` takes over.
+    // (a callback's arguments are few: up to 6 without an allocation)
+    let n = 2 + args.len();
+    let mut inline = [std::ptr::null_mut(); 8];
+    let mut spilled = Vec::new();
+    let ptrs: &mut [*mut pyo3::ffi::PyObject] = if n <= inline.len() {
+        &mut inline[..n]
+    } else {
+        spilled.resize(n, std::ptr::null_mut());
+        &mut spilled
+    };
+    ptrs[0] = context.as_ptr();
+    ptrs[1] = callback.as_ptr();
+    for (p, a) in ptrs[2..].iter_mut().zip(args.iter_borrowed()) {
+        *p = a.as_ptr();
+    }
+    // SAFETY: `run`, `context` and `callback` are live Python objects held
+    // by this function's caller for the whole call, and each argument is
+    // held by the tuple `args` (immutable, held by the caller): the call
+    // only borrows them (vectorcall takes no reference). `ptrs` holds
+    // exactly `n` of those pointers and outlives the call. The GIL is held
+    // (`py`). The result is a new reference, or NULL with the exception
+    // set, which `from_owned_ptr_or_err` takes over.
     unsafe {
         let out = pyo3::ffi::PyObject_Vectorcall(
-            f.as_ptr(),
+            run.as_ptr(),
             ptrs.as_ptr(),
             ptrs.len(),
             std::ptr::null_mut(),
