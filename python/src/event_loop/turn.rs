@@ -40,6 +40,14 @@
 //! runs as asyncio's debug branch does: `_current_handle` set, `_run`
 //! called, and one slower than `slow_callback_duration` logged.
 //!
+//! A handle whose class is exactly `Handle` or `TimerHandle` has its
+//! slots (`_cancelled`, `_args`, `_context`, `_callback`) read through
+//! their member descriptors (`PyMember_GetOne`, what the descriptor's own
+//! `__get__` does): a generic attribute lookup from C costs more than the
+//! interpreter's specialised one, and with it the turn ran more
+//! instructions per callback than asyncio's Python loop
+//! (`docs/benchmarks.md`, "The loop's turn in Rust").
+//!
 //! The clock is the loop's `time()`; when that is asyncio's own
 //! (`time.monotonic()`) it is read here from the same clock
 //! (`CLOCK_MONOTONIC`) without a call, and not read at all when no timer
@@ -228,6 +236,7 @@ pub(crate) fn run_turn(
     proactor: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let asyncio = Asyncio::get(py)?;
+    let event_loop = &Loop::of(event_loop)?;
     let clock = Clock::of(py, asyncio, event_loop)?;
     sweep_cancelled(py, asyncio, event_loop)?;
     let timeout = timeout(py, asyncio, event_loop, &clock)?;
@@ -241,13 +250,43 @@ pub(crate) fn run_turn(
                 None => py.None().into_bound(py),
             };
             let events = event_loop
-                .getattr(intern!(py, "_selector"))?
+                .get(intern!(py, "_selector"))?
                 .call_method1(intern!(py, "select"), (timeout,))?;
-            event_loop.call_method1(intern!(py, "_process_events"), (events,))?;
+            event_loop
+                .obj
+                .call_method1(intern!(py, "_process_events"), (events,))?;
         }
     }
     move_due_timers(py, asyncio, event_loop, &clock)?;
     run_ready(py, asyncio, event_loop)
+}
+
+/// An event loop and its instance dictionary, where asyncio keeps what a
+/// turn reads (`_ready`, `_scheduled`, `_stopping`, ...): read there
+/// first, without a lookup through the loop's class and its long MRO
+/// (none of those names is a descriptor of asyncio's classes), else as
+/// an attribute.
+struct Loop<'a, 'py> {
+    obj: &'a Bound<'py, PyAny>,
+    dict: Bound<'py, PyDict>,
+}
+
+impl<'a, 'py> Loop<'a, 'py> {
+    fn of(obj: &'a Bound<'py, PyAny>) -> PyResult<Self> {
+        // (an event loop has a `__dict__`: asyncio's classes have no slots)
+        let dict = obj
+            .getattr(intern!(obj.py(), "__dict__"))?
+            .downcast_into::<PyDict>()?;
+        Ok(Loop { obj, dict })
+    }
+
+    /// The loop's attribute `name`.
+    fn get(&self, name: &Bound<'py, pyo3::types::PyString>) -> PyResult<Bound<'py, PyAny>> {
+        match self.dict.get_item(name)? {
+            Some(value) => Ok(value),
+            None => self.obj.getattr(name),
+        }
+    }
 }
 
 /// The loop's clock: read here when the loop's `time` is asyncio's own.
@@ -255,28 +294,21 @@ enum Clock<'py> {
     /// `CLOCK_MONOTONIC`, what `time.monotonic()` reads.
     Monotonic,
     /// The loop's own `time()` (a subclass's, or a test's stand-in).
-    Loop(&'py Bound<'py, PyAny>),
+    Loop(Bound<'py, PyAny>),
 }
 
 impl<'py> Clock<'py> {
-    fn of(
-        py: Python<'py>,
-        asyncio: &Asyncio,
-        event_loop: &'py Bound<'py, PyAny>,
-    ) -> PyResult<Self> {
+    fn of(py: Python<'py>, asyncio: &Asyncio, event_loop: &Loop<'_, 'py>) -> PyResult<Self> {
         let own = event_loop
+            .obj
             .get_type()
             .getattr(intern!(py, "time"))?
             .is(asyncio.base_time.bind(py));
-        // (an event loop has a `__dict__`: asyncio's classes have no slots)
-        let replaced = event_loop
-            .getattr(intern!(py, "__dict__"))?
-            .downcast::<PyDict>()?
-            .contains(intern!(py, "time"))?;
+        let replaced = event_loop.dict.contains(intern!(py, "time"))?;
         Ok(if own && !replaced {
             Clock::Monotonic
         } else {
-            Clock::Loop(event_loop)
+            Clock::Loop(event_loop.obj.clone())
         })
     }
 
@@ -311,9 +343,9 @@ impl<'py> Clock<'py> {
 }
 
 /// The loop's `_scheduled` heap.
-fn scheduled<'py>(py: Python<'py>, event_loop: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+fn scheduled<'py>(py: Python<'py>, event_loop: &Loop<'_, 'py>) -> PyResult<Bound<'py, PyList>> {
     Ok(event_loop
-        .getattr(intern!(py, "_scheduled"))?
+        .get(intern!(py, "_scheduled"))?
         .downcast_into::<PyList>()?)
 }
 
@@ -336,15 +368,11 @@ fn pop_timer<'py>(
 
 /// Step 1: the cancelled timers swept, all of them when they are many,
 /// else those at the head of the heap.
-fn sweep_cancelled(
-    py: Python<'_>,
-    asyncio: &Asyncio,
-    event_loop: &Bound<'_, PyAny>,
-) -> PyResult<()> {
+fn sweep_cancelled(py: Python<'_>, asyncio: &Asyncio, event_loop: &Loop<'_, '_>) -> PyResult<()> {
     let heap = scheduled(py, event_loop)?;
     let count = heap.len();
     let name = intern!(py, "_timer_cancelled_count");
-    let mut cancelled_count: i64 = event_loop.getattr(name)?.extract()?;
+    let mut cancelled_count: i64 = event_loop.get(name)?.extract()?;
     if count > asyncio.min_scheduled
         && cancelled_count as f64 / count as f64 > asyncio.min_cancelled_fraction
     {
@@ -357,13 +385,13 @@ fn sweep_cancelled(
             }
         }
         asyncio.heapify.bind(py).call1((&kept,))?;
-        event_loop.setattr(intern!(py, "_scheduled"), kept)?;
-        event_loop.setattr(name, 0)?;
+        event_loop.obj.setattr(intern!(py, "_scheduled"), kept)?;
+        event_loop.obj.setattr(name, 0)?;
         return Ok(());
     }
     while !heap.is_empty() && cancelled(py, &heap.get_item(0)?)? {
         cancelled_count -= 1;
-        event_loop.setattr(name, cancelled_count)?;
+        event_loop.obj.setattr(name, cancelled_count)?;
         pop_timer(py, asyncio, &heap)?;
     }
     Ok(())
@@ -373,11 +401,11 @@ fn sweep_cancelled(
 fn timeout(
     py: Python<'_>,
     asyncio: &Asyncio,
-    event_loop: &Bound<'_, PyAny>,
+    event_loop: &Loop<'_, '_>,
     clock: &Clock<'_>,
 ) -> PyResult<Option<f64>> {
-    if event_loop.getattr(intern!(py, "_ready"))?.len()? > 0
-        || event_loop.getattr(intern!(py, "_stopping"))?.is_truthy()?
+    if event_loop.get(intern!(py, "_ready"))?.len()? > 0
+        || event_loop.get(intern!(py, "_stopping"))?.is_truthy()?
     {
         return Ok(Some(0.0));
     }
@@ -401,7 +429,7 @@ fn timeout(
 fn move_due_timers(
     py: Python<'_>,
     asyncio: &Asyncio,
-    event_loop: &Bound<'_, PyAny>,
+    event_loop: &Loop<'_, '_>,
     clock: &Clock<'_>,
 ) -> PyResult<()> {
     let heap = scheduled(py, event_loop)?;
@@ -409,10 +437,10 @@ fn move_due_timers(
         return Ok(());
     }
     let resolution: f64 = event_loop
-        .getattr(intern!(py, "_clock_resolution"))?
+        .get(intern!(py, "_clock_resolution"))?
         .extract()?;
     let end = clock.now(py)? + resolution;
-    let ready = event_loop.getattr(intern!(py, "_ready"))?;
+    let ready = event_loop.get(intern!(py, "_ready"))?;
     while !heap.is_empty() {
         let when: f64 = heap.get_item(0)?.getattr(intern!(py, "_when"))?.extract()?;
         if when >= end {
@@ -427,20 +455,15 @@ fn move_due_timers(
 /// Step 5: the callbacks ready now run, in order; a cancelled one is
 /// skipped. `SystemExit` and `KeyboardInterrupt` stop the turn, the
 /// callbacks after leaving `_ready` untouched.
-fn run_ready(py: Python<'_>, asyncio: &Asyncio, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
+fn run_ready(py: Python<'_>, asyncio: &Asyncio, event_loop: &Loop<'_, '_>) -> PyResult<()> {
     // (the deque and its bound `popleft` taken once per turn: the loop's
     // `_ready` is never replaced, only appended to and popped)
-    let ready = event_loop.getattr(intern!(py, "_ready"))?;
+    let ready = event_loop.get(intern!(py, "_ready"))?;
     let todo = ready.len()?;
     if todo == 0 {
         return Ok(());
     }
     let popleft = ready.getattr(intern!(py, "popleft"))?;
-    // `_debug` is read per callback, as asyncio does (a callback may turn
-    // debug mode on), from the loop's own dictionary where it lives.
-    let attrs = event_loop
-        .getattr(intern!(py, "__dict__"))?
-        .downcast_into::<PyDict>()?;
     for _ in 0..todo {
         let handle = popleft.call0()?;
         let exact = exact(py, asyncio, &handle);
@@ -455,12 +478,10 @@ fn run_ready(py: Python<'_>, asyncio: &Asyncio, event_loop: &Bound<'_, PyAny>) -
         if cancelled.is_truthy()? {
             continue;
         }
-        let debug = match attrs.get_item(intern!(py, "_debug"))? {
-            Some(debug) => debug.is_truthy()?,
-            None => event_loop.getattr(intern!(py, "_debug"))?.is_truthy()?,
-        };
-        if debug {
-            run_debug(py, asyncio, event_loop, &handle)?;
+        // (read per callback, as asyncio does: a callback may turn debug
+        // mode on)
+        if event_loop.get(intern!(py, "_debug"))?.is_truthy()? {
+            run_debug(py, asyncio, event_loop.obj, &handle)?;
         } else {
             run_handle(py, asyncio, exact, &handle)?;
         }
