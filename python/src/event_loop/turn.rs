@@ -76,6 +76,9 @@ struct Asyncio {
     /// (their `member_descriptor`s), read from a handle of asyncio's
     /// classes without an attribute lookup (see [`Slot`]).
     slots: [Slot; 4],
+    /// `TimerHandle`'s slot `_when`, read from a handle whose class is
+    /// exactly `TimerHandle`.
+    when: Slot,
     /// `asyncio.events.TimerHandle`
     timer_class: PyObject,
     /// `asyncio.base_events.BaseEventLoop.time`: a loop whose `time` is
@@ -118,32 +121,30 @@ struct Slot(PyObject);
 
 impl Slot {
     /// `Handle.__dict__[name]`, which must be a `member_descriptor`.
-    fn of(events: &Bound<'_, PyModule>, name: &str) -> PyResult<Slot> {
+    fn of(events: &Bound<'_, PyModule>, class: &str, name: &str) -> PyResult<Slot> {
         let py = events.py();
-        let descr = events
-            .getattr("Handle")?
-            .getattr("__dict__")?
-            .get_item(name)?;
+        let descr = events.getattr(class)?.getattr("__dict__")?.get_item(name)?;
         let member = py.import("types")?.getattr("MemberDescriptorType")?;
         if !descr.get_type().is(&member) {
             return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                "asyncio.events.Handle.{name} is not a slot"
+                "asyncio.events.{class}.{name} is not a slot"
             )));
         }
         Ok(Slot(descr.unbind()))
     }
 
-    /// The slot's value in `handle`, whose class must be exactly
-    /// `Handle` or `TimerHandle` (checked by the caller: [`exact`]).
+    /// The slot's value in `handle`, whose class must be exactly the
+    /// slot's class or (for a slot of `Handle`) `TimerHandle` (checked by
+    /// the caller: [`exact`]).
     fn get<'py>(&self, py: Python<'py>, handle: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         // SAFETY: the GIL is held (`py`). `self.0` is a live
         // `member_descriptor` (its type checked in `of`, held by this
         // value), so it is a `PyMemberDescrObject` whose `d_member`
-        // points into `Handle`'s type, which the descriptor keeps alive.
-        // That member describes a slot of `Handle`'s instance layout, and
-        // `handle`'s class is `Handle` or `TimerHandle` (a subclass that
-        // keeps `Handle`'s layout as its prefix), so the member's offset
-        // lies within `handle`. `PyMember_GetOne` returns a new
+        // points into its class, which the descriptor keeps alive. That
+        // member describes a slot of the class's instance layout, and
+        // `handle`'s class is that class or `TimerHandle` for a slot of
+        // `Handle` (a subclass that keeps `Handle`'s layout as its
+        // prefix), so the member's offset lies within `handle`. `PyMember_GetOne` returns a new
         // reference, or NULL with `AttributeError` set for an unset slot,
         // which `from_owned_ptr_or_err` takes over.
         unsafe {
@@ -194,11 +195,12 @@ impl Asyncio {
                 handle_run: events.getattr("Handle")?.getattr("_run")?.unbind(),
                 handle_class: events.getattr("Handle")?.unbind(),
                 slots: [
-                    Slot::of(&events, "_cancelled")?,
-                    Slot::of(&events, "_args")?,
-                    Slot::of(&events, "_context")?,
-                    Slot::of(&events, "_callback")?,
+                    Slot::of(&events, "Handle", "_cancelled")?,
+                    Slot::of(&events, "Handle", "_args")?,
+                    Slot::of(&events, "Handle", "_context")?,
+                    Slot::of(&events, "Handle", "_callback")?,
                 ],
+                when: Slot::of(&events, "TimerHandle", "_when")?,
                 timer_class: events.getattr("TimerHandle")?.unbind(),
                 base_time: base.getattr("BaseEventLoop")?.getattr("time")?.unbind(),
                 context_run: py
@@ -440,14 +442,21 @@ fn move_due_timers(
         .get(intern!(py, "_clock_resolution"))?
         .extract()?;
     let end = clock.now(py)? + resolution;
-    let ready = event_loop.get(intern!(py, "_ready"))?;
+    let append = event_loop
+        .get(intern!(py, "_ready"))?
+        .getattr(intern!(py, "append"))?;
+    let timer = asyncio.timer_class.bind(py);
     while !heap.is_empty() {
-        let when: f64 = heap.get_item(0)?.getattr(intern!(py, "_when"))?.extract()?;
-        if when >= end {
+        let head = heap.get_item(0)?;
+        let when = if head.get_type().is(timer) {
+            asyncio.when.get(py, &head)?
+        } else {
+            head.getattr(intern!(py, "_when"))?
+        };
+        if when.extract::<f64>()? >= end {
             break;
         }
-        let handle = pop_timer(py, asyncio, &heap)?;
-        ready.call_method1(intern!(py, "append"), (handle,))?;
+        append.call1((pop_timer(py, asyncio, &heap)?,))?;
     }
     Ok(())
 }
