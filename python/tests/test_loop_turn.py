@@ -179,8 +179,11 @@ def test_a_callbacks_exception_reaches_the_handler_with_asyncios_context():
 
     results = _side_by_side(scenario)
     seen, after, outside = results["asyncio"]
+    # (from Python 3.13 on, asyncio shows a callback's arguments in debug mode only)
+    shown = "boom(1)" if sys.version_info < (3, 13) else "boom()"
+    name = "test_a_callbacks_exception_reaches_the_handler_with_asyncios_context.<locals>.scenario.<locals>."
     assert seen == [
-        (["exception", "handle", "message"], "Exception in callback test_a_callbacks_exception_reaches_the_handler_with_asyncios_context.<locals>.scenario.<locals>.boom(1)", "_Boom", "boom 1", True, True, True)
+        (["exception", "handle", "message"], f"Exception in callback {name}{shown}", "_Boom", "boom 1", True, True, True)
     ]
     assert after == ["after"] and outside is None
     _assert_same(results)
