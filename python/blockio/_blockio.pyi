@@ -20,7 +20,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "StreamTx", "arm_receive", "arm_ring_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
+__all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "StreamTx", "arm_receive", "arm_ring_receive", "dispatch_batch", "run_turn", "select_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "INLINE_WRITE_AFTER_WAIT", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_stream_inline", "stream_in_pieces", "stream_or_ring", "ring_writes", "range_cached", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "set_turn_time", "TURN_TIME_NS", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
@@ -446,6 +446,15 @@ def dispatch_batch(proactor: object, ring: LoopRing) -> None:
     """Dispatches what ``ring.fill`` kept on a ``RingProactor``: a socket
     transport's receive with bytes calls its callback here, any other
     completion goes to ``proactor._finish``; each held socket is released."""
+def select_batch(proactor: object, timeout: float | None) -> None:
+    """``RingProactor.select``: the work before the wait, the wait on the
+    proactor's ring (at most ``timeout`` seconds) and the dispatch of what
+    it brought (``dispatch_batch``)."""
+def run_turn(event_loop: object, proactor: object | None) -> None:
+    """One turn of an asyncio event loop, as ``BaseEventLoop._run_once``,
+    on the loop's own ``_ready`` and ``_scheduled``; the wait is
+    ``select_batch`` on ``proactor``, or with ``None`` the loop's
+    ``_selector.select`` and ``_process_events``."""
 def arm_receive(rx: StreamRx, callback: object) -> None:
     """Arms the next receive of a ``StreamReceive`` on its proactor's ring
     (``RingProactor.receive`` in one call)."""

@@ -30,9 +30,14 @@ notices the reader going away. Pipe transports work on a duplicate of the
 pipe held open while an operation may go back to it, as socket transports
 hold their socket.
 
-Timers, the ready queue and callbacks are asyncio's own
-(``BaseEventLoop._run_once``): the nearest timer's deadline is the ring
-wait's timeout. ``call_soon_threadsafe`` wakes the loop through the same
+The turn of the loop (``_run_once``) is Rust (``_blockio.run_turn``,
+``python/src/event_loop/turn.rs``): asyncio's ``BaseEventLoop._run_once``
+step for step on asyncio's own containers (the ``_ready`` deque, the
+``_scheduled`` heap, ``_timer_cancelled_count``), the nearest timer's
+deadline the ring wait's timeout, the proactor's wait called without a
+Python frame, and each ready handle run as ``Handle._run`` would, without
+its frame. The epoll loop's turn is the same function around its
+selector. ``call_soon_threadsafe`` wakes the loop through the same
 socket pair as signals.
 
 Where io_uring is unavailable (``kernel.io_uring_disabled``, a seccomp
@@ -93,6 +98,9 @@ _UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
 
 # Arms a socket transport's next receive (RingProactor.receive, in Rust).
 _arm_receive = _blockio.arm_receive
+
+# Runs one turn of a loop (asyncio's BaseEventLoop._run_once, in Rust).
+_run_turn = _blockio.run_turn
 
 # What a socket transport's _plain is while its protocol is a BufferedProtocol.
 _NOT_PLAIN = object()
@@ -1187,6 +1195,13 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         (:func:`_holding_wakeup_fd`) so that Ctrl-C ends the wait."""
         with _holding_wakeup_fd(self):
             super().run_forever()
+
+    def _run_once(self) -> None:
+        """asyncio's step, run by Rust (``_blockio.run_turn``: see the
+        module's doc); the proactor's wait runs there too unless the
+        proactor was replaced by another kind."""
+        proactor = self._proactor
+        _run_turn(self, proactor if type(proactor) is RingProactor else None)
 
     # asyncio's Unix signal handling, over the wake-up socket above.
     _handle_signal = unix_events._UnixSelectorEventLoop._handle_signal
@@ -2311,12 +2326,13 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         return kept
 
     def _run_once(self) -> None:
-        """asyncio's step, after closing the connections kept for a listener
-        closed since (see ``RingProactor._drop_conns_of_closed_listeners``)."""
+        """asyncio's step, run by Rust (``_blockio.run_turn`` around the
+        selector), after closing the connections kept for a listener closed
+        since (see ``RingProactor._drop_conns_of_closed_listeners``)."""
         if self._kept_conns:
             for sock in [s for s in self._kept_conns if s.fileno() == -1]:
                 _reset_all(self._forget_kept(sock))
-        super()._run_once()
+        _run_turn(self, None)
 
     def _make_socket_transport(  # type: ignore[no-untyped-def]
         self, sock, protocol, waiter=None, *, extra=None, server=None

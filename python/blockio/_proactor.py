@@ -1009,33 +1009,22 @@ class RingProactor:
         cancellation of the tasks left, whose operations on the engine the
         child fails: see ``Engine._forget_parent``); a wait raises the
         ring's ``RuntimeError`` (a forked child makes its own loop)."""
-        if self._kept_conns:
-            self._drop_conns_of_closed_listeners()
-        for arm in self._before_wait:
-            arm()
-        self._before_wait.clear()
-        self._sent.clear()
-        # (no wait while completions are left from a dispatch an
-        # exception interrupted: they go first)
-        ring = self._ring
-        try:
-            ring.fill(timeout)
-        except RuntimeError:
-            if timeout == 0 and ring.inherited:
-                return ()
-            raise
+        # In Rust (``_blockio.select_batch``), which the loop's turn calls
+        # without this frame: the connections kept for listeners closed
+        # since are closed, the arms queued in _before_wait run and _sent
+        # is emptied; then the ring waits (no wait while completions are
+        # left from a dispatch an exception interrupted: they go first).
         # A completion's protocol call goes behind the callbacks already
         # queued (asyncio's order: a completion is handled after what was
-        # scheduled before it): at once when none is, else as one of them.
-        self._direct = not self._loop._ready
-        # A transport's receive with bytes calls the transport there
-        # (Rust, from the ring's slab); anything else is taken from _ops
-        # (a transport's receive that is not the common case is put there
-        # first) and goes to _finish, and its socket is released. Any
-        # error that comes out (a callback's SystemExit or
-        # KeyboardInterrupt, or the dispatch's own) leaves the rest of the
-        # batch in the ring, for the next select.
-        _blockio.dispatch_batch(self, ring)
+        # scheduled before it): at once when none is (_direct), else as
+        # one of them. A transport's receive with bytes calls the
+        # transport in the dispatch (Rust, from the ring's slab); anything
+        # else is taken from _ops (a transport's receive that is not the
+        # common case is put there first) and goes to _finish, and its
+        # socket is released. Any error that comes out (a callback's
+        # SystemExit or KeyboardInterrupt, or the dispatch's own) leaves
+        # the rest of the batch in the ring, for the next select.
+        _blockio.select_batch(self, timeout)
         return ()
 
     def _sending(self, fd: int) -> bool:

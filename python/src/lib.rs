@@ -115,6 +115,8 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(event_loop::dispatch_batch, m)?)?;
     m.add_function(wrap_pyfunction!(event_loop::arm_receive, m)?)?;
     m.add_function(wrap_pyfunction!(event_loop::arm_ring_receive, m)?)?;
+    m.add_function(wrap_pyfunction!(event_loop::select_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(event_loop::run_turn, m)?)?;
     m.add_function(wrap_pyfunction!(inline::seek_inline, m)?)?;
     m.add_function(wrap_pyfunction!(inline::read_inline, m)?)?;
     m.add_function(wrap_pyfunction!(inline::readline_inline, m)?)?;

@@ -59,12 +59,14 @@
 //!   caller set `O_NONBLOCK`, such as a pipe) waits for readiness with a
 //!   poll under the same token and is then submitted again.
 //!
-//! Timers and the ready queue stay in asyncio's Python code
-//! (`BaseEventLoop._run_once`): the nearest timer's deadline is the
-//! timeout of [`LoopRing::wait`]. The batch a wait returns is dispatched
-//! by `dispatch_batch`: a socket transport's receive reaches the transport
-//! from there, everything else the proactor's Python code (futures,
-//! callbacks).
+//! Timers and the ready queue are asyncio's containers (the loop's
+//! `_scheduled` heap and `_ready` deque); the turn that walks them,
+//! asyncio's `BaseEventLoop._run_once`, is Rust (`turn`): the nearest
+//! timer's deadline is the timeout of the ring's wait, which runs in the
+//! same call (`select`, the body of `RingProactor.select`). The batch a
+//! wait returns is dispatched by `dispatch_batch`: a socket transport's
+//! receive reaches the transport from there, everything else the
+//! proactor's Python code (futures, callbacks).
 //!
 //! # Lifecycle
 //!
@@ -85,7 +87,9 @@
 //! a large read's file without a descriptor, which keeps the process's
 //! POSIX record locks), `inline` (the write tried before the ring),
 //! `dispatch` (a completion batch dispatched to the proactor, and a socket
-//! transport's receive armed, without Python frames), `sockaddr` (a kernel
+//! transport's receive armed, without Python frames), `select` (the
+//! proactor's wait: the work before it, the wait, the dispatch), `turn`
+//! (one turn of the loop, asyncio's `_run_once`), `sockaddr` (a kernel
 //! socket address as Python spells it), `write` (a socket transport's
 //! common write, without Python frames), `sendfile` (a transport's
 //! `loop.sendfile` of a cached range, in one native call).
@@ -95,11 +99,15 @@ mod files;
 mod inline;
 mod ops;
 mod ring;
+mod select;
 mod sendfile;
 mod slots;
 mod sockaddr;
+mod turn;
 mod write;
 
 pub(crate) use dispatch::{arm_receive, arm_ring_receive, dispatch_batch, StreamRx};
 pub(crate) use ring::LoopRing;
+pub(crate) use select::select_batch;
+pub(crate) use turn::run_turn;
 pub(crate) use write::StreamTx;

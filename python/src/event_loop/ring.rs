@@ -524,7 +524,7 @@ impl LoopRing {
     /// Whether the ring is a parent's, in a child forked after it was
     /// made: the proactor then takes no wait on it.
     #[getter]
-    fn inherited(&self) -> bool {
+    pub(super) fn inherited(&self) -> bool {
         !self.made_here()
     }
 
@@ -733,7 +733,7 @@ impl LoopRing {
     /// exception interrupted, this neither waits nor reaps, so that the
     /// rest goes first.
     #[pyo3(signature = (timeout))]
-    fn fill(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+    pub(super) fn fill(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         if !self.lock()?.as_ref().ok_or_else(closed)?.pending.is_empty() {
             return Ok(());
         }

@@ -1,0 +1,307 @@
+"""A turn of blockio's loops (``_run_once``, run by Rust) does what
+asyncio's ``BaseEventLoop._run_once`` does: each scenario runs on asyncio's
+own loop and on blockio's (both backends) in the same test, and what it
+records must be the same. Ready callbacks against due timers (equal
+deadlines included, in heapq's order), a cancelled handle skipped, many
+cancelled timers swept at once, a callback's exception reaching the
+exception handler with ``Handle._run``'s context (and as the exception
+being handled), ``SystemExit`` leaving the callbacks after it queued, a
+handle whose class overrides ``_run``, a loop whose ``time`` is replaced,
+and debug mode's ``_current_handle`` and slow-callback warning."""
+
+import asyncio
+import logging
+import sys
+
+import pytest
+
+from loops import FACTORIES
+
+BLOCKIO = ["blockio-uring", "blockio-epoll"]
+
+
+def _side_by_side(scenario):
+    """``scenario(loop)``'s result on asyncio's loop and on each of
+    blockio's: {name: result}."""
+    out = {}
+    for name in ["asyncio", *BLOCKIO]:
+        loop = FACTORIES[name]()
+        try:
+            out[name] = scenario(loop)
+        finally:
+            loop.close()
+    return out
+
+
+def _assert_same(results):
+    expected = results["asyncio"]
+    for name in BLOCKIO:
+        assert results[name] == expected, name
+
+
+def _run_turns(loop, turns):
+    """Runs the loop until ``turns`` turns (chained ``call_soon``) ended."""
+    done = loop.create_future()
+
+    def step(left):
+        if left:
+            loop.call_soon(step, left - 1)
+        else:
+            done.set_result(None)
+
+    loop.call_soon(step, turns)
+    loop.run_until_complete(done)
+
+
+def test_ready_callbacks_and_due_timers_run_in_asyncios_order():
+    def scenario(loop):
+        log = []
+        now = loop.time()
+        loop.call_later(0, log.append, "later-0")
+        loop.call_at(now - 1, log.append, "past-1")
+        # equal deadlines: heapq's order, whatever it is, on each loop
+        for i in range(6):
+            loop.call_at(now - 2, log.append, f"equal-{i}")
+        loop.call_soon(log.append, "soon-1")
+
+        def chain():
+            log.append("chain")
+            loop.call_soon(log.append, "chain-soon")
+            loop.call_later(0, log.append, "chain-later-0")
+            loop.call_at(loop.time() - 5, log.append, "chain-past")
+
+        loop.call_soon(chain)
+        loop.call_soon(log.append, "soon-2")
+        loop.call_later(3600, log.append, "never")
+        _run_turns(loop, 4)
+        return log
+
+    results = _side_by_side(scenario)
+    assert "never" not in results["asyncio"]
+    _assert_same(results)
+
+
+def test_a_cancelled_handle_and_timer_are_skipped():
+    def scenario(loop):
+        log = []
+        skipped = loop.call_soon(log.append, "cancelled-soon")
+        loop.call_soon(log.append, "soon")
+        timer = loop.call_at(loop.time() - 1, log.append, "cancelled-timer")
+        loop.call_at(loop.time() - 1, log.append, "timer")
+
+        def cancel_later_one():
+            # cancelled after it was moved to _ready, before it runs
+            late.cancel()
+
+        loop.call_soon(cancel_later_one)
+        late = loop.call_soon(log.append, "cancelled-in-turn")
+        skipped.cancel()
+        timer.cancel()
+        # (a cancelled handle run anyway would call None: an error here)
+        errors = []
+        loop.set_exception_handler(lambda loop, context: errors.append(context["message"]))
+        _run_turns(loop, 3)
+        return log, len(loop._scheduled), loop._timer_cancelled_count, errors
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == (["soon", "timer"], 0, 0, [])
+    _assert_same(results)
+
+
+def test_many_cancelled_timers_are_swept_at_once():
+    def scenario(loop):
+        handles = [loop.call_later(3600 + i, lambda: None) for i in range(200)]
+        # (three in four: not only at the head of the heap)
+        cancelled = [h for i, h in enumerate(handles) if i % 4]
+        for h in cancelled:
+            h.cancel()
+        before = (len(loop._scheduled), loop._timer_cancelled_count)
+        _run_turns(loop, 1)
+        kept = sorted(h._when for h in loop._scheduled)
+        return (
+            before,
+            len(loop._scheduled),
+            loop._timer_cancelled_count,
+            [h._scheduled for h in cancelled].count(True),
+            kept == sorted(h._when for h in handles[::4]),
+            loop._scheduled[0]._when == min(kept),
+        )
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == ((200, 150), 50, 0, 0, True, True)
+    _assert_same(results)
+
+
+def test_a_few_cancelled_timers_leave_from_the_heads_only():
+    def scenario(loop):
+        handles = [loop.call_later(3600 + i, lambda: None) for i in range(10)]
+        for i in (0, 1, 5):
+            handles[i].cancel()
+        _run_turns(loop, 1)
+        return len(loop._scheduled), loop._timer_cancelled_count, [h._scheduled for h in handles]
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"][:2] == (8, 1)
+    _assert_same(results)
+
+
+class _Boom(Exception):
+    pass
+
+
+def test_a_callbacks_exception_reaches_the_handler_with_asyncios_context():
+    def scenario(loop):
+        seen = []
+
+        def handler(loop, context):
+            exc = context["exception"]
+            seen.append(
+                (
+                    sorted(context),
+                    context["message"].split(" at ")[0],
+                    type(exc).__name__,
+                    str(exc),
+                    context["handle"] is raised_by,
+                    sys.exc_info()[1] is exc,
+                    exc.__traceback__ is not None,
+                )
+            )
+
+        def boom(arg):
+            raise _Boom(f"boom {arg}")
+
+        loop.set_exception_handler(handler)
+        raised_by = loop.call_soon(boom, 1)
+        after = []
+        loop.call_soon(after.append, "after")
+        _run_turns(loop, 2)
+        return seen, after, sys.exc_info()[1]
+
+    results = _side_by_side(scenario)
+    seen, after, outside = results["asyncio"]
+    # (from Python 3.13 on, asyncio shows a callback's arguments in debug mode only)
+    shown = "boom(1)" if sys.version_info < (3, 13) else "boom()"
+    name = "test_a_callbacks_exception_reaches_the_handler_with_asyncios_context.<locals>.scenario.<locals>."
+    assert seen == [
+        (["exception", "handle", "message"], f"Exception in callback {name}{shown}", "_Boom", "boom 1", True, True, True)
+    ]
+    assert after == ["after"] and outside is None
+    _assert_same(results)
+
+
+def test_the_source_traceback_of_a_handle_made_in_debug_mode_is_in_the_context():
+    def scenario(loop):
+        seen = []
+        loop.set_exception_handler(lambda loop, context: seen.append(sorted(context)))
+        # made in debug mode (it keeps where it was made), run after it
+        loop.set_debug(True)
+        loop.call_soon(lambda: 1 / 0)
+        loop.set_debug(False)
+        _run_turns(loop, 1)
+        return seen
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == [["exception", "handle", "message", "source_traceback"]]
+    _assert_same(results)
+
+
+@pytest.mark.parametrize("stop", [SystemExit, KeyboardInterrupt])
+def test_systemexit_and_keyboardinterrupt_leave_the_rest_queued(stop):
+    def scenario(loop):
+        log = []
+
+        def raise_it():
+            raise stop(3)
+
+        ended = loop.create_future()
+        loop.call_soon(log.append, "before")
+        loop.call_soon(raise_it)
+        loop.call_soon(log.append, "after")
+        loop.call_soon(ended.set_result, None)
+        handled = []
+        loop.set_exception_handler(lambda loop, context: handled.append(context))
+        try:
+            loop.run_until_complete(ended)
+            outcome = "ran on"
+        except stop as exc:
+            outcome = type(exc).__name__
+        # what is left runs in the next turn
+        queued = len([h for h in loop._ready if h._callback == log.append])
+        _run_turns(loop, 1)
+        return outcome, queued, log, handled
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == (stop.__name__, 1, ["before", "after"], [])
+    _assert_same(results)
+
+
+class _LoggedHandle(asyncio.Handle):
+    """A handle whose class overrides ``_run``: it must run through it."""
+
+    __slots__ = ("log",)
+
+    def _run(self):
+        self.log.append("own _run")
+        super()._run()
+
+
+def test_a_handle_overriding_run_runs_through_it():
+    def scenario(loop):
+        log = []
+        handle = _LoggedHandle(log.append, ("callback",), loop)
+        handle.log = log
+        loop._ready.append(handle)
+        _run_turns(loop, 1)
+        return log
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == ["own _run", "callback"]
+    _assert_same(results)
+
+
+def test_a_loop_whose_time_is_replaced_keeps_timers_on_that_clock():
+    def scenario(loop):
+        log = []
+        loop.call_at(1000.0, log.append, "due at 1000")
+        loop.call_at(1000.5, log.append, "due at 1000.5")
+        loop.call_at(5000.0, log.append, "due at 5000")
+        calls = []
+
+        def fake_time():
+            calls.append(None)
+            return 1000.25
+
+        loop.time = fake_time
+        _run_turns(loop, 2)
+        return log, len(loop._scheduled), bool(calls)
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == (["due at 1000"], 2, True)
+    _assert_same(results)
+
+
+def test_debug_mode_sets_the_current_handle_and_warns_of_slow_callbacks():
+    def scenario(loop):
+        loop.set_debug(True)
+        loop.slow_callback_duration = 0.0
+        seen = []
+
+        def callback():
+            seen.append(loop._current_handle is handle)
+
+        records = []
+        catcher = logging.Handler()
+        catcher.emit = records.append
+        logger = logging.getLogger("asyncio")
+        logger.addHandler(catcher)
+        try:
+            handle = loop.call_soon(callback)
+            _run_turns(loop, 0)
+        finally:
+            logger.removeHandler(catcher)
+        slow = [r.getMessage().split(" took ")[0] for r in records if "took" in r.getMessage()]
+        return seen, loop._current_handle, any("callback()" in s for s in slow)
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == ([True], None, True)
+    _assert_same(results)
