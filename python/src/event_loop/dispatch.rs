@@ -30,6 +30,7 @@ use pyo3::PyTraverseError;
 
 use super::ops::Owner;
 use super::ring::{Done, LoopRing};
+use super::vcall::call_in_place;
 
 /// `_STREAM` of `blockio/_proactor.py`: the kind of a transport's receive
 /// in the proactor's `_ops` (where one goes to `_finish`).
@@ -493,10 +494,11 @@ impl<'py> Tables<'py> {
             }
             // (an arming that failed is tried again, and its error
             // handled, by the callback)
-            _ => call_in(
+            _ => call_in_place(
                 py,
                 run,
                 &[&context, &callback, &data, &py.None().into_bound(py)],
+                None,
             ),
         };
         let left = rx.borrow_mut().carried.take();
@@ -548,7 +550,12 @@ impl<'py> Tables<'py> {
         // `_fatal_error`'s log and `connection_lost` never named the
         // protocol's code).
         let exc = err.into_value(py).into_bound(py);
-        call_in(py, run, &[context, &fatal, exc.as_any(), message.as_any()])
+        call_in_place(
+            py,
+            run,
+            &[context, &fatal, exc.as_any(), message.as_any()],
+            None,
+        )
     }
 
     /// Ends the hold of operation `token` on its socket (`_release`).
@@ -625,38 +632,5 @@ fn data_received_in<'py>(
             return Err(PyErr::fetch(py));
         }
         out
-    }
-}
-
-/// `run(*args)` (`Context.run`), called with its arguments in place
-/// (vectorcall): no argument tuple is made and freed per message, as
-/// `call1` makes one.
-fn call_in<'py>(
-    py: Python<'py>,
-    run: &Bound<'py, PyAny>,
-    args: &[&Bound<'py, PyAny>],
-) -> PyResult<Bound<'py, PyAny>> {
-    let mut ptrs = [std::ptr::null_mut(); 4];
-    assert!(
-        args.len() <= ptrs.len(),
-        "call_in takes at most 4 arguments"
-    );
-    for (p, a) in ptrs.iter_mut().zip(args) {
-        *p = a.as_ptr();
-    }
-    // SAFETY: `run` and the arguments are live Python objects, each held
-    // by a reference of this function's caller for the whole call, which
-    // borrows them (vectorcall takes no reference); the first
-    // `args.len()` pointers of `ptrs` are theirs. The GIL is held (`py`).
-    // The result is a new reference, or NULL with the exception set,
-    // which `from_owned_ptr_or_err` takes over.
-    unsafe {
-        let out = pyo3::ffi::PyObject_Vectorcall(
-            run.as_ptr(),
-            ptrs.as_ptr(),
-            args.len(),
-            std::ptr::null_mut(),
-        );
-        Bound::from_owned_ptr_or_err(py, out)
     }
 }

@@ -92,7 +92,8 @@
 //! (one turn of the loop, asyncio's `_run_once`), `sockaddr` (a kernel
 //! socket address as Python spells it), `write` (a socket transport's
 //! common write, without Python frames), `sendfile` (a transport's
-//! `loop.sendfile` of a cached range, in one native call).
+//! `loop.sendfile` of a cached range, in one native call), `vcall` (a
+//! Python call with its arguments in place).
 
 mod dispatch;
 mod files;
@@ -104,6 +105,7 @@ mod sendfile;
 mod slots;
 mod sockaddr;
 mod turn;
+mod vcall;
 mod write;
 
 pub(crate) use dispatch::{arm_receive, arm_ring_receive, dispatch_batch, StreamRx};

@@ -60,6 +60,7 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use super::select::select_batch;
+use super::vcall::call_in_place;
 
 /// What a turn takes from asyncio, looked up once per process.
 struct Asyncio {
@@ -528,7 +529,12 @@ fn run_handle(
         CALLBACK,
         intern!(py, "_callback"),
     )?;
-    match run_in(py, asyncio.context_run.bind(py), &context, &callback, args) {
+    match call_in_place(
+        py,
+        asyncio.context_run.bind(py),
+        &[&context, &callback],
+        Some(args),
+    ) {
         Ok(_) => Ok(()),
         Err(e)
             if e.is_instance_of::<PySystemExit>(py)
@@ -603,48 +609,6 @@ fn run_debug(
     })();
     let cleared = event_loop.setattr(current, py.None());
     ran.and(cleared)
-}
-
-/// Calls `run(context, callback, *args)` (`Context.run`) with the
-/// arguments in place (vectorcall: no argument tuple is made per call).
-fn run_in<'py>(
-    py: Python<'py>,
-    run: &Bound<'py, PyAny>,
-    context: &Bound<'py, PyAny>,
-    callback: &Bound<'py, PyAny>,
-    args: &Bound<'py, PyTuple>,
-) -> PyResult<Bound<'py, PyAny>> {
-    // (a callback's arguments are few: up to 6 without an allocation)
-    let n = 2 + args.len();
-    let mut inline = [std::ptr::null_mut(); 8];
-    let mut spilled = Vec::new();
-    let ptrs: &mut [*mut pyo3::ffi::PyObject] = if n <= inline.len() {
-        &mut inline[..n]
-    } else {
-        spilled.resize(n, std::ptr::null_mut());
-        &mut spilled
-    };
-    ptrs[0] = context.as_ptr();
-    ptrs[1] = callback.as_ptr();
-    for (p, a) in ptrs[2..].iter_mut().zip(args.iter_borrowed()) {
-        *p = a.as_ptr();
-    }
-    // SAFETY: `run`, `context` and `callback` are live Python objects held
-    // by this function's caller for the whole call, and each argument is
-    // held by the tuple `args` (immutable, held by the caller): the call
-    // only borrows them (vectorcall takes no reference). `ptrs` holds
-    // exactly `n` of those pointers and outlives the call. The GIL is held
-    // (`py`). The result is a new reference, or NULL with the exception
-    // set, which `from_owned_ptr_or_err` takes over.
-    unsafe {
-        let out = pyo3::ffi::PyObject_Vectorcall(
-            run.as_ptr(),
-            ptrs.as_ptr(),
-            ptrs.len(),
-            std::ptr::null_mut(),
-        );
-        Bound::from_owned_ptr_or_err(py, out)
-    }
 }
 
 /// The thread's handled exception (`sys.exc_info()`) set to one
