@@ -102,6 +102,11 @@ _arm_receive = _blockio.arm_receive
 # Runs one turn of a loop (asyncio's BaseEventLoop._run_once, in Rust).
 _run_turn = _blockio.run_turn
 
+# asyncio's own turn: one replaced by a tool (a profiler's or monitor's
+# wrapper of BaseEventLoop._run_once) runs in place of the Rust turn, as
+# it would on asyncio's loop.
+_ASYNCIO_RUN_ONCE = base_events.BaseEventLoop._run_once
+
 # What a socket transport's _plain is while its protocol is a BufferedProtocol.
 _NOT_PLAIN = object()
 
@@ -1200,6 +1205,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         """asyncio's step, run by Rust (``_blockio.run_turn``: see the
         module's doc); the proactor's wait runs there too unless the
         proactor was replaced by another kind."""
+        if base_events.BaseEventLoop._run_once is not _ASYNCIO_RUN_ONCE:
+            base_events.BaseEventLoop._run_once(self)
+            return
         proactor = self._proactor
         _run_turn(self, proactor if type(proactor) is RingProactor else None)
 
@@ -2332,6 +2340,9 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         if self._kept_conns:
             for sock in [s for s in self._kept_conns if s.fileno() == -1]:
                 _reset_all(self._forget_kept(sock))
+        if base_events.BaseEventLoop._run_once is not _ASYNCIO_RUN_ONCE:
+            base_events.BaseEventLoop._run_once(self)
+            return
         _run_turn(self, None)
 
     def _make_socket_transport(  # type: ignore[no-untyped-def]

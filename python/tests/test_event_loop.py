@@ -670,7 +670,7 @@ def test_a_finished_operation_s_token_is_never_given_again_nor_answers_a_cancel(
 
 _SIGINT_WHILE_WAITING = """
 
-import asyncio, os, signal, sys, threading, blockio
+import asyncio, os, platform, signal, sys, threading, time, blockio
 # Python leaves SIGINT ignored when it starts with it ignored (a job started
 # in the background by a shell without job control): Ctrl-C's handler here.
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -679,10 +679,22 @@ if other_thread:  # the loop's thread blocks SIGINT: it lands on the other one
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 loop = blockio.new_event_loop()
 waiting = threading.Event()
+LOOP_THREAD = threading.get_native_id()
+# io_uring_enter, and the epoll waits
+WAITS = {"x86_64": {426, 232, 281, 441}, "aarch64": {426, 22, 441}}[platform.machine()]
+def in_the_wait():
+    # (polled: the loop's thread blocked in the kernel's wait)
+    while True:
+        with open(f"/proc/self/task/{LOOP_THREAD}/syscall") as f:
+            fields = f.read().split()
+        if fields and fields[0] != "running" and int(fields[0]) in WAITS:
+            return
+        time.sleep(0.001)
 def interrupt():
     if other_thread:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     waiting.wait()
+    in_the_wait()
     os.kill(os.getpid(), signal.SIGINT)
 t = threading.Thread(target=interrupt)
 t.start()
@@ -695,6 +707,21 @@ except KeyboardInterrupt:
     print("KeyboardInterrupt")
 t.join()
 print(loop.run_until_complete(asyncio.sleep(0, result="usable")))
+# Woken still, from another thread and by a signal: the wait's wake-up
+# socket kept its receive through the interrupted wait.
+woken = loop.create_future()
+def wake():
+    in_the_wait()
+    loop.call_soon_threadsafe(woken.set_result, "woken")
+threading.Thread(target=wake).start()
+print(loop.run_until_complete(asyncio.wait_for(woken, 30)))
+handled = loop.create_future()
+loop.add_signal_handler(signal.SIGTERM, handled.set_result, "handled")
+def term():
+    in_the_wait()
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=term).start()
+print(loop.run_until_complete(asyncio.wait_for(handled, 30)))
 """
 
 
@@ -712,12 +739,14 @@ def _interrupted_while_waiting(backend_env, where):
 @pytest.mark.parametrize("backend_env", ["uring", "threads"])
 def test_ctrl_c_while_waiting_raises_keyboard_interrupt(backend_env):
     """SIGINT from another thread while the loop waits with nothing to do
-    ends run_until_complete with KeyboardInterrupt; the loop stays usable.
+    ends run_until_complete with KeyboardInterrupt; the loop stays usable,
+    and a thread's ``call_soon_threadsafe`` and a signal handler still
+    wake it.
     In a fresh process: the signal's wake-up goes through Python's wake-up
     descriptor, process-wide state that earlier tests of this process may
     have left set."""
     out = _interrupted_while_waiting(backend_env, "loop-thread")
-    assert out.stdout.split() == ["KeyboardInterrupt", "usable"], out.stderr
+    assert out.stdout.split() == ["KeyboardInterrupt", "usable", "woken", "handled"], out.stderr
 
 
 def test_a_running_loop_holds_the_wakeup_fd_on_the_main_thread(loop):
@@ -837,7 +866,7 @@ def test_ctrl_c_landing_on_another_thread_ends_the_wait(backend_env):
     fallback: the handler writes to Python's wake-up descriptor, which the
     loop holds while it runs, and the wake-up socket becomes readable."""
     out = _interrupted_while_waiting(backend_env, "other-thread")
-    assert out.stdout.split()[:1] == ["KeyboardInterrupt"], out.stderr
+    assert out.stdout.split() == ["KeyboardInterrupt", "usable", "woken", "handled"], out.stderr
 
 
 def test_udp_echo(loop):

@@ -7,7 +7,9 @@ cancelled timers swept at once, a callback's exception reaching the
 exception handler with ``Handle._run``'s context (and as the exception
 being handled), ``SystemExit`` leaving the callbacks after it queued, a
 handle whose class overrides ``_run``, a loop whose ``time`` is replaced,
-and debug mode's ``_current_handle`` and slow-callback warning."""
+debug mode's ``_current_handle`` and slow-callback warning, a tool that
+replaces ``Handle._run`` or ``BaseEventLoop._run_once``, a timer at NaN,
+and an error while a failed callback is formatted."""
 
 import asyncio
 import logging
@@ -304,4 +306,101 @@ def test_debug_mode_sets_the_current_handle_and_warns_of_slow_callbacks():
 
     results = _side_by_side(scenario)
     assert results["asyncio"] == ([True], None, True)
+    _assert_same(results)
+
+
+def test_a_tool_replacing_handle_run_sees_every_callback(monkeypatch):
+    # A slow-callback logger's pattern: asyncio.events.Handle._run wrapped
+    # after the loop was made (and after the turn first ran).
+    def scenario(loop):
+        seen = []
+        _run_turns(loop, 1)
+        original = asyncio.events.Handle._run
+
+        def logged(handle):
+            seen.append(getattr(handle._callback, "__name__", "?"))
+            return original(handle)
+
+        monkeypatch.setattr(asyncio.events.Handle, "_run", logged)
+        try:
+            def cb():
+                pass
+
+            loop.call_soon(cb)
+            loop.call_later(0, cb)
+            _run_turns(loop, 2)
+        finally:
+            monkeypatch.undo()
+        return seen.count("cb")
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == 2
+    _assert_same(results)
+
+
+def test_a_tool_replacing_the_loops_turn_runs_it(monkeypatch):
+    # A profiler's or monitor's pattern: BaseEventLoop._run_once wrapped.
+    def scenario(loop):
+        turns = []
+        original = asyncio.base_events.BaseEventLoop._run_once
+
+        def counted(self):
+            turns.append(1)
+            return original(self)
+
+        monkeypatch.setattr(asyncio.base_events.BaseEventLoop, "_run_once", counted)
+        try:
+            _run_turns(loop, 3)
+        finally:
+            monkeypatch.undo()
+        return len(turns) >= 3
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] is True
+    _assert_same(results)
+
+
+@pytest.mark.parametrize("when", [float("nan"), float("-inf")])
+def test_a_timer_at_nan_or_minus_infinity_runs_as_on_asyncio(when):
+    # asyncio's timeout is min(max(0, when - now), ...): 0 for NaN too.
+    if sys.version_info >= (3, 13) and when != when:
+        pytest.skip("Python 3.13's own loop refuses a NaN timeout (EpollSelector.select: ValueError)")
+
+    def scenario(loop):
+        # (nothing else scheduled: the turn's wait takes its timeout from
+        # that timer alone)
+        log = []
+        loop.call_at(when, log.append, "at")
+        loop.call_at(when, loop.stop)
+        loop.run_forever()
+        return log
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == ["at"]
+    _assert_same(results)
+
+
+class _Unprintable:
+    """A callable whose ``repr`` raises."""
+
+    def __call__(self):
+        raise ValueError("callback")
+
+    def __repr__(self):
+        raise KeyError("repr")
+
+
+def test_an_error_formatting_a_failed_callback_has_its_exception_as_context():
+    # The handle's formatting (for the handler's message) raises: that
+    # error propagates from the turn with the callback's as __context__.
+    def scenario(loop):
+        loop.call_soon(_Unprintable())
+        try:
+            _run_turns(loop, 1)
+        except KeyError as e:
+            return type(e.__context__).__name__, str(e.__context__)
+        return None
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == ("ValueError", "callback")
     _assert_same(results)

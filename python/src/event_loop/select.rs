@@ -72,6 +72,15 @@ pub(crate) fn select_batch(
         }
         return Err(e);
     }
+    // The signal handlers Python owes run here, before any completion is
+    // taken from the ring, as the Python frame that called `fill` ran them
+    // at its next instruction: a `KeyboardInterrupt` raised by one leaves
+    // the whole batch in the ring for the next wait. (Taken in the
+    // dispatch, a completion would be out of the proactor's table, and
+    // the handler's exception, raised at the first instruction of its
+    // Python callback, would lose it: the wake-up socket's receive, whose
+    // byte the signal itself sent, then never answers again.)
+    py.check_signals()?;
     let ready = proactor
         .getattr(intern!(py, "_loop"))?
         .getattr(intern!(py, "_ready"))?

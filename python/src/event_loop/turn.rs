@@ -27,7 +27,8 @@
 //! 5. the callbacks ready when step 5 began run, in order, a cancelled
 //!    one skipped; what they schedule runs in the next turn.
 //!
-//! A handle of asyncio's classes (`Handle._run` not overridden) runs as
+//! A handle whose class's `_run` is asyncio's own `Handle._run` (looked
+//! up on each handle, so that one a tool replaced is called instead) runs as
 //! `Handle._run` would: `handle._context.run(callback, *args)` called
 //! from here; an exception other than `SystemExit` and
 //! `KeyboardInterrupt` (which propagate, the rest of `_ready` left for
@@ -418,12 +419,14 @@ fn timeout(
     }
     let when: f64 = heap.get_item(0)?.getattr(intern!(py, "_when"))?.extract()?;
     let t = when - clock.now(py)?;
+    // (asyncio's `min(max(0, t), MAXIMUM_SELECT_TIMEOUT)`: a deadline of
+    // NaN, whose comparisons are all false, waits 0 s there too)
     Ok(Some(if t > asyncio.max_timeout {
         asyncio.max_timeout
-    } else if t < 0.0 {
-        0.0
-    } else {
+    } else if t >= 0.0 {
         t
+    } else {
+        0.0
     }))
 }
 
@@ -506,11 +509,13 @@ fn run_handle(
     exact: bool,
     handle: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    let own = exact
-        || handle
-            .get_type()
-            .getattr(intern!(py, "_run"))?
-            .is(asyncio.handle_run.bind(py));
+    // (looked up on every handle, not assumed from its class: a tool that
+    // replaces `Handle._run`, as slow-callback loggers do, sees every
+    // callback run through its own)
+    let own = handle
+        .get_type()
+        .getattr(intern!(py, "_run"))?
+        .is(asyncio.handle_run.bind(py));
     if !own {
         handle.call_method0(intern!(py, "_run"))?;
         return Ok(());
@@ -557,6 +562,12 @@ fn report(
     args: &Bound<'_, PyTuple>,
     error: PyErr,
 ) -> PyResult<()> {
+    // (into_value: the exception with its traceback attached, as an
+    // `except` clause hands it; being handled from here on, so that an
+    // error raised while the callback is formatted or the handler runs
+    // has it as its `__context__`)
+    let exc = error.into_value(py).into_bound(py);
+    let _handling = Handling::new(py, &exc)?;
     let owner = handle.getattr(intern!(py, "_loop"))?;
     let format = asyncio.format_source.bind(py);
     let source = if asyncio.format_takes_debug {
@@ -566,9 +577,6 @@ fn report(
     } else {
         format.call1((callback, args))?
     };
-    // (into_value: the exception with its traceback attached, as an
-    // `except` clause hands it)
-    let exc = error.into_value(py).into_bound(py);
     let context = PyDict::new(py);
     context.set_item("message", format!("Exception in callback {source}"))?;
     context.set_item("exception", &exc)?;
@@ -577,7 +585,6 @@ fn report(
     if traceback.is_truthy()? {
         context.set_item("source_traceback", traceback)?;
     }
-    let _handling = Handling::new(py, &exc)?;
     owner.call_method1(intern!(py, "call_exception_handler"), (context,))?;
     Ok(())
 }
