@@ -23,6 +23,7 @@ import os
 import random
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -255,3 +256,50 @@ def test_a_rings_file_slot_serves_read_after_read(data_path, cancel):
         assert lock_held_elsewhere(path)
     finally:
         os.close(fd)
+
+
+def run_child(code, path, soft_limit):
+    """Runs ``code`` in a child process whose soft ``RLIMIT_NOFILE`` is
+    ``soft_limit``, with ``lock_held_elsewhere`` and ``path`` (a ``str``)
+    defined; its exit code and output."""
+    prelude = f"""
+import asyncio, fcntl, os, resource, subprocess, sys
+import blockio
+from blockio._blockio import LoopRing
+from blockio._loop import UringEventLoop
+resource.setrlimit(resource.RLIMIT_NOFILE, ({soft_limit}, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+CHECK = {CHECK!r}
+path = {str(path)!r}
+def lock_held_elsewhere(path):
+    return subprocess.run([sys.executable, "-c", CHECK, path], timeout=60).returncode == 0
+"""
+    out = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=120, cwd=os.path.dirname(__file__))
+    return out.returncode, out.stdout + out.stderr
+
+
+def test_a_large_read_keeps_the_lock_under_a_descriptor_limit_below_the_tables_size(data_path):
+    """Under a soft ``RLIMIT_NOFILE`` of 512 (below the 1,024 slots a loop
+    ring's table has by default, a table the kernel refuses with
+    ``EMFILE``), blockio's loop still has a table, of 512 slots, and a
+    read of 1 MiB on its ring keeps the process's lock; with no table it
+    took a duplicate, whose close released the lock."""
+    path, data = data_path
+    code, out = run_child("""
+        async def main():
+            loop = asyncio.get_running_loop()
+            print("slots", loop._proactor._ring.free_file_slots)
+            fd = os.open(path, os.O_RDWR)
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            assert lock_held_elsewhere(path)
+            got = await loop._ring_pread(fd, 0, 1 << 20)
+            print("read", len(got), "held", lock_held_elsewhere(path))
+
+        loop = blockio.new_event_loop()
+        assert type(loop).__name__ == "UringEventLoop", type(loop)
+        loop.run_until_complete(main())
+        loop.close()
+    """, path, 512)
+    assert code == 0, out
+    assert out.splitlines() == ["slots 512", "read 1048576 held True"], out
+
