@@ -21,6 +21,7 @@ import asyncio
 import fcntl
 import os
 import random
+import resource
 import subprocess
 import sys
 import textwrap
@@ -303,3 +304,33 @@ def test_a_large_read_keeps_the_lock_under_a_descriptor_limit_below_the_tables_s
     assert code == 0, out
     assert out.splitlines() == ["slots 512", "read 1048576 held True"], out
 
+
+def test_a_table_of_more_than_1024_slots_gives_every_slot_back(tmp_path):
+    """A loop ring made with 2,048 slots (under a descriptor limit that
+    allows them), 1,100 reads of more than 256 KiB in flight at once: once
+    all are done, every slot is free again, those numbered 1,024 and up
+    too (they were never given back)."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 2048:
+        pytest.skip("the hard RLIMIT_NOFILE is below 2,048: no table of 2,048 slots")
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"x" * 4096)
+    code, out = run_child("""
+        from waits import await_until
+        ring = LoopRing(1024, 2048)
+        loop = UringEventLoop(ring)
+        fd = os.open(path, os.O_RDONLY)
+
+        async def main():
+            print("free", ring.free_file_slots)
+            reads = [loop._ring_pread(fd, 0, 300 << 10) for _ in range(1100)]
+            print("free", ring.free_file_slots)
+            got = await asyncio.gather(*reads)
+            assert all(g == b"x" * 4096 for g in got)
+            await await_until(lambda: ring.free_file_slots == 2048, "every slot free again", timeout=20)
+            print("free", ring.free_file_slots)
+
+        loop.run_until_complete(main())
+        loop.close()
+    """, small, 4096)
+    assert code == 0, out
+    assert out.splitlines() == ["free 2048", "free 948", "free 2048"], out

@@ -19,7 +19,9 @@
 //! the number comes to name.
 //!
 //! The table is sparse, made with the ring ([`FILE_SLOTS`] slots unless
-//! the caller asks for another number), of no more slots than the
+//! the caller asks for another number, more than [`FILE_SLOTS`] too: each
+//! slot, up to the table's own size, is given back when its read is
+//! done), of no more slots than the
 //! process's soft `RLIMIT_NOFILE` allows: the kernel refuses a table
 //! larger than that limit (`EMFILE`), so under `ulimit -n 1000` a table
 //! of 1,024 would be refused and every large read would take a duplicate,
@@ -149,9 +151,13 @@ impl FileTable {
 
     /// The entry [`FileTable::empty_entry`] made for `slot` completed with
     /// `res` (1: the slot emptied).
+    /// A slot beyond the table (which no entry of this table names) is
+    /// ignored.
     pub(crate) fn emptied(&mut self, ring: &IoUring, slot: u32, res: i32) {
         if res != 1 {
-            self.awaited[slot as usize] |= NOT_EMPTIED;
+            if let Some(awaited) = self.awaited.get_mut(slot as usize) {
+                *awaited |= NOT_EMPTIED;
+            }
         }
         self.settle(ring, slot, EMPTIED);
     }
@@ -188,18 +194,19 @@ static EMPTY: RawFd = -1;
 /// The tag of the completion of [`FileTable::empty_entry`]'s entry for
 /// `slot`: the top bit set, which no operation's token has (see
 /// `slots::MAX_IN_FLIGHT`), and the slot below it; never the cancels'
-/// `u64::MAX`, as a slot is below [`FILE_SLOTS`].
+/// `u64::MAX`, as a slot is a `u32`, so bits 32 to 62 stay clear.
 pub(crate) fn empty_token(slot: u32) -> u64 {
     EMPTY_TAG | u64::from(slot)
 }
 
 /// The slot an entry's completion tag `token` empties, if it is one made
-/// by [`empty_token`].
+/// by [`empty_token`]: any slot of a table (whose size the caller chose,
+/// so not bounded by [`FILE_SLOTS`] here; [`FileTable`] ignores a slot
+/// beyond its own table).
 pub(crate) fn emptied_slot(token: u64) -> Option<u32> {
     (token & EMPTY_TAG != 0)
         .then(|| u32::try_from(token & !EMPTY_TAG).ok())
         .flatten()
-        .filter(|slot| *slot < FILE_SLOTS)
 }
 
 /// The most slots the kernel registers in one table
