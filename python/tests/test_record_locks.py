@@ -21,8 +21,10 @@ import asyncio
 import fcntl
 import os
 import random
+import resource
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -255,3 +257,80 @@ def test_a_rings_file_slot_serves_read_after_read(data_path, cancel):
         assert lock_held_elsewhere(path)
     finally:
         os.close(fd)
+
+
+def run_child(code, path, soft_limit):
+    """Runs ``code`` in a child process whose soft ``RLIMIT_NOFILE`` is
+    ``soft_limit``, with ``lock_held_elsewhere`` and ``path`` (a ``str``)
+    defined; its exit code and output."""
+    prelude = f"""
+import asyncio, fcntl, os, resource, subprocess, sys
+import blockio
+from blockio._blockio import LoopRing
+from blockio._loop import UringEventLoop
+resource.setrlimit(resource.RLIMIT_NOFILE, ({soft_limit}, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+CHECK = {CHECK!r}
+path = {str(path)!r}
+def lock_held_elsewhere(path):
+    return subprocess.run([sys.executable, "-c", CHECK, path], timeout=60).returncode == 0
+"""
+    out = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=120, cwd=os.path.dirname(__file__))
+    return out.returncode, out.stdout + out.stderr
+
+
+def test_a_large_read_keeps_the_lock_under_a_descriptor_limit_below_the_tables_size(data_path):
+    """Under a soft ``RLIMIT_NOFILE`` of 512 (below the 1,024 slots a loop
+    ring's table has by default, a table the kernel refuses with
+    ``EMFILE``), blockio's loop still has a table, of 512 slots, and a
+    read of 1 MiB on its ring keeps the process's lock; with no table it
+    took a duplicate, whose close released the lock."""
+    path, data = data_path
+    code, out = run_child("""
+        async def main():
+            loop = asyncio.get_running_loop()
+            print("slots", loop._proactor._ring.free_file_slots)
+            fd = os.open(path, os.O_RDWR)
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            assert lock_held_elsewhere(path)
+            got = await loop._ring_pread(fd, 0, 1 << 20)
+            print("read", len(got), "held", lock_held_elsewhere(path))
+
+        loop = blockio.new_event_loop()
+        assert type(loop).__name__ == "UringEventLoop", type(loop)
+        loop.run_until_complete(main())
+        loop.close()
+    """, path, 512)
+    assert code == 0, out
+    assert out.splitlines() == ["slots 512", "read 1048576 held True"], out
+
+
+def test_a_table_of_more_than_1024_slots_gives_every_slot_back(tmp_path):
+    """A loop ring made with 2,048 slots (under a descriptor limit that
+    allows them), 1,100 reads of more than 256 KiB in flight at once: once
+    all are done, every slot is free again, those numbered 1,024 and up
+    too (they were never given back)."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 2048:
+        pytest.skip("the hard RLIMIT_NOFILE is below 2,048: no table of 2,048 slots")
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"x" * 4096)
+    code, out = run_child("""
+        from waits import await_until
+        ring = LoopRing(1024, 2048)
+        loop = UringEventLoop(ring)
+        fd = os.open(path, os.O_RDONLY)
+
+        async def main():
+            print("free", ring.free_file_slots)
+            reads = [loop._ring_pread(fd, 0, 300 << 10) for _ in range(1100)]
+            print("free", ring.free_file_slots)
+            got = await asyncio.gather(*reads)
+            assert all(g == b"x" * 4096 for g in got)
+            await await_until(lambda: ring.free_file_slots == 2048, "every slot free again", timeout=20)
+            print("free", ring.free_file_slots)
+
+        loop.run_until_complete(main())
+        loop.close()
+    """, small, 4096)
+    assert code == 0, out
+    assert out.splitlines() == ["free 2048", "free 948", "free 2048"], out

@@ -18,7 +18,14 @@
 //! issued on the slot (`IOSQE_FIXED_FILE`), which names that file whatever
 //! the number comes to name.
 //!
-//! The table is sparse, made with the ring ([`FILE_SLOTS`] slots). A
+//! The table is sparse, made with the ring ([`FILE_SLOTS`] slots unless
+//! the caller asks for another number, more than [`FILE_SLOTS`] too: each
+//! slot, up to the table's own size, is given back when its read is
+//! done), of no more slots than the
+//! process's soft `RLIMIT_NOFILE` allows: the kernel refuses a table
+//! larger than that limit (`EMFILE`), so under `ulimit -n 1000` a table
+//! of 1,024 would be refused and every large read would take a duplicate,
+//! losing the record locks this table is there to keep. A
 //! slot is filled at the read's submission by `io_uring_register` (on the
 //! loop's thread, before the call returns, so the number the caller gives
 //! is looked up then, however long the submission itself waits), and
@@ -60,12 +67,14 @@ const EMPTIED: u8 = 2;
 const NOT_EMPTIED: u8 = 4;
 
 impl FileTable {
-    /// Registers a sparse table of `slots` slots with `ring`; a table
-    /// with no slot when `slots` is 0 or the kernel refuses it (before
-    /// Linux 5.19, or under a memory limit): every read then takes a
-    /// duplicate.
+    /// Registers a sparse table of `slots` slots with `ring`, or of fewer
+    /// when the process's soft `RLIMIT_NOFILE` is lower (or `slots` is
+    /// beyond the kernel's [`MAX_SLOTS`]), as the kernel refuses a larger
+    /// table with `EMFILE`; a table with no slot when that comes to 0 or
+    /// the kernel refuses it (before Linux 5.19, or under a memory
+    /// limit): every read then takes a duplicate.
     pub(crate) fn new(ring: &IoUring, slots: u32) -> FileTable {
-        let free: Vec<u32> = match slots {
+        let free: Vec<u32> = match slots.min(MAX_SLOTS).min(soft_nofile_limit()) {
             0 => Vec::new(),
             n => match ring.submitter().register_files_sparse(n) {
                 Ok(()) => (0..n).rev().collect(),
@@ -142,9 +151,13 @@ impl FileTable {
 
     /// The entry [`FileTable::empty_entry`] made for `slot` completed with
     /// `res` (1: the slot emptied).
+    /// A slot beyond the table (which no entry of this table names) is
+    /// ignored.
     pub(crate) fn emptied(&mut self, ring: &IoUring, slot: u32, res: i32) {
         if res != 1 {
-            self.awaited[slot as usize] |= NOT_EMPTIED;
+            if let Some(awaited) = self.awaited.get_mut(slot as usize) {
+                *awaited |= NOT_EMPTIED;
+            }
         }
         self.settle(ring, slot, EMPTIED);
     }
@@ -181,18 +194,32 @@ static EMPTY: RawFd = -1;
 /// The tag of the completion of [`FileTable::empty_entry`]'s entry for
 /// `slot`: the top bit set, which no operation's token has (see
 /// `slots::MAX_IN_FLIGHT`), and the slot below it; never the cancels'
-/// `u64::MAX`, as a slot is below [`FILE_SLOTS`].
+/// `u64::MAX`, as a slot is a `u32`, so bits 32 to 62 stay clear.
 pub(crate) fn empty_token(slot: u32) -> u64 {
     EMPTY_TAG | u64::from(slot)
 }
 
 /// The slot an entry's completion tag `token` empties, if it is one made
-/// by [`empty_token`].
+/// by [`empty_token`]: any slot of a table (whose size the caller chose,
+/// so not bounded by [`FILE_SLOTS`] here; [`FileTable`] ignores a slot
+/// beyond its own table).
 pub(crate) fn emptied_slot(token: u64) -> Option<u32> {
     (token & EMPTY_TAG != 0)
         .then(|| u32::try_from(token & !EMPTY_TAG).ok())
         .flatten()
-        .filter(|slot| *slot < FILE_SLOTS)
+}
+
+/// The most slots the kernel registers in one table
+/// (`IORING_MAX_FIXED_FILES`); it refuses more with `EMFILE`.
+const MAX_SLOTS: u32 = 1 << 20;
+
+/// The process's soft limit on descriptors (`RLIMIT_NOFILE`), which the
+/// kernel also holds a registered-file table to; `u32::MAX` when it is
+/// unlimited or beyond.
+fn soft_nofile_limit() -> u32 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .map_or(u32::MAX, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 /// The top bit of a completion's tag: set only on the entries that empty a

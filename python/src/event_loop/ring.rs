@@ -250,9 +250,10 @@ pub(crate) struct LoopRing {
 #[pymethods]
 impl LoopRing {
     /// A ring with `entries` submission slots and a registered-file table
-    /// of `file_slots` slots (see `files`: 0, none, makes every read of
-    /// more than 256 KiB take a duplicate of its descriptor, as where the
-    /// kernel refuses the table). `OSError` when the kernel refuses
+    /// of `file_slots` slots, or as many as the process's soft
+    /// `RLIMIT_NOFILE` when that is lower (see `files`: 0, none, makes
+    /// every read of more than 256 KiB take a duplicate of its descriptor,
+    /// as where the kernel refuses the table). `OSError` when the kernel refuses
     /// io_uring (`EPERM` under `kernel.io_uring_disabled` or seccomp,
     /// `ENOSYS` on old kernels).
     #[new]
