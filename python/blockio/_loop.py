@@ -102,10 +102,24 @@ _arm_receive = _blockio.arm_receive
 # Runs one turn of a loop (asyncio's BaseEventLoop._run_once, in Rust).
 _run_turn = _blockio.run_turn
 
-# asyncio's own turn: one replaced by a tool (a profiler's or monitor's
-# wrapper of BaseEventLoop._run_once) runs in place of the Rust turn, as
-# it would on asyncio's loop.
-_ASYNCIO_RUN_ONCE = base_events.BaseEventLoop._run_once
+
+
+def _asyncio_own(function: Any, module: Any) -> bool:
+    """Whether ``function`` was compiled from ``module``'s file (asyncio's
+    own, not a tool's wrapper, which ``functools.wraps`` names alike)."""
+    code = getattr(function, "__code__", None)
+    return code is not None and code.co_filename == getattr(module, "__file__", None)
+
+
+# asyncio's own turn, or None if a tool had replaced it (a profiler's or
+# monitor's wrapper of BaseEventLoop._run_once) before this module was
+# imported: one replaced runs in place of the Rust turn, as it would on
+# asyncio's loop.
+_ASYNCIO_RUN_ONCE = (
+    base_events.BaseEventLoop._run_once
+    if _asyncio_own(base_events.BaseEventLoop._run_once, base_events)
+    else None
+)
 
 # What a socket transport's _plain is while its protocol is a BufferedProtocol.
 _NOT_PLAIN = object()
@@ -1583,6 +1597,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             # is already set" (a RuntimeError). The first sendfile goes on.
             raise KeyError(transp._sock.fileno())
         if transp._eof_written:
+            # (the arguments checked first, with asyncio's errors, as its
+            # sock_sendfile checks them before its os.sendfile)
+            self._check_sendfile_params(transp._sock, file, offset, count)
             # asyncio's selector loop: its os.sendfile fails (EPIPE) before
             # any byte, so the sendfile is "not available", and its fallback
             # (if allowed) raises the transport's write error.

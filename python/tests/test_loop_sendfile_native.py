@@ -345,7 +345,8 @@ def test_a_file_whose_size_says_nothing_of_its_bytes_is_sent_as_on_asyncio(name,
 
 @pytest.mark.parametrize("name", ["blockio-uring", "blockio-epoll"])
 @pytest.mark.parametrize("fallback", [True, False])
-def test_a_sendfile_after_write_eof_fails_as_on_asyncio(name, fallback):
+@pytest.mark.parametrize("bad", [None, "text", "offset"])
+def test_a_sendfile_after_write_eof_fails_as_on_asyncio(name, fallback, bad):
     # asyncio's selector loop: the socket's writing end is shut, so its
     # os.sendfile fails before any byte and the sendfile is not
     # available; its fallback's write then raises the transport's error.
@@ -355,8 +356,9 @@ def test_a_sendfile_after_write_eof_fails_as_on_asyncio(name, fallback):
             t, peer, _ = await _pair(loop)
             t.write_eof()
             try:
-                with open("/proc/self/exe", "rb") as f:
-                    await loop.sendfile(t, f, 0, 10000, fallback=fallback)
+                # (a bad argument is reported as such first, as asyncio does)
+                with open("/proc/self/exe", "r" if bad == "text" else "rb") as f:
+                    await loop.sendfile(t, f, -1 if bad == "offset" else 0, 10000, fallback=fallback)
             except Exception as e:
                 return type(e), str(e)
             finally:

@@ -404,3 +404,34 @@ def test_an_error_formatting_a_failed_callback_has_its_exception_as_context():
     results = _side_by_side(scenario)
     assert results["asyncio"] == ("ValueError", "callback")
     _assert_same(results)
+
+
+_PATCHED_BEFORE_IMPORT = """
+import asyncio, sys
+seen, turns = [], []
+run, run_once = asyncio.events.Handle._run, asyncio.base_events.BaseEventLoop._run_once
+def logged(handle):
+    seen.append(1)
+    return run(handle)
+def counted(self):
+    turns.append(1)
+    return run_once(self)
+asyncio.events.Handle._run = logged
+asyncio.base_events.BaseEventLoop._run_once = counted
+from blockio._loop import EpollEventLoop, UringEventLoop
+loop = {"uring": UringEventLoop, "epoll": EpollEventLoop}[sys.argv[1]]()
+loop.run_until_complete(asyncio.sleep(0))
+loop.close()
+print(len(seen) > 0, len(turns) > 0)
+"""
+
+
+@pytest.mark.parametrize("backend", ["uring", "epoll"])
+def test_a_tool_that_replaced_asyncios_turn_and_run_before_blockio_was_imported_runs(backend):
+    # The usual order: a monitor installed at start-up, before any loop
+    # ran. In a fresh process, so that nothing has run a turn before.
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _PATCHED_BEFORE_IMPORT, backend], capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.split() == ["True", "True"], out.stderr

@@ -83,12 +83,17 @@ pub(crate) fn send_cached(sock: RawFd, file: RawFd, offset: u64, count: u64) -> 
         return Outcome::NotHere;
     }
     let file_number = file;
-    // SAFETY: both numbers are the caller's, read just before this call
-    // with the GIL held (the transport's socket from its live
-    // `fileno()`, the file's from the caller's object), and borrowed for
-    // this call only: the GIL stays held throughout, so no Python code
-    // closes or reuses them meanwhile. The calls below only read the
-    // descriptors' files; none is closed or kept.
+    // SAFETY: both numbers are borrowed for this call only, and nothing
+    // below closes or keeps them: the socket's is the transport's, read
+    // from its live `fileno()` in this call with the GIL held (and held
+    // throughout, so no Python code closes it meanwhile); the file's was
+    // read from the caller's object by the Python frame that called this,
+    // and another thread may have closed and reused it in between, as it
+    // may before asyncio's own `os.sendfile`: the calls then act on
+    // whatever file the number names, as `os.sendfile` would. No memory
+    // of this process is handed to the kernel (`sendfile(2)` copies
+    // between descriptors), so a stale number can misdirect nothing
+    // here but the bytes the caller asked to send.
     let (sock, file) = unsafe { (BorrowedFd::borrow_raw(sock), BorrowedFd::borrow_raw(file)) };
     let Ok(st) = rustix::fs::fstat(file) else {
         return Outcome::NotHere;

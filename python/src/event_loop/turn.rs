@@ -69,9 +69,12 @@ struct Asyncio {
     heappop: PyObject,
     /// `heapq.heapify`
     heapify: PyObject,
-    /// `asyncio.events.Handle._run`: a handle whose class has this one
-    /// runs from here, any other through its `_run`.
-    handle_run: PyObject,
+    /// `asyncio.events.Handle._run`, if it was asyncio's own when first
+    /// looked up (its code compiled from `asyncio/events.py`; a tool may
+    /// have replaced it before the first turn): a handle whose class has
+    /// this one runs from here, any other through its `_run`. None: every
+    /// handle runs through its `_run`.
+    handle_run: Option<PyObject>,
     /// `asyncio.events.Handle`
     handle_class: PyObject,
     /// `Handle`'s slots `_cancelled`, `_args`, `_context`, `_callback`
@@ -185,6 +188,23 @@ fn slot<'py>(
     }
 }
 
+/// Whether `function` is `module`'s own `name`: its code compiled from
+/// that module's file under that name (not a tool's wrapper, which
+/// `functools.wraps` names alike but compiles elsewhere).
+fn compiled_in(
+    function: &Bound<'_, PyAny>,
+    module: &Bound<'_, PyModule>,
+    name: &str,
+) -> PyResult<bool> {
+    let Ok(code) = function.getattr("__code__") else {
+        return Ok(false);
+    };
+    Ok(code.getattr("co_name")?.eq(name)?
+        && code
+            .getattr("co_filename")?
+            .eq(module.getattr("__file__")?)?)
+}
+
 impl Asyncio {
     fn get(py: Python<'_>) -> PyResult<&Asyncio> {
         ASYNCIO.get_or_try_init(py, || {
@@ -194,7 +214,10 @@ impl Asyncio {
             Ok(Asyncio {
                 heappop: heapq.getattr("heappop")?.unbind(),
                 heapify: heapq.getattr("heapify")?.unbind(),
-                handle_run: events.getattr("Handle")?.getattr("_run")?.unbind(),
+                handle_run: {
+                    let run = events.getattr("Handle")?.getattr("_run")?;
+                    compiled_in(&run, &events, "_run")?.then(|| run.unbind())
+                },
                 handle_class: events.getattr("Handle")?.unbind(),
                 slots: [
                     Slot::of(&events, "Handle", "_cancelled")?,
@@ -419,8 +442,9 @@ fn timeout(
     }
     let when: f64 = heap.get_item(0)?.getattr(intern!(py, "_when"))?.extract()?;
     let t = when - clock.now(py)?;
-    // (asyncio's `min(max(0, t), MAXIMUM_SELECT_TIMEOUT)`: a deadline of
-    // NaN, whose comparisons are all false, waits 0 s there too)
+    // (asyncio's `min(max(0, t), MAXIMUM_SELECT_TIMEOUT)` up to Python
+    // 3.12: a deadline of NaN, whose comparisons are all false, waits 0 s
+    // there too; 3.13's own loop hands NaN to its selector, which raises)
     Ok(Some(if t > asyncio.max_timeout {
         asyncio.max_timeout
     } else if t >= 0.0 {
@@ -512,10 +536,13 @@ fn run_handle(
     // (looked up on every handle, not assumed from its class: a tool that
     // replaces `Handle._run`, as slow-callback loggers do, sees every
     // callback run through its own)
-    let own = handle
-        .get_type()
-        .getattr(intern!(py, "_run"))?
-        .is(asyncio.handle_run.bind(py));
+    let own = match &asyncio.handle_run {
+        Some(run) => handle
+            .get_type()
+            .getattr(intern!(py, "_run"))?
+            .is(run.bind(py)),
+        None => false,
+    };
     if !own {
         handle.call_method0(intern!(py, "_run"))?;
         return Ok(());
