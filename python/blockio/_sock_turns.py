@@ -37,62 +37,64 @@ from typing import Any, Awaitable, Callable, Deque, Dict, Optional, TypeVar
 T = TypeVar("T")
 
 
-class Turns:
-    """The calls of one direction in flight, per socket object: ``None``
-    while one call holds the turn and none waits, else the waiters'
-    futures in the order of their calls."""
+#: The calls of one direction in flight, per socket object: a socket is a
+#: key while a call holds its turn, with ``None`` (or an empty deque) while
+#: nobody waits, else the waiters' futures in the order of their calls. A
+#: call takes its turn with ``if sock in turns: await wait(turns, loop,
+#: sock)`` else ``turns[sock] = None`` (a plain dictionary, so that taking a
+#: turn nobody holds, the common case, costs one insertion), and ends it
+#: with :func:`leave` (inline: ``waiters = turns.pop(sock, None)``, then
+#: :func:`hand_on` if any), whatever happens.
+Turns = Dict[socket.socket, Optional[Deque[Any]]]
 
-    __slots__ = ("_queues",)
 
-    def __init__(self) -> None:
-        self._queues: Dict[socket.socket, Optional[Deque[Any]]] = {}
+async def wait(turns: Turns, loop: Any, sock: socket.socket) -> None:
+    """Returns once ``sock``'s turn, held by another call, is the caller's
+    (who then ends it whatever happens next). Cancelled, it holds nothing:
+    a turn handed to it meanwhile goes on."""
+    queue = turns[sock]
+    if queue is None:
+        queue = turns[sock] = collections.deque()
+    waiter = loop.create_future()
+    queue.append(waiter)
+    try:
+        await waiter
+    except BaseException:  # cancelled, or an exception thrown in
+        if waiter.done() and not waiter.cancelled():
+            leave(turns, sock)  # handed the turn, which goes on to the next
+        else:
+            waiter.cancel()
+            # (a caller retrying with timeouts leaves no trail)
+            with contextlib.suppress(ValueError):
+                queue.remove(waiter)
+        raise
 
-    def try_take(self, sock: socket.socket) -> bool:
-        """Takes ``sock``'s turn if nobody holds it (the common case, with
-        no await); else False, and the caller awaits :meth:`wait`."""
-        queues = self._queues
-        if sock in queues:
-            return False
-        queues[sock] = None
-        return True
 
-    async def wait(self, loop: Any, sock: socket.socket) -> None:
-        """Returns once ``sock``'s turn, held by another call, is the
-        caller's (who then calls :meth:`give_back` whatever happens next).
-        Cancelled, it holds nothing: a turn handed to it meanwhile goes on."""
-        queue = self._queues[sock]
-        if queue is None:
-            queue = self._queues[sock] = collections.deque()
-        waiter = loop.create_future()
-        queue.append(waiter)
-        try:
-            await waiter
-        except BaseException:  # cancelled, or an exception thrown in
-            if waiter.done() and not waiter.cancelled():
-                self.give_back(sock)  # handed the turn, which goes on to the next
-            else:
-                waiter.cancel()
-                # (a caller retrying with timeouts leaves no trail)
-                with contextlib.suppress(ValueError):
-                    queue.remove(waiter)
-            raise
+async def run(turns: Turns, loop: Any, sock: socket.socket, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Awaits ``call(*args)`` in ``sock``'s turn."""
+    if sock in turns:
+        await wait(turns, loop, sock)
+    else:
+        turns[sock] = None
+    try:
+        return await call(*args)
+    finally:
+        leave(turns, sock)
 
-    async def run(self, loop: Any, sock: socket.socket, call: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Awaits ``call(sock, *args)`` in ``sock``'s turn."""
-        if not self.try_take(sock):
-            await self.wait(loop, sock)
-        try:
-            return await call(sock, *args)
-        finally:
-            self.give_back(sock)
 
-    def give_back(self, sock: socket.socket) -> None:
-        """Ends the caller's turn on ``sock``: the first call still
-        waiting has it, or nobody does."""
-        queue = self._queues.get(sock)
-        while queue:
-            waiter = queue.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._queues.pop(sock, None)
+def leave(turns: Turns, sock: socket.socket) -> None:
+    """Ends the caller's turn on ``sock``."""
+    waiters = turns.pop(sock, None)
+    if waiters:
+        hand_on(turns, sock, waiters)
+
+
+def hand_on(turns: Turns, sock: socket.socket, waiters: Deque[Any]) -> None:
+    """Hands the turn on ``sock`` that ended to the first of ``waiters``
+    still waiting, if any."""
+    while waiters:
+        waiter = waiters.popleft()
+        if not waiter.done():
+            waiter.set_result(None)
+            turns[sock] = waiters
+            return

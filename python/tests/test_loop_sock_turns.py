@@ -183,7 +183,7 @@ def test_receives_cancelled_behind_a_long_one_leave_no_trail(loop):
             behind.cancel()
             await await_until(behind.done, "the cancelled receive ends")
         # Nothing is left waiting behind the first receive.
-        assert not loop._receive_turns._queues[a]
+        assert not loop._receive_turns[a]
         b.send(b"one")
         one = await asyncio.wait_for(first, DEADLINE)
         b.send(b"two")
@@ -191,6 +191,6 @@ def test_receives_cancelled_behind_a_long_one_leave_no_trail(loop):
 
     assert loop.run_until_complete(main()) == (b"one", b"two")
     # Every turn was given back.
-    assert a not in loop._receive_turns._queues
+    assert a not in loop._receive_turns
     a.close()
     b.close()
