@@ -13,7 +13,11 @@ the contenders rotated every round), pinned to one CPU:
 - ``tasks``: 100 tasks each awaiting ``asyncio.sleep(0)`` in a loop (a
   task step per handle, as coroutine servers run);
 - ``timers``: 100 callbacks per turn, each scheduling its successor with
-  ``call_later(0)`` (the timer heap).
+  ``call_later(0)`` (the timer heap);
+- ``sock`` (not in the default list, as it does I/O): one coroutine
+  making ``sock_sendall`` of 64 bytes then ``sock_recv`` of them on a
+  socket pair, each pair counted as a callback (the cost of the loop's
+  low-level socket calls, their turns included).
 
 Printed per workload and contender: nanoseconds of process CPU time
 (``time.process_time``) per callback, median of the rounds and
@@ -30,6 +34,7 @@ import argparse
 import asyncio
 import os
 import statistics
+import socket
 import subprocess
 import sys
 import time
@@ -66,6 +71,9 @@ def workload(loop: asyncio.AbstractEventLoop, kind: str, n: int) -> None:
 
         loop.run_until_complete(main())
         return
+    if kind == "sock":
+        loop.run_until_complete(ping_pong(loop, n))
+        return
     left = [n]
     later = kind == "timers"
 
@@ -82,6 +90,20 @@ def workload(loop: asyncio.AbstractEventLoop, kind: str, n: int) -> None:
     for _ in range(1 if kind == "chain" else WIDTH):
         loop.call_soon(step)
     loop.run_until_complete(done)
+
+
+async def ping_pong(loop: asyncio.AbstractEventLoop, n: int) -> None:
+    """``n`` times ``sock_sendall`` of 64 bytes, then ``sock_recv`` of them."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    try:
+        for _ in range(n):
+            await loop.sock_sendall(b, b"x" * 64)
+            await loop.sock_recv(a, 100)
+    finally:
+        a.close()
+        b.close()
 
 
 def child(name: str, kind: str, n: int) -> None:

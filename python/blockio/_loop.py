@@ -78,6 +78,7 @@ from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
 from . import _blockio, _proactor
 from ._proactor import POLLIN, POLLOUT, RingProactor
+from . import _sock_turns
 
 __all__ = ["UringEventLoop", "EpollEventLoop", "EventLoopPolicy", "new_event_loop", "run", "install"]
 
@@ -1158,6 +1159,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._proactor = proactor
         self._selector = proactor
         self._self_reading_future = None
+        self._receive_turns: _sock_turns.Turns = {}
+        self._send_turns: _sock_turns.Turns = {}
         self._accept_futures: dict[int, Any] = {}
         # Every server's accept: servers may share a listener, whose number
         # keys only the last one in _accept_futures.
@@ -1508,43 +1511,80 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if isinstance(n, int) and n < 0:
             # (socket.recv's own refusal, which asyncio's loop calls first)
             raise ValueError("negative buffersize in recv")
-        fut = self._proactor.recv(sock, n)
+        turns = self._receive_turns
+        if sock in turns:
+            await _sock_turns.wait(turns, self, sock)
+        else:
+            turns[sock] = None
         try:
-            return await fut
-        except exceptions.CancelledError:
-            # Cancelled after the bytes came, before this call resumed:
-            # they are kept for the next receive.
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._proactor.keep_received(sock, fut.result())
-            raise
+            fut = self._proactor.recv(sock, n)
+            try:
+                return await fut
+            except exceptions.CancelledError:
+                # Cancelled after the bytes came, before this call resumed:
+                # they are kept for the next receive.
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    self._proactor.keep_received(sock, fut.result())
+                raise
+        finally:
+            waiters = turns.pop(sock, None)
+            if waiters:
+                _sock_turns.hand_on(turns, sock, waiters)
 
     async def sock_recv_into(self, sock, buf):
         self._check_receiving_sock(sock)
-        fut = self._proactor.recv_into(sock, _writable_bytes(buf))
+        target = _writable_bytes(buf)  # refused before waiting for a turn
+        turns = self._receive_turns
+        if sock in turns:
+            await _sock_turns.wait(turns, self, sock)
+        else:
+            turns[sock] = None
         try:
-            return await fut
-        except exceptions.CancelledError:
-            # As in sock_recv: the bytes the kernel wrote into ``buf`` are
-            # copied and kept for the next receive.
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._proactor.keep_received(sock, bytes(memoryview(buf).cast("B")[: fut.result()]))
-            raise
+            fut = self._proactor.recv_into(sock, target)
+            try:
+                return await fut
+            except exceptions.CancelledError:
+                # As in sock_recv: the bytes the kernel wrote into ``buf`` are
+                # copied and kept for the next receive.
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    self._proactor.keep_received(sock, bytes(memoryview(buf).cast("B")[: fut.result()]))
+                raise
+        finally:
+            waiters = turns.pop(sock, None)
+            if waiters:
+                _sock_turns.hand_on(turns, sock, waiters)
 
     async def sock_recvfrom(self, sock, bufsize):
         self._check_receiving_sock(sock)
-        return await self._proactor.recvfrom(sock, bufsize)
+        return await _sock_turns.run(self._receive_turns, self, sock, self._proactor.recvfrom, sock, bufsize)
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
         self._check_receiving_sock(sock)
-        return await self._proactor.recvfrom_into(sock, buf, nbytes or len(buf))
+        nbytes = nbytes or len(buf)
+        return await _sock_turns.run(self._receive_turns, self, sock, self._proactor.recvfrom_into, sock, buf, nbytes)
 
     async def sock_sendall(self, sock, data):
         self._check_sock(sock)
-        await self._proactor.send(sock, data)
+        turns = self._send_turns
+        if sock in turns:
+            await _sock_turns.wait(turns, self, sock)
+            fut = self._proactor.send(sock, data)
+        else:
+            fut = self._proactor.send(sock, data)
+            if fut.done():  # all sent at once (or failed): no turn taken
+                await fut
+                return
+            turns[sock] = None
+        try:
+            await fut
+        finally:
+            waiters = turns.pop(sock, None)
+            if waiters:
+                _sock_turns.hand_on(turns, sock, waiters)
 
     async def sock_sendto(self, sock, data, address):
         self._check_sock(sock)
-        return await self._proactor.sendto(sock, data, 0, address)
+        return await _sock_turns.run(self._send_turns, self, sock, self._proactor.sendto, sock, data, 0, address)
 
     async def sock_connect(self, sock, address):
         self._check_sock(sock)
@@ -2212,6 +2252,9 @@ class _EpollSocketTransport(selector_events._SelectorSocketTransport):
         self._read_ready_cb = None
 
 
+_SELECTOR_LOOP = asyncio.SelectorEventLoop
+
+
 class EpollEventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop (epoll): the fallback where io_uring is unavailable."""
 
@@ -2230,12 +2273,42 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         self._kept_conns: weakref.WeakKeyDictionary[socket.socket, _Kept] = (
             weakref.WeakKeyDictionary()
         )
+        self._receive_turns: _sock_turns.Turns = {}
+        self._send_turns: _sock_turns.Turns = {}
 
     def run_forever(self) -> None:
         """Runs until :meth:`stop`, holding Python's wake-up descriptor
         (:func:`_holding_wakeup_fd`) so that Ctrl-C ends the wait."""
         with _holding_wakeup_fd(self):
             super().run_forever()
+
+    # asyncio's socket calls, each in its socket's turn (see _sock_turns):
+    # asyncio's own keep one reader and one writer per descriptor, so a
+    # second call in flight would leave the first waiting for ever. Each
+    # returns the coroutine that takes the turn (one frame, not two), and
+    # names asyncio's method by its class (Python 3.11's super() costs
+    # more than the rest of the turn).
+
+    def sock_recv(self, sock, n):  # type: ignore[no-untyped-def]
+        return _sock_turns.run(self._receive_turns, self, sock, _SELECTOR_LOOP.sock_recv, self, sock, n)
+
+    def sock_recv_into(self, sock, buf):  # type: ignore[no-untyped-def]
+        return _sock_turns.run(self._receive_turns, self, sock, _SELECTOR_LOOP.sock_recv_into, self, sock, buf)
+
+    def sock_sendall(self, sock, data):  # type: ignore[no-untyped-def]
+        return _sock_turns.run(self._send_turns, self, sock, _SELECTOR_LOOP.sock_sendall, self, sock, data)
+
+    if sys.version_info >= (3, 11):  # (asyncio's selector loop has them from 3.11)
+
+        def sock_recvfrom(self, sock, bufsize):  # type: ignore[no-untyped-def]
+            return _sock_turns.run(self._receive_turns, self, sock, _SELECTOR_LOOP.sock_recvfrom, self, sock, bufsize)
+
+        def sock_recvfrom_into(self, sock, buf, nbytes=0):  # type: ignore[no-untyped-def]
+            call = _SELECTOR_LOOP.sock_recvfrom_into
+            return _sock_turns.run(self._receive_turns, self, sock, call, self, sock, buf, nbytes)
+
+        def sock_sendto(self, sock, data, address):  # type: ignore[no-untyped-def]
+            return _sock_turns.run(self._send_turns, self, sock, _SELECTOR_LOOP.sock_sendto, self, sock, data, address)
 
     def add_signal_handler(self, sig: int, callback: Callable, *args: Any) -> None:
         """Calls ``callback(*args)`` in the loop on signal ``sig`` (see :func:`_add_signal_handler`)."""

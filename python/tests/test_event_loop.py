@@ -402,14 +402,15 @@ def receiving(loop, socks, n):
 
 
 def test_close_with_operations_in_flight(loop):
-    socks = [socket.socketpair() for _ in range(20)]
+    socks = [socket.socketpair() for _ in range(40)]
     for a, _ in socks:
         a.setblocking(False)
-    bufs = [bytearray(4096) for _ in socks]
+    bufs = [bytearray(4096) for _ in socks[20:]]
 
     async def main():
-        tasks = [asyncio.ensure_future(loop.sock_recv(a, 4096)) for a, _ in socks]
-        tasks += [asyncio.ensure_future(loop.sock_recv_into(a, buf)) for (a, _), buf in zip(socks, bufs)]
+        # (one receive per socket: a second would wait for its turn)
+        tasks = [asyncio.ensure_future(loop.sock_recv(a, 4096)) for a, _ in socks[:20]]
+        tasks += [asyncio.ensure_future(loop.sock_recv_into(a, buf)) for (a, _), buf in zip(socks[20:], bufs)]
         await await_until(lambda: receiving(loop, [a for a, _ in socks], len(tasks)),
                           "every receive is in flight")
         return tasks

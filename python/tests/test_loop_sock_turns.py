@@ -1,0 +1,196 @@
+"""Low-level socket calls in flight at once on one socket, on blockio's loop
+(both backends): each call of a direction waits for the ones made before
+it (``blockio._sock_turns``), so the first receive gets the first bytes
+and each ``sock_sendall`` goes out whole, in the order of the calls.
+
+asyncio's selector loop (and uvloop) instead leave the first of two such
+calls waiting for ever (one reader or writer per descriptor), and on
+io_uring the kernel wakes the receive armed last first; these tests hold
+blockio's loop to the order of the calls, which neither gives."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+import blockio
+from waits import DEADLINE, await_until
+
+
+@pytest.fixture(params=["uring", "epoll"])
+def loop(request, monkeypatch):
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring" if request.param == "uring" else "threads")
+    lp = blockio.new_event_loop()
+    assert lp.backend == request.param
+    yield lp
+    lp.close()
+
+
+def _pair(kind=socket.SOCK_STREAM):
+    a, b = socket.socketpair(socket.AF_UNIX, kind)
+    a.setblocking(False)
+    b.setblocking(False)
+    return a, b
+
+
+async def _settle():
+    """A few turns of the loop: the receives made before are armed."""
+    for _ in range(4):
+        await asyncio.sleep(0)
+
+
+def test_the_first_of_two_receives_gets_the_first_bytes(loop):
+    a, b = _pair()
+
+    async def main():
+        first = loop.create_task(loop.sock_recv(a, 100))
+        await _settle()
+        second = loop.create_task(loop.sock_recv(a, 100))
+        await _settle()
+        b.send(b"one")
+        await await_until(lambda: first.done() or second.done(), "a receive ends")
+        assert first.done() and not second.done()
+        b.send(b"two")
+        return await first, await asyncio.wait_for(second, DEADLINE)
+
+    assert loop.run_until_complete(main()) == (b"one", b"two")
+    a.close()
+    b.close()
+
+
+def test_receives_into_buffers_and_plain_receives_share_one_order(loop):
+    a, b = _pair()
+
+    async def main():
+        buf = bytearray(100)
+        first = loop.create_task(loop.sock_recv_into(a, buf))
+        await _settle()
+        second = loop.create_task(loop.sock_recv(a, 100))
+        await _settle()
+        b.send(b"one")
+        await await_until(lambda: first.done() or second.done(), "a receive ends")
+        assert first.done() and not second.done()
+        b.send(b"two")
+        return bytes(buf[: await first]), await asyncio.wait_for(second, DEADLINE)
+
+    assert loop.run_until_complete(main()) == (b"one", b"two")
+    a.close()
+    b.close()
+
+
+def test_two_datagram_receives_get_the_datagrams_in_order(loop):
+    a, b = _pair(socket.SOCK_DGRAM)
+
+    async def main():
+        first = loop.create_task(loop.sock_recvfrom(a, 100))
+        await _settle()
+        second = loop.create_task(loop.sock_recvfrom(a, 100))
+        await _settle()
+        b.send(b"one")
+        await await_until(lambda: first.done() or second.done(), "a receive ends")
+        assert first.done() and not second.done()
+        b.send(b"two")
+        return (await first)[0], (await asyncio.wait_for(second, DEADLINE))[0]
+
+    assert loop.run_until_complete(main()) == (b"one", b"two")
+    a.close()
+    b.close()
+
+
+def test_two_sendalls_in_flight_go_out_whole_in_order(loop):
+    a, b = _pair()
+    size = 4 << 20  # many times what the socket holds: each send is split
+
+    async def main():
+        got = bytearray()
+
+        async def read_all():
+            while len(got) < 2 * size:
+                data = await loop.sock_recv(b, 1 << 20)
+                assert data, "end of stream before every byte came"
+                got.extend(data)
+
+        sends = [loop.create_task(loop.sock_sendall(a, c * size)) for c in (b"A", b"B")]
+        await asyncio.wait_for(asyncio.gather(*sends, read_all()), DEADLINE)
+        return bytes(got)
+
+    got = loop.run_until_complete(main())
+    assert got[:size] == b"A" * size
+    assert got[size:] == b"B" * size
+    a.close()
+    b.close()
+
+
+def test_a_receive_cancelled_while_waiting_for_its_turn_takes_nothing(loop):
+    a, b = _pair()
+
+    async def main():
+        first = loop.create_task(loop.sock_recv(a, 100))
+        await _settle()
+        waiting = loop.create_task(loop.sock_recv(a, 100))
+        await _settle()
+        waiting.cancel()
+        await await_until(waiting.done, "the cancelled receive ends")
+        assert waiting.cancelled()
+        b.send(b"one")
+        one = await asyncio.wait_for(first, DEADLINE)
+        b.send(b"two")
+        return one, await asyncio.wait_for(loop.sock_recv(a, 100), DEADLINE)
+
+    assert loop.run_until_complete(main()) == (b"one", b"two")
+    a.close()
+    b.close()
+
+
+def test_a_receive_cancelled_once_its_turn_came_hands_the_turn_on(loop):
+    a, b = _pair()
+
+    async def main():
+        async def first_then_cancel_the_next():
+            data = await loop.sock_recv(a, 100)
+            # The turn was handed to `handed` as this receive ended, in
+            # this very step: it is cancelled before it resumes.
+            handed.cancel()
+            return data
+
+        first = loop.create_task(first_then_cancel_the_next())
+        await _settle()
+        handed = loop.create_task(loop.sock_recv(a, 100))
+        await _settle()
+        b.send(b"one")
+        one = await asyncio.wait_for(first, DEADLINE)
+        await await_until(handed.done, "the cancelled receive ends")
+        assert handed.cancelled()
+        b.send(b"two")
+        return one, await asyncio.wait_for(loop.sock_recv(a, 100), DEADLINE)
+
+    assert loop.run_until_complete(main()) == (b"one", b"two")
+    a.close()
+    b.close()
+
+
+def test_receives_cancelled_behind_a_long_one_leave_no_trail(loop):
+    a, b = _pair()
+
+    async def main():
+        first = loop.create_task(loop.sock_recv(a, 100))
+        await _settle()
+        for _ in range(100):
+            behind = loop.create_task(loop.sock_recv(a, 100))
+            await _settle()
+            behind.cancel()
+            await await_until(behind.done, "the cancelled receive ends")
+        # Nothing is left waiting behind the first receive.
+        assert not loop._receive_turns[a]
+        b.send(b"one")
+        one = await asyncio.wait_for(first, DEADLINE)
+        b.send(b"two")
+        return one, await asyncio.wait_for(loop.sock_recv(a, 100), DEADLINE)
+
+    assert loop.run_until_complete(main()) == (b"one", b"two")
+    # Every turn was given back.
+    assert a not in loop._receive_turns
+    a.close()
+    b.close()
