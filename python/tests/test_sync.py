@@ -214,6 +214,61 @@ def test_the_core_refuses_a_child_made_without_fork_handlers_and_serves_its_own_
     e.close()
 
 
+_WITHOUT_THE_WIPE_MARK = r"""
+import ctypes, json, os, sys
+import blockio
+from blockio import _blockio
+
+libc = ctypes.CDLL(None, use_errno=True)
+engine = blockio.Engine(backend="uring")
+ring = _blockio.LoopRing()
+with open("/proc/self/smaps") as f:
+    wiped = sum(1 for line in f if line.startswith("VmFlags") and " wf" in line)
+path = sys.argv[1]
+fd = os.open(path, os.O_RDONLY)
+r, w = os.pipe()
+pid = libc._Fork()
+if pid == 0:
+    out = {}
+    try:
+        for name, call in (("engine", lambda: engine.read_batch(fd, offsets=[0], length=1)),
+                           ("ring", lambda: ring.poll(0, 1))):
+            try:
+                call()
+                out[name] = "used"
+            except RuntimeError as e:
+                out[name] = "refused" if "fork" in str(e) or "parent" in str(e) else repr(e)
+        mine = blockio.Engine(backend="uring")
+        out["own"] = mine.read_batch(fd, offsets=[0], length=1)[0].hex()
+    finally:
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+os.close(w)
+child = json.loads(os.read(r, 4096))
+os.waitpid(pid, 0)
+print(json.dumps({"wiped": wiped, "child": child}))
+"""
+
+
+def test_a_child_made_without_fork_handlers_is_told_by_its_id_where_the_kernel_refuses_the_mark(data_file):
+    # Where the kernel refuses MADV_WIPEONFORK (before Linux 4.14; here by
+    # strace failing every madvise with EINVAL), the core's fork guard
+    # falls back on the process id: a child made by glibc's _Fork(), which
+    # runs no fork handler, still refuses its parent's engine and event
+    # loop ring, and serves an engine of its own.
+    import json
+
+    path, data = data_file
+    run = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=madvise", "-e", "inject=madvise:error=EINVAL",
+         sys.executable, "-c", _WITHOUT_THE_WIPE_MARK, path],
+        capture_output=True, text=True, check=True,
+    )
+    got = json.loads(run.stdout)
+    assert got["wiped"] == 0, "the mark was not refused: the test does not reach the fallback"
+    assert got["child"] == {"engine": "refused", "ring": "refused", "own": data[:1].hex()}
+
+
 def test_closed_engine_raises(data_file):
     e = blockio.Engine()
     e.close()
