@@ -950,64 +950,60 @@ class RingProactor:
         """Receives one datagram of at most ``nbytes`` bytes (a longer one
         is cut, as ``socket.recvfrom`` cuts it); the result is ``(bytes,
         address)``. A datagram a cancelled receive took is handed over
-        first; else ``recvfrom`` is tried at once, and when nothing is
-        there, a ``recvmsg`` goes to the ring."""
+        first; else one already queued is received at once, in the
+        caller's step, and when none is, a ``recvmsg`` goes to the ring
+        (see :meth:`_receive_datagram`)."""
         kept = self._take_datagram(conn, nbytes)
         if kept is not None:
             return self._done(kept)
         if flags or nbytes < 0:
             # (socket.recvfrom's own checks and flags, by readiness)
             return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom(nbytes, flags))
-        now = self._datagram_now(lambda: conn.recvfrom(nbytes))
-        if now is not None:
-            return now
         fd = conn.fileno()
-        token = self._ring.recvmsg(fd, nbytes)
-        self._receiving[fd] = token
-        return self._future(token, _RECVFROM, (fd, conn, nbytes, None), conn)
+        return self._receive_datagram(lambda now: self._ring.recvmsg(fd, nbytes, 0, now), (fd, conn, nbytes, None))
 
     def recvfrom_into(self, conn: socket.socket, buf: Any, nbytes: int = 0, flags: int = 0) -> futures.Future:
         """As :meth:`recvfrom`, into at most ``nbytes`` (0: all) of
         ``buf``, held until the receive's completion; the result is
         ``(count, address)``."""
-        if flags or nbytes < 0:
-            return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
         view = memoryview(buf).cast("B")
-        room = min(nbytes, len(view)) if nbytes else len(view)
-        if nbytes > len(view):
-            # (socket.recvfrom_into's refusal)
+        if flags or nbytes < 0 or nbytes > len(view):
+            # (socket.recvfrom_into's own checks and flags, by readiness)
             return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
+        room = min(nbytes, len(view)) if nbytes else len(view)
         kept = self._take_datagram(conn, room)
         if kept is not None:
             data, addr = kept
             view[: len(data)] = data
             return self._done((len(data), addr))
-        now = self._datagram_now(lambda: conn.recvfrom_into(buf, nbytes))
-        if now is not None:
-            return now
         fd = conn.fileno()
-        token = self._ring.recvmsg_into(fd, buf, room)
-        self._receiving[fd] = token
-        return self._future(token, _RECVFROM, (fd, conn, room, buf), conn)
+        return self._receive_datagram(lambda now: self._ring.recvmsg_into(fd, buf, room, 0, now), (fd, conn, room, buf))
 
-    def _datagram_now(self, call: Callable[[], Any]) -> futures.Future | None:
-        """A future done with what ``call()`` (a ``recvfrom`` or
-        ``recvfrom_into``) returned or raised, made now; None when it would
-        block, and the receive goes to the ring. Tried first because a
-        datagram already queued (a burst, a busy server) is then taken
-        without a completion, in the caller's step, as asyncio's selector
-        loop takes it; a receive that waits costs this one failed call
-        more (``docs/benchmarks.md``, "Datagrams on the ring")."""
-        fut = self._loop.create_future()
+    # Whether a datagram receive takes one already queued at once (a
+    # ``recvmsg`` with ``MSG_DONTWAIT`` made by the ring's call, before it
+    # submits): then a burst's datagrams cost no completion each, as on
+    # asyncio's selector loop, and a receive that waits costs that one
+    # failed call more. Switched off only to measure it
+    # (``python/benchmarks/udp_echo.py``; ``docs/benchmarks.md``,
+    # "Datagrams on the ring").
+    _datagram_first = True
+
+    def _receive_datagram(self, call: Callable[[bool], Any], arg: tuple) -> futures.Future:
+        """The future of a datagram receive made by ``call(now)`` (the
+        ring's ``recvmsg``/``recvmsg_into``): done at once with the value
+        or error when it found one queued, else the ring's operation,
+        whose argument for the tables is ``arg``."""
         try:
-            fut.set_result(call())
-        except (BlockingIOError, InterruptedError):
-            return None
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
+            got = call(self._datagram_first)
+        except OSError as exc:
+            fut = self._loop.create_future()
             fut.set_exception(exc)
-        return fut
+            return fut
+        if type(got) is not int:
+            return self._done(got)
+        fd = arg[0]
+        self._receiving[fd] = got
+        return self._future(got, _RECVFROM, arg, arg[1])
 
     def _take_datagram(self, conn: Any, n: int) -> tuple[bytes, Any] | None:
         """The oldest datagram a cancelled receive left for ``conn``, cut to

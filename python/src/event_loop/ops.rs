@@ -130,7 +130,7 @@ impl MsgSlot {
     /// the whole storage is room for the sender's address) or a send (the
     /// destination's length, none when 0), pointing at this slot's
     /// fields; they stay where they are while the box lives.
-    fn header(&mut self, send: bool) -> *mut libc::msghdr {
+    pub(crate) fn header(&mut self, send: bool) -> *mut libc::msghdr {
         let base: *mut u8 = match &mut self.data {
             Memory::Owned(v) => v.as_mut_ptr(),
             Memory::Lent(b) => b.buf_ptr().cast::<u8>(),

@@ -589,28 +589,37 @@ impl LoopRing {
     /// completion; the value is `(bytes, address)`, the address as
     /// `socket.recvfrom` gives it. A longer datagram is cut to `nbytes`
     /// and its rest dropped, as `recvfrom` does. `flags` are `recvmsg`'s
-    /// (`MSG_PEEK`...).
-    #[pyo3(signature = (fd, nbytes, flags = 0))]
-    fn recvmsg(&self, fd: RawFd, nbytes: usize, flags: u32) -> PyResult<u64> {
+    /// (`MSG_PEEK`...). Returns the token; with `now`, a datagram already
+    /// queued is received at once instead, in this call (a `recvmsg` with
+    /// `MSG_DONTWAIT` in the loop's thread, see [`receive_now`]), and the
+    /// value is returned, not a token (`OSError` for what that call
+    /// refuses, as `recvfrom` raises it).
+    #[pyo3(signature = (fd, nbytes, flags = 0, now = false))]
+    fn recvmsg(
+        &self,
+        py: Python<'_>,
+        fd: RawFd,
+        nbytes: usize,
+        flags: u32,
+        now: bool,
+    ) -> PyResult<PyObject> {
         let slot = MsgSlot::new(Memory::fresh(nbytes), nbytes, None);
-        let mut op = InFlight::new(Kind::RecvMsg, fd, true, Memory::Msg(slot), nbytes);
-        op.mask = flags;
-        let token = self.submit(op)?;
-        self.msg_receives.fetch_add(1, Ordering::Relaxed);
-        Ok(token)
+        self.receive_datagram(py, fd, slot, flags, now)
     }
 
     /// As [`LoopRing::recvmsg`], into at most `nbytes` (0: all) of the
     /// writable buffer `buf`, held until the completion (even after a
     /// cancel); the value is `(count, address)`.
-    #[pyo3(signature = (fd, buf, nbytes = 0, flags = 0))]
+    #[pyo3(signature = (fd, buf, nbytes = 0, flags = 0, now = false))]
     fn recvmsg_into(
         &self,
+        py: Python<'_>,
         fd: RawFd,
         buf: &Bound<'_, PyAny>,
         nbytes: usize,
         flags: u32,
-    ) -> PyResult<u64> {
+        now: bool,
+    ) -> PyResult<PyObject> {
         let b = PyBuffer::<u8>::get(buf)?;
         if b.readonly() || !b.is_c_contiguous() {
             return Err(PyValueError::new_err(
@@ -620,11 +629,7 @@ impl LoopRing {
         let room = b.len_bytes();
         let n = if nbytes == 0 { room } else { nbytes.min(room) };
         let slot = MsgSlot::new(Memory::Lent(b), n, None);
-        let mut op = InFlight::new(Kind::RecvMsg, fd, true, Memory::Msg(slot), n);
-        op.mask = flags;
-        let token = self.submit(op)?;
-        self.msg_receives.fetch_add(1, Ordering::Relaxed);
-        Ok(token)
+        self.receive_datagram(py, fd, slot, flags, now)
     }
 
     /// Sends `data` (any contiguous buffer, held until the completion)
@@ -1161,6 +1166,32 @@ impl Drop for LoopRing {
 }
 
 impl LoopRing {
+    /// A datagram receive into `slot` on socket `fd` with `recvmsg` flags
+    /// `flags`: received at once when `now` and one is queued (its value),
+    /// else submitted (its token). See [`LoopRing::recvmsg`].
+    fn receive_datagram(
+        &self,
+        py: Python<'_>,
+        fd: RawFd,
+        slot: Box<MsgSlot>,
+        flags: u32,
+        now: bool,
+    ) -> PyResult<PyObject> {
+        let room = slot.room;
+        let mut op = InFlight::new(Kind::RecvMsg, fd, true, Memory::Msg(slot), room);
+        op.mask = flags;
+        if now {
+            if let Memory::Msg(slot) = &mut op.memory {
+                if let Some(n) = receive_now(fd, slot, flags).map_err(crate::errors::io_err)? {
+                    return finish(py, op, n, &mut [], &mut Spares::default());
+                }
+            }
+        }
+        let token = self.submit(op)?;
+        self.msg_receives.fetch_add(1, Ordering::Relaxed);
+        Ok(token.into_pyobject(py)?.into_any().unbind())
+    }
+
     /// Writes what `fd` takes of `bytes` now (see [`LoopRing::send`]), and
     /// marks the receives of this ring that the write finished (see
     /// [`State::mark_peer_receives`]): the completion queue's length is
@@ -1802,6 +1833,32 @@ fn own_duplicate(fd: RawFd) -> io::Result<OwnedFd> {
     // was closed meanwhile the duplicate fails with EBADF, reported as such.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     Ok(rustix::io::fcntl_dupfd_cloexec(borrowed, 0)?)
+}
+
+/// Receives the datagram socket `fd` holds now, if any, into `slot`
+/// (`recvmsg` with `flags` and `MSG_DONTWAIT`, in the loop's thread): its
+/// length (cut to the room, as the ring's receive), or None when none is
+/// queued (`EAGAIN`, or a signal interrupted the call: the ring's receive
+/// then takes it). Cheaper than `socket.recvfrom` tried from Python,
+/// whose failure raises and catches an exception per receive
+/// (`docs/benchmarks.md`, "Datagrams on the ring").
+fn receive_now(fd: RawFd, slot: &mut MsgSlot, flags: u32) -> io::Result<Option<i32>> {
+    let hdr = slot.header(false);
+    // SAFETY: `hdr` is the slot's own header, pointing at its `iovec`
+    // (room for `slot.room` bytes of its buffer, owned or held) and its
+    // address storage, all alive for this call; the kernel writes only
+    // into them. The descriptor is the caller's, borrowed for this one
+    // call: if it was closed meanwhile, the call fails with `EBADF`.
+    let n = unsafe { libc::recvmsg(fd, hdr, flags as i32 | libc::MSG_DONTWAIT) };
+    if n >= 0 {
+        // (the address's length is taken from the header by `finish`)
+        return Ok(Some(i32::try_from(n).unwrap_or(i32::MAX)));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN | libc::EINTR) => Ok(None),
+        _ => Err(e),
+    }
 }
 
 /// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
