@@ -1627,6 +1627,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 return None
             if exc.errno in (errno.EALREADY, errno.EINPROGRESS):
                 return await self._proactor._connected(sock, address)
+            if exc.errno == errno.EAGAIN and sock.family == socket.AF_UNIX:
+                # A Unix listener's backlog is full: asyncio's selector loop
+                # waits for the socket to be writable, then asks SO_ERROR.
+                return await self._proactor._connected(sock, address)
             if exc.errno == errno.EBADF:
                 raise OSError(errno.EBADF, os.strerror(errno.EBADF)) from None
             if sock.gettimeout() != 0:
