@@ -801,7 +801,10 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
     """asyncio's proactor datagram transport, with the behaviour of its
     selector one on Linux: each datagram is sent at once when the socket
     takes it, else buffered (counted in ``get_write_buffer_size``, pausing
-    the protocol's writing) until a ring poll says the socket is writable;
+    the protocol's writing) and handed to the ring one at a time, in order
+    (a ``sendmsg`` each, which the kernel sends when the socket has room;
+    see ``_wait_writable``); received by a ``recvmsg`` on the ring when none
+    is waiting (``RingProactor.recvfrom``);
     ``close()`` sends what is buffered, then reports ``connection_lost``;
     an empty datagram is delivered as ``b""``; reading goes on after an
     error. (asyncio's proactor version stops writing at ``close()`` and
@@ -855,8 +858,44 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
         self._maybe_pause_protocol()
 
     def _wait_writable(self) -> None:
-        self._write_fut = self._loop._proactor.poll(self._sock.fileno(), POLLOUT)
-        self._write_fut.add_done_callback(self._sendto_ready)
+        """Hands the first buffered datagram to the ring (a ``sendmsg``,
+        sent when the socket has room); the rest wait for its completion,
+        so that datagrams go out in the order they were written. An
+        address the ring's send cannot take (see
+        ``_proactor.pack_address``) waits for a poll instead."""
+        data, addr = self._buffer[0]
+        fut = self._loop._proactor.send_datagram(
+            self._sock, data, None if self._address is not None else addr
+        )
+        if fut is None:
+            self._write_fut = self._loop._proactor.poll(self._sock.fileno(), POLLOUT)
+            self._write_fut.add_done_callback(self._sendto_ready)
+            return
+        self._write_fut = fut
+        fut.add_done_callback(self._sent_first)
+
+    def _sent_first(self, fut: Any) -> None:
+        """The first buffered datagram's ``sendmsg`` completed: it leaves
+        the buffer (its error, if any, goes to ``error_received``, as a
+        failed send does on asyncio's selector loop), and the rest are
+        sent as on a poll's answer."""
+        if fut is not self._write_fut or fut.cancelled():
+            return  # aborted meanwhile
+        self._write_fut = None
+        data, _addr = self._buffer.popleft()
+        self._buffer_size -= len(data) + _DATAGRAM_HEADER
+        exc = fut.exception()
+        try:
+            if exc is None:
+                self._send_buffered()
+            elif isinstance(exc, OSError):
+                self._protocol.error_received(exc)
+            else:
+                self._fatal_error(exc, "Fatal write error on datagram transport")
+        finally:
+            exc = None
+            if not self._conn_lost:
+                self._after_sends()
 
     def _sendto_ready(self, fut: Any) -> None:
         """asyncio's selector ``_sendto_ready``, once a poll says the socket is writable."""
@@ -920,6 +959,13 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
         super()._force_close(exc)
         self._buffer = collections.deque()  # (asyncio's sets it to None)
         self._buffer_size = 0
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        # (a datagram that a receive cancelled by the close took has no
+        # reader now)
+        if self._sock is not None:
+            self._loop._proactor.drop_datagrams(self._sock)
+        super()._call_connection_lost(exc)
 
     def _loop_reading(self, fut: Any = None) -> None:
         """asyncio's proactor read loop, delivering empty datagrams and
@@ -1556,12 +1602,37 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_recvfrom(self, sock, bufsize):
         self._check_receiving_sock(sock)
-        return await _sock_turns.run(self._receive_turns, self, sock, self._proactor.recvfrom, sock, bufsize)
+        return await _sock_turns.run(self._receive_turns, self, sock, self._recvfrom, sock, bufsize)
+
+    async def _recvfrom(self, sock, bufsize):
+        """:meth:`sock_recvfrom` in its socket's turn."""
+        fut = self._proactor.recvfrom(sock, bufsize)
+        try:
+            return await fut
+        except exceptions.CancelledError:
+            # Cancelled after the datagram came, before this call resumed:
+            # it is kept for the next receive, ahead of any kept since.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._proactor.keep_datagram(sock, fut.result(), first=True)
+            raise
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
         self._check_receiving_sock(sock)
         nbytes = nbytes or len(buf)
-        return await _sock_turns.run(self._receive_turns, self, sock, self._proactor.recvfrom_into, sock, buf, nbytes)
+        return await _sock_turns.run(self._receive_turns, self, sock, self._recvfrom_into, sock, buf, nbytes)
+
+    async def _recvfrom_into(self, sock, buf, nbytes):
+        """:meth:`sock_recvfrom_into` in its socket's turn."""
+        fut = self._proactor.recvfrom_into(sock, buf, nbytes)
+        try:
+            return await fut
+        except exceptions.CancelledError:
+            # As in sock_recvfrom: the datagram written into ``buf`` is
+            # copied and kept.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                n, addr = fut.result()
+                self._proactor.keep_datagram(sock, (bytes(memoryview(buf).cast("B")[:n]), addr), first=True)
+            raise
 
     async def sock_sendall(self, sock, data):
         self._check_sock(sock)
@@ -1603,6 +1674,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             if exc.errno == errno.EISCONN:
                 return None
             if exc.errno in (errno.EALREADY, errno.EINPROGRESS):
+                return await self._proactor._connected(sock, address)
+            if exc.errno == errno.EAGAIN and sock.family == socket.AF_UNIX:
+                # A Unix listener's backlog is full: asyncio's selector loop
+                # waits for the socket to be writable, then asks SO_ERROR.
                 return await self._proactor._connected(sock, address)
             if exc.errno == errno.EBADF:
                 raise OSError(errno.EBADF, os.strerror(errno.EBADF)) from None

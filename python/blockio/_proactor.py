@@ -27,10 +27,16 @@ of a larger message is taken at once when that fills), ``recv_into`` (and
 once, the rest on the ring), ``accept``, one-shot polls, and ``pread``
 of a file (``Engine.aread``'s read that the page cache cannot serve,
 the ``blockio.open`` file's included), ``openat`` (``blockio.open``'s),
-and ``connect`` of an IPv4 or IPv6 stream socket. Driven by
-readiness (a ring poll, then the non-blocking system call, as asyncio's
-selector loop does): any other ``connect``, ``recvfrom``/``recvfrom_into``,
-``sendto``, ``sendfile`` (``os.sendfile``, no Python-level copy) and
+``connect`` of an IPv4, IPv6 or Unix stream socket, and a datagram's
+``recvmsg`` (``recvfrom``/``recvfrom_into`` with nothing queued: the
+call is tried at once first, so that a queued datagram costs no
+completion) and ``sendmsg`` (``sendto`` that the socket cannot take yet,
+and a datagram transport's buffered datagrams, one at a time in order).
+Driven by readiness (a ring poll, then the non-blocking system call, as
+asyncio's selector loop does): any other ``connect``, a datagram to an
+address the ring's ``sendmsg`` cannot take (a host name),
+``recvfrom``/``sendto`` with flags, ``sendfile`` (``os.sendfile``, no
+Python-level copy) and
 ``send_some`` (one ``send``: a sendfile's bytes that the loop read with
 ``pread`` on the ring, as the page cache did not hold them, so that
 ``os.sendfile`` would have waited for the disk). Each makes its system
@@ -44,14 +50,16 @@ duplicate, :class:`HeldPipe`): an operation that goes on after a
 readiness wait or a short write goes back to the descriptor's number,
 which must not name another socket by then. Bytes that a cancelled
 receive took off a socket are kept and handed to the next receive on the
-same socket, so a cancelled ``sock_recv`` loses nothing; likewise a
-connection that a cancelled accept took is kept for the next accept on the
-same listening socket.
+same socket, so a cancelled ``sock_recv`` loses nothing; so is a datagram
+(with its sender) that a cancelled ``recvfrom`` took, for the next
+datagram receive; likewise a connection that a cancelled accept took is
+kept for the next accept on the same listening socket.
 """
 
 from __future__ import annotations
 
 import _socket
+import collections
 import contextlib
 import contextvars
 import errno
@@ -72,7 +80,8 @@ POLLOUT = select.POLLOUT
 _TCP_CLOSE = 7
 
 # Operation kinds, as kept beside each token.
-_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE, _PREAD, _OPEN, _CONNECT, _READY = range(12)
+(_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE, _PREAD, _OPEN, _CONNECT, _READY,
+ _RECVFROM, _CONNECT_UNIX) = range(14)
 
 
 class OpFuture(futures.Future):
@@ -96,9 +105,8 @@ class ReadyCall(futures.Future):
     the future's. The poll's completion makes the call from the
     proactor's dispatch (:meth:`ready`), as asyncio's selector loop makes
     it from the reader's callback: no task runs it, so nothing the loop
-    waits for on its own (an unconnected datagram transport's receive) is
-    in ``asyncio.all_tasks()`` or cancelled by a program cancelling every
-    other task. A poll that fails is the future's ``OSError``.
+    waits for on its own is in ``asyncio.all_tasks()`` or cancelled by a
+    program cancelling every other task. A poll that fails is the future's ``OSError``.
 
     ``conn`` is held open (:func:`hold_open`) from the start to the end of
     the future, done or cancelled, so that its number never reaches
@@ -384,18 +392,42 @@ def _accepted(listener: socket.socket, fd: int) -> socket.socket:
 
 
 def _sockaddr(conn: socket.socket, address: Any) -> bytes | None:
-    """``address`` as the kernel's ``sockaddr_in`` or ``sockaddr_in6`` for
-    ``conn`` (an IPv4 or IPv6 stream socket, a numeric host); None for any
-    other socket or address, which is connected by readiness instead."""
+    """``address`` as the kernel's socket address for connecting ``conn``
+    (an IPv4, IPv6 or Unix stream socket: see :func:`pack_address`); None
+    for any other socket or address, which is connected by readiness
+    instead."""
+    if conn.type != socket.SOCK_STREAM:
+        return None
+    return pack_address(conn.family, address)
+
+
+# The room for a path in the kernel's sockaddr_un.
+_SUN_PATH = 108
+
+
+def pack_address(family: int, address: Any) -> bytes | None:
+    """``address`` as the kernel's ``sockaddr_in`` (a numeric host and a
+    port), ``sockaddr_in6`` (the same, with flow information and scope
+    if given) or ``sockaddr_un`` (a path, or a name in Linux's abstract
+    namespace, which starts with a NUL byte) for a socket of ``family``,
+    as ``socket.connect`` and ``sendto`` would pack it; None for any other
+    family or address (a host name, a port out of range, a path too long),
+    which the caller hands to those calls instead."""
     try:
-        if conn.family == socket.AF_INET and conn.type == socket.SOCK_STREAM:
+        if family == socket.AF_INET:
             host, port = address
             return (struct.pack("=H", socket.AF_INET) + struct.pack("!H", port)
                     + socket.inet_pton(socket.AF_INET, host) + bytes(8))
-        if conn.family == socket.AF_INET6 and conn.type == socket.SOCK_STREAM:
+        if family == socket.AF_INET6:
             host, port, flowinfo, scope_id = (tuple(address) + (0, 0))[:4]
             return (struct.pack("=H", socket.AF_INET6) + struct.pack("!HI", port, flowinfo)
                     + socket.inet_pton(socket.AF_INET6, host) + struct.pack("=I", scope_id))
+        if family == socket.AF_UNIX:
+            path = bytes(address) if isinstance(address, (bytes, bytearray)) else os.fsencode(address)
+            abstract = path[:1] == b"\0"
+            if not path or len(path) > _SUN_PATH or (not abstract and (len(path) == _SUN_PATH or b"\0" in path)):
+                return None
+            return struct.pack("=H", socket.AF_UNIX) + path
     except (TypeError, ValueError, OSError, struct.error):
         pass
     return None
@@ -509,6 +541,9 @@ class RingProactor:
         self._ops: dict[int, tuple[Any, int, Any]] = {}
         # descriptor -> (weak reference to its socket, bytes received after a cancel)
         self._kept: dict[int, tuple[Any, bytes]] = {}
+        # descriptor -> (weak reference to its socket, datagrams received
+        # after a cancel, oldest first: (bytes, address))
+        self._kept_datagrams: dict[int, tuple[Any, collections.deque[tuple[bytes, Any]]]] = {}
         # listening descriptor -> (weak reference to its socket, connections
         # accepted after a cancel: (descriptor, address))
         self._kept_conns: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
@@ -912,18 +947,143 @@ class RingProactor:
         return fut
 
     def recvfrom(self, conn: socket.socket, nbytes: int, flags: int = 0) -> futures.Future:
-        return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom(nbytes, flags))
+        """Receives one datagram of at most ``nbytes`` bytes (a longer one
+        is cut, as ``socket.recvfrom`` cuts it); the result is ``(bytes,
+        address)``. A datagram a cancelled receive took is handed over
+        first; else one already queued is received at once, in the
+        caller's step, and when none is, a ``recvmsg`` goes to the ring
+        (see :meth:`_receive_datagram`)."""
+        kept = self._take_datagram(conn, nbytes)
+        if kept is not None:
+            return self._done(kept)
+        if flags or nbytes < 0:
+            # (socket.recvfrom's own checks and flags, by readiness)
+            return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom(nbytes, flags))
+        fd = conn.fileno()
+        return self._receive_datagram(lambda now: self._ring.recvmsg(fd, nbytes, 0, now), (fd, conn, nbytes, None))
 
     def recvfrom_into(self, conn: socket.socket, buf: Any, nbytes: int = 0, flags: int = 0) -> futures.Future:
-        return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
+        """As :meth:`recvfrom`, into at most ``nbytes`` (0: all) of
+        ``buf``, held until the receive's completion; the result is
+        ``(count, address)``."""
+        view = memoryview(buf).cast("B")
+        if flags or nbytes < 0 or nbytes > len(view):
+            # (socket.recvfrom_into's own checks and flags, by readiness)
+            return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
+        room = min(nbytes, len(view)) if nbytes else len(view)
+        kept = self._take_datagram(conn, room)
+        if kept is not None:
+            data, addr = kept
+            view[: len(data)] = data
+            return self._done((len(data), addr))
+        fd = conn.fileno()
+        return self._receive_datagram(lambda now: self._ring.recvmsg_into(fd, buf, room, 0, now), (fd, conn, room, buf))
+
+    # Whether a datagram receive takes one already queued at once (a
+    # ``recvmsg`` with ``MSG_DONTWAIT`` made by the ring's call, before it
+    # submits): then a burst's datagrams cost no completion each, as on
+    # asyncio's selector loop, and a receive that waits costs that one
+    # failed call more. Switched off only to measure it
+    # (``python/benchmarks/udp_echo.py``; ``docs/benchmarks.md``,
+    # "Datagrams on the ring").
+    _datagram_first = True
+
+    def _receive_datagram(self, call: Callable[[bool], Any], arg: tuple) -> futures.Future:
+        """The future of a datagram receive made by ``call(now)`` (the
+        ring's ``recvmsg``/``recvmsg_into``): done at once with the value
+        or error when it found one queued, else the ring's operation,
+        whose argument for the tables is ``arg``."""
+        try:
+            got = call(self._datagram_first)
+        except OSError as exc:
+            fut = self._loop.create_future()
+            fut.set_exception(exc)
+            return fut
+        if type(got) is not int:
+            return self._done(got)
+        fd = arg[0]
+        self._receiving[fd] = got
+        return self._future(got, _RECVFROM, arg, arg[1])
+
+    def _take_datagram(self, conn: Any, n: int) -> tuple[bytes, Any] | None:
+        """The oldest datagram a cancelled receive left for ``conn``, cut to
+        ``n`` bytes as a receive of ``n`` would cut it."""
+        fd = _fd_of(conn)
+        entry = self._kept_datagrams.get(fd)
+        if entry is None:
+            return None
+        ref, kept = entry
+        if ref() is not conn:  # the descriptor was closed and reused
+            del self._kept_datagrams[fd]
+            return None
+        data, addr = kept.popleft()
+        if not kept:
+            del self._kept_datagrams[fd]
+        return data[:n], addr
+
+    def keep_datagram(self, conn: Any, datagram: tuple[bytes, Any], first: bool = False) -> None:
+        """Keeps ``datagram`` (``(bytes, address)``), which a cancelled
+        receive took, for the next receive on ``conn``: after those kept
+        before, or before them (``first``: one that came before them, whose
+        caller was cancelled before it resumed)."""
+        if getattr(conn, "_closed", False) or conn.fileno() == -1:
+            return  # (nothing receives on a closed socket again)
+        fd = conn.fileno()
+        entry = self._kept_datagrams.get(fd)
+        if entry is None or entry[0]() is not conn:
+            entry = self._kept_datagrams[fd] = (weakref.ref(conn), collections.deque())
+        if first:
+            entry[1].appendleft(datagram)
+        else:
+            entry[1].append(datagram)
+
+    def drop_datagrams(self, conn: Any) -> None:
+        """Drops the datagrams kept for ``conn``, whose reader has gone (a
+        datagram transport's close)."""
+        entry = self._kept_datagrams.get(_fd_of(conn))
+        if entry is not None and entry[0]() is conn:
+            del self._kept_datagrams[_fd_of(conn)]
 
     def sendto(self, conn: socket.socket, buf: Any, flags: int = 0, addr: Any = None) -> futures.Future:
         """Sends one datagram to ``addr``; with ``addr`` None, to the peer
         the socket is connected to (a datagram transport made on a
-        connected socket, whose ``sendto(data)`` passes no address)."""
+        connected socket, whose ``sendto(data)`` passes no address). Tried
+        at once; when the socket's buffer is full, a ``sendmsg`` goes to
+        the ring (an address it cannot pack, a host name say, and any
+        ``flags``: the call again each time the socket is writable)."""
         if addr is None:
-            return self._inline_or_when_ready(conn, POLLOUT, lambda: conn.send(buf, flags))
-        return self._inline_or_when_ready(conn, POLLOUT, lambda: conn.sendto(buf, flags, addr))
+            call = lambda: conn.send(buf, flags)  # noqa: E731
+        else:
+            call = lambda: conn.sendto(buf, flags, addr)  # noqa: E731
+        fut = self._loop.create_future()
+        try:
+            fut.set_result(call())
+            return fut
+        except (BlockingIOError, InterruptedError):
+            pass
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+            return fut
+        later = None if flags else self.send_datagram(conn, buf, addr)
+        if later is None:
+            return ReadyCall(self, conn, POLLOUT, call)
+        return later
+
+    def send_datagram(self, conn: socket.socket, data: Any, addr: Any) -> futures.Future | None:
+        """A ``sendmsg`` of ``data`` on the ring to ``addr`` (None: the
+        connected peer), whose future's result is the count sent; None,
+        and nothing sent, when ``addr`` is not one the ring's send can
+        take (see :func:`pack_address`)."""
+        packed = None
+        if addr is not None:
+            packed = pack_address(conn.family, addr)
+            if packed is None:
+                return None
+        fd = conn.fileno()
+        token = self._ring.sendmsg(fd, data, packed)
+        return self._future(token, _SEND, (fd,), conn)
 
     def connect(self, conn: socket.socket, address: Any) -> futures.Future:
         """Connects ``conn``: an IPv4 or IPv6 socket given a numeric address
@@ -933,7 +1093,8 @@ class RingProactor:
         when the socket is writable."""
         packed = _sockaddr(conn, address)
         if packed is not None:
-            return self._future(self._ring.connect(conn.fileno(), packed), _CONNECT, address, conn)
+            kind = _CONNECT_UNIX if conn.family == socket.AF_UNIX else _CONNECT
+            return self._future(self._ring.connect(conn.fileno(), packed), kind, address, conn)
         fut = self._loop.create_future()
         try:
             conn.connect(address)
@@ -1053,7 +1214,7 @@ class RingProactor:
             if not fut.done():
                 fut.polled(res)
             return
-        if kind in (_RECV, _RECV_INTO, _ACCEPT) and self._receiving.get(arg[0]) == token:
+        if kind in (_RECV, _RECV_INTO, _ACCEPT, _RECVFROM) and self._receiving.get(arg[0]) == token:
             del self._receiving[arg[0]]
         if token in self._redirected:
             self._redirected.discard(token)
@@ -1077,7 +1238,7 @@ class RingProactor:
         elif kind == _ACCEPT:
             fd, addr = value
             fut.set_result((_accepted(arg[1], fd), addr))
-        elif kind == _CONNECT:
+        elif kind in (_CONNECT, _CONNECT_UNIX):
             fut.set_result(None)
         else:
             fut.set_result(value)
@@ -1158,7 +1319,9 @@ class RingProactor:
         if kind == _OPEN:
             os.close(value)  # (its caller is gone: nobody else has the number)
             return
-        if kind == _ACCEPT or (kind in (_RECV, _RECV_INTO) and res > 0):
+        if kind == _RECVFROM and (getattr(arg[1], "_closed", False) or arg[1].fileno() == -1):
+            return  # (its socket is closed: nothing receives on it again)
+        if kind == _ACCEPT or kind == _RECVFROM or (kind in (_RECV, _RECV_INTO) and res > 0):
             self._keep(kind, arg, res, value)
             # A receive (accept) already waiting on the socket would not see
             # these bytes (this connection): it is cancelled and served from them.
@@ -1174,6 +1337,11 @@ class RingProactor:
         """Keeps the ``res`` bytes a receive got, after those kept before
         (or the connection an accept got, after those kept before)."""
         fd, conn = arg[0], arg[1]
+        if kind == _RECVFROM:
+            if arg[3] is not None:  # (into the caller's buffer: copied)
+                value = (bytes(memoryview(arg[3]).cast("B")[: value[0]]), value[1])
+            self.keep_datagram(conn, value)
+            return
         if kind == _ACCEPT:
             if getattr(conn, "_closed", False):
                 # The listener was closed (a server's close() cancels its
@@ -1196,7 +1364,7 @@ class RingProactor:
     def _serve_redirected(self, fut: Any, kind: int, arg: Any, res: int, value: Any) -> None:
         """Completes a receive (accept) that the proactor cancelled to give
         it kept bytes (a kept connection)."""
-        if res > 0 or (kind == _ACCEPT and res >= 0):
+        if res > 0 or (kind in (_ACCEPT, _RECVFROM) and res >= 0):
             self._keep(kind, arg, res, value)
         if fut.done():
             return
@@ -1206,6 +1374,8 @@ class RingProactor:
         conn = arg[1]
         if kind == _ACCEPT:
             again = self.accept(conn)
+        elif kind == _RECVFROM:
+            again = self.recvfrom(conn, arg[2]) if arg[3] is None else self.recvfrom_into(conn, arg[3], arg[2])
         elif kind == _RECV:
             again = self.recv(conn, arg[2])
         else:
@@ -1239,6 +1409,7 @@ class RingProactor:
             if fut is not None and not fut.done():
                 fut.cancel()
         self._kept.clear()
+        self._kept_datagrams.clear()
         self._unread.clear()
         self._reset_taken.clear()
         # Opens answered but not taken: their tasks never resume now.

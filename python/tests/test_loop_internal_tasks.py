@@ -1,6 +1,6 @@
 """What the loop waits for on its own is no task of the program's: an
-unconnected datagram endpoint's receive (which waits for readiness, then
-calls ``recvfrom``) is not in ``asyncio.all_tasks()``, so the usual
+unconnected datagram endpoint's receive (a ``recvfrom``, then a
+``recvmsg`` on the ring when nothing had come) is not in ``asyncio.all_tasks()``, so the usual
 shutdown (cancel every other task, gather them) leaves the endpoint
 receiving, and ``asyncio.run`` ending with it open prints nothing; the
 call made when the socket is ready still comes behind the callbacks

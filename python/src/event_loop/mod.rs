@@ -48,9 +48,19 @@
 //!   descriptor closed by the proactor, and one the loop's close finds
 //!   finished is closed there;
 //! * `accept` with the peer's address read from the kernel's answer;
-//! * `connect` of an IPv4 or IPv6 stream socket to an address the
-//!   proactor packs as the kernel's `sockaddr_in`/`sockaddr_in6`, handed
-//!   to the kernel at once, which waits for the handshake itself;
+//! * `connect` of an IPv4, IPv6 or Unix stream socket to an address the
+//!   proactor packs as the kernel's `sockaddr_in`/`sockaddr_in6`/
+//!   `sockaddr_un`, handed to the kernel at once, which waits for the
+//!   handshake itself;
+//! * a datagram's `recvmsg` (into new bytes or a caller's buffer) and
+//!   `sendmsg` (to a packed address or the connected peer), whose message
+//!   header, `iovec`, address and bytes are one box the operation owns
+//!   until its completion (`ops::MsgSlot`); the sender's address is made
+//!   into what `socket.recvfrom` gives (`sockaddr`), and a datagram longer
+//!   than the room is cut (`MSG_TRUNC`), as `recvfrom` cuts it. A send is
+//!   submitted `MSG_DONTWAIT`: one the socket cannot take is answered
+//!   `EAGAIN` and goes through the readiness poll below, then a new
+//!   submission, never the kernel's own retry of the same message;
 //! * one-shot `POLL_ADD` (the loop's `add_reader`/`add_writer`, pidfds of
 //!   subprocesses, and the operations asyncio drives by readiness);
 //! * cancellation (`ASYNC_CANCEL`): the operation still completes once,

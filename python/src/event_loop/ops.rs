@@ -41,6 +41,14 @@ pub(crate) enum Kind {
     /// new descriptor. Its flags are the operation's `mask`, its mode the
     /// `offset`.
     Open,
+    /// Receive one datagram and its sender's address (`recvmsg`) into
+    /// memory the ring owns (the value: `(bytes, address)`) or the
+    /// caller's buffer (the value: `(count, address)`); see [`MsgSlot`].
+    RecvMsg,
+    /// Send one datagram, to the address in its memory or to the
+    /// connected peer (`sendmsg`); the value is the count sent. See
+    /// [`MsgSlot`].
+    SendMsg,
 }
 
 /// A socket address as the kernel fills it in.
@@ -49,6 +57,112 @@ pub(crate) struct AddrSlot {
     pub storage: libc::sockaddr_storage,
     /// Its length (in: the room; out: the length used).
     pub len: libc::socklen_t,
+}
+
+/// A datagram's `recvmsg` or `sendmsg` as the kernel reads and writes
+/// it: the message header, its one `iovec`, the peer's address and the
+/// datagram's bytes, in one box owned by the operation until its
+/// completion is reaped (or leaked by the ring's close, as every
+/// operation's memory), so that none of them moves or is freed while the
+/// kernel holds their addresses: it reads the header and address at the
+/// submission and writes the bytes, the address, its length and the
+/// message's flags (`MSG_TRUNC`) until the completion.
+pub(crate) struct MsgSlot {
+    /// The header; its pointers are set by [`MsgSlot::header`] for each
+    /// submission, to the fields below (the box never moves).
+    hdr: libc::msghdr,
+    /// The one buffer of the message.
+    iov: libc::iovec,
+    /// The sender's address (a receive, filled in by the kernel) or the
+    /// destination (a send; a length of 0: the connected peer).
+    pub addr: AddrSlot,
+    /// The datagram's bytes: [`Memory::Owned`] (a receive into new bytes,
+    /// room for `room` bytes, not set; a send's own copy) or
+    /// [`Memory::Lent`] (the caller's buffer).
+    pub data: Memory,
+    /// Bytes of room a receive hands the kernel (at most the buffer's),
+    /// or bytes a send writes.
+    pub room: usize,
+}
+
+// SAFETY: the raw pointers of `hdr` and `iov` point only into the box
+// itself and into `data`, which the slot owns (or holds through a buffer
+// export, itself `Send`); they are dereferenced only by the kernel, and
+// the slot is reached only under the ring's lock, by one thread at a time.
+unsafe impl Send for MsgSlot {}
+
+impl MsgSlot {
+    /// A slot for a datagram of `room` bytes in `data`, to or from `addr`
+    /// (a receive: none yet, the whole storage is room for it).
+    pub fn new(data: Memory, room: usize, addr: Option<&[u8]>) -> Box<Self> {
+        let mut slot = Box::new(MsgSlot {
+            // SAFETY: msghdr and iovec are plain old data; all zeroes (null
+            // pointers, zero lengths) is valid for both.
+            hdr: unsafe { std::mem::zeroed() },
+            // SAFETY: as above.
+            iov: unsafe { std::mem::zeroed() },
+            addr: *addr_slot(),
+            data,
+            room,
+        });
+        // (none yet: a send to the connected peer, or a receive's, whose
+        // room `header` gives)
+        slot.addr.len = 0;
+        if let Some(addr) = addr {
+            let n = addr
+                .len()
+                .min(std::mem::size_of::<libc::sockaddr_storage>());
+            // SAFETY: `n` bytes fit in the storage (bounded above), and the
+            // two do not overlap (the slot is new).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    addr.as_ptr(),
+                    std::ptr::addr_of_mut!(slot.addr.storage).cast::<u8>(),
+                    n,
+                );
+            }
+            slot.addr.len = n as libc::socklen_t;
+        }
+        slot
+    }
+
+    /// The header for the next submission of a receive (`send` false:
+    /// the whole storage is room for the sender's address) or a send (the
+    /// destination's length, none when 0), pointing at this slot's
+    /// fields; they stay where they are while the box lives.
+    pub(crate) fn header(&mut self, send: bool) -> *mut libc::msghdr {
+        let base: *mut u8 = match &mut self.data {
+            Memory::Owned(v) => v.as_mut_ptr(),
+            Memory::Lent(b) => b.buf_ptr().cast::<u8>(),
+            _ => std::ptr::null_mut(),
+        };
+        self.iov = libc::iovec {
+            iov_base: base.cast(),
+            iov_len: self.room,
+        };
+        self.hdr.msg_iov = std::ptr::addr_of_mut!(self.iov);
+        self.hdr.msg_iovlen = 1;
+        self.hdr.msg_control = std::ptr::null_mut();
+        self.hdr.msg_controllen = 0;
+        self.hdr.msg_flags = 0;
+        if send && self.addr.len == 0 {
+            self.hdr.msg_name = std::ptr::null_mut();
+            self.hdr.msg_namelen = 0;
+        } else {
+            if !send {
+                self.addr.len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            }
+            self.hdr.msg_name = std::ptr::addr_of_mut!(self.addr.storage).cast();
+            self.hdr.msg_namelen = self.addr.len;
+        }
+        std::ptr::addr_of_mut!(self.hdr)
+    }
+
+    /// After a receive's completion: the sender's address length the
+    /// kernel wrote into the header, kept as the address's.
+    pub fn received(&mut self) {
+        self.addr.len = self.hdr.msg_namelen;
+    }
 }
 
 /// The memory an operation hands to the kernel.
@@ -73,6 +187,9 @@ pub(crate) enum Memory {
     Addr(Box<AddrSlot>),
     /// A path, NUL-terminated (an open).
     Path(std::ffi::CString),
+    /// A datagram's message header, buffer and address (a `recvmsg` or
+    /// `sendmsg`).
+    Msg(Box<MsgSlot>),
     /// A file read's memory (`Bytes` or `Lent`) and what holds its file
     /// until the completion: such a read goes to the kernel's worker
     /// threads (`IOSQE_ASYNC`), which look a number up only when they
@@ -148,7 +265,7 @@ pub(crate) struct InFlight {
     /// other.
     pub grown: usize,
     /// The poll mask of a [`Kind::Poll`]; the `open` flags of a
-    /// [`Kind::Open`].
+    /// [`Kind::Open`]; the `recvmsg` flags of a [`Kind::RecvMsg`].
     pub mask: u32,
     /// The file offset a [`Kind::Pread`] or [`Kind::Pwrite`] starts at; the
     /// mode of a [`Kind::Open`].
@@ -206,7 +323,7 @@ impl InFlight {
     /// The poll mask that says this operation can make progress.
     fn ready_mask(&self) -> u32 {
         match self.kind {
-            Kind::Send => libc::POLLOUT as u32,
+            Kind::Send | Kind::SendMsg => libc::POLLOUT as u32,
             Kind::Poll => self.mask,
             _ => libc::POLLIN as u32,
         }
@@ -306,6 +423,27 @@ impl InFlight {
                 };
                 let addr = std::ptr::addr_of!(slot.storage).cast::<libc::sockaddr>();
                 opcode::Connect::new(fd, addr, slot.len).build()
+            }
+            Kind::RecvMsg | Kind::SendMsg => {
+                let send = self.kind == Kind::SendMsg;
+                let Memory::Msg(slot) = &mut self.memory else {
+                    unreachable!("a datagram's message always carries its slot")
+                };
+                let hdr = slot.header(send);
+                if send {
+                    // `MSG_DONTWAIT`: a send the socket cannot take now is
+                    // answered `EAGAIN` (then polled for, and submitted
+                    // anew: see `State::advance`), not retried by the
+                    // kernel on the same message, whose bytes a Unix
+                    // datagram socket's refused try had consumed (the
+                    // kernel's retry sent an empty datagram,
+                    // `test_loop_datagrams.py`).
+                    opcode::SendMsg::new(fd, hdr.cast_const())
+                        .flags((libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) as u32)
+                        .build()
+                } else {
+                    opcode::RecvMsg::new(fd, hdr).flags(self.mask).build()
+                }
             }
             Kind::Open => {
                 let Memory::Path(path) = &self.memory else {

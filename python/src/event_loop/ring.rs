@@ -26,7 +26,7 @@ use pyo3::PyTraverseError;
 
 use super::dispatch::release_conn;
 use super::files::{emptied_slot, FileTable, FILE_SLOTS};
-use super::ops::{addr_slot, Hold, InFlight, Kind, Memory, Owner, INLINE_PREAD_MAX};
+use super::ops::{addr_slot, Hold, InFlight, Kind, Memory, MsgSlot, Owner, INLINE_PREAD_MAX};
 use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
 use crate::fds::Born;
@@ -245,6 +245,10 @@ pub(crate) struct LoopRing {
     file_writes: AtomicU64,
     /// Opens started (see [`LoopRing::file_opens`]).
     file_opens: AtomicU64,
+    /// Datagram receives started (see [`LoopRing::msg_receives`]).
+    msg_receives: AtomicU64,
+    /// Datagram sends started (see [`LoopRing::msg_sends`]).
+    msg_sends: AtomicU64,
 }
 
 #[pymethods]
@@ -284,6 +288,8 @@ impl LoopRing {
             file_reads: AtomicU64::new(0),
             file_writes: AtomicU64::new(0),
             file_opens: AtomicU64::new(0),
+            msg_receives: AtomicU64::new(0),
+            msg_sends: AtomicU64::new(0),
         })
     }
 
@@ -576,6 +582,95 @@ impl LoopRing {
         // right after that step (blocking) finds the connection there.
         self.flush()?;
         Ok(token)
+    }
+
+    /// Receives one datagram of at most `nbytes` bytes from the socket
+    /// `fd` (`recvmsg`), into new bytes that the ring owns until the
+    /// completion; the value is `(bytes, address)`, the address as
+    /// `socket.recvfrom` gives it. A longer datagram is cut to `nbytes`
+    /// and its rest dropped, as `recvfrom` does. `flags` are `recvmsg`'s
+    /// (`MSG_PEEK`...). Returns the token; with `now`, a datagram already
+    /// queued is received at once instead, in this call (a `recvmsg` with
+    /// `MSG_DONTWAIT` in the loop's thread, see [`receive_now`]), and the
+    /// value is returned, not a token (`OSError` for what that call
+    /// refuses, as `recvfrom` raises it).
+    #[pyo3(signature = (fd, nbytes, flags = 0, now = false))]
+    fn recvmsg(
+        &self,
+        py: Python<'_>,
+        fd: RawFd,
+        nbytes: usize,
+        flags: u32,
+        now: bool,
+    ) -> PyResult<PyObject> {
+        let slot = MsgSlot::new(Memory::fresh(nbytes), nbytes, None);
+        self.receive_datagram(py, fd, slot, flags, now)
+    }
+
+    /// As [`LoopRing::recvmsg`], into at most `nbytes` (0: all) of the
+    /// writable buffer `buf`, held until the completion (even after a
+    /// cancel); the value is `(count, address)`.
+    #[pyo3(signature = (fd, buf, nbytes = 0, flags = 0, now = false))]
+    fn recvmsg_into(
+        &self,
+        py: Python<'_>,
+        fd: RawFd,
+        buf: &Bound<'_, PyAny>,
+        nbytes: usize,
+        flags: u32,
+        now: bool,
+    ) -> PyResult<PyObject> {
+        let b = PyBuffer::<u8>::get(buf)?;
+        if b.readonly() || !b.is_c_contiguous() {
+            return Err(PyValueError::new_err(
+                "recvmsg_into needs a writable, contiguous buffer",
+            ));
+        }
+        let room = b.len_bytes();
+        let n = if nbytes == 0 { room } else { nbytes.min(room) };
+        let slot = MsgSlot::new(Memory::Lent(b), n, None);
+        self.receive_datagram(py, fd, slot, flags, now)
+    }
+
+    /// Sends `data` (any contiguous buffer, held until the completion)
+    /// as one datagram on the socket `fd` (`sendmsg`) to
+    /// `addr`, a socket address as the kernel takes it (`struct
+    /// sockaddr_in`, `sockaddr_in6` or `sockaddr_un`, as bytes), or to
+    /// the connected peer when `addr` is None; the value is the count
+    /// sent. Handed to the kernel at once, which sends it when the
+    /// socket's buffer has room: datagrams submitted one after the other's
+    /// completion go out in that order. `ValueError` for an address
+    /// longer than any socket address.
+    #[pyo3(signature = (fd, data, addr = None))]
+    fn sendmsg(&self, fd: RawFd, data: &Bound<'_, PyAny>, addr: Option<&[u8]>) -> PyResult<u64> {
+        if addr.is_some_and(|a| a.len() > std::mem::size_of::<libc::sockaddr_storage>()) {
+            return Err(PyValueError::new_err("sendmsg: address too long"));
+        }
+        let b = PyBuffer::<u8>::get(data)?;
+        if !b.is_c_contiguous() {
+            return Err(PyValueError::new_err("sendmsg needs a contiguous buffer"));
+        }
+        let n = b.len_bytes();
+        let slot = MsgSlot::new(Memory::Lent(b), n, addr);
+        let op = InFlight::new(Kind::SendMsg, fd, true, Memory::Msg(slot), n);
+        let token = self.submit(op)?;
+        self.flush()?;
+        self.msg_sends.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
+    }
+
+    /// How many datagram receives ([`LoopRing::recvmsg`],
+    /// [`LoopRing::recvmsg_into`]) this ring has started.
+    #[getter]
+    fn msg_receives(&self) -> u64 {
+        self.msg_receives.load(Ordering::Relaxed)
+    }
+
+    /// How many datagram sends ([`LoopRing::sendmsg`]) this ring has
+    /// started.
+    #[getter]
+    fn msg_sends(&self) -> u64 {
+        self.msg_sends.load(Ordering::Relaxed)
     }
 
     /// How many opens ([`LoopRing::openat`]) this ring has started.
@@ -1071,6 +1166,32 @@ impl Drop for LoopRing {
 }
 
 impl LoopRing {
+    /// A datagram receive into `slot` on socket `fd` with `recvmsg` flags
+    /// `flags`: received at once when `now` and one is queued (its value),
+    /// else submitted (its token). See [`LoopRing::recvmsg`].
+    fn receive_datagram(
+        &self,
+        py: Python<'_>,
+        fd: RawFd,
+        slot: Box<MsgSlot>,
+        flags: u32,
+        now: bool,
+    ) -> PyResult<PyObject> {
+        let room = slot.room;
+        let mut op = InFlight::new(Kind::RecvMsg, fd, true, Memory::Msg(slot), room);
+        op.mask = flags;
+        if now {
+            if let Memory::Msg(slot) = &mut op.memory {
+                if let Some(n) = receive_now(fd, slot, flags).map_err(crate::errors::io_err)? {
+                    return finish(py, op, n, &mut [], &mut Spares::default());
+                }
+            }
+        }
+        let token = self.submit(op)?;
+        self.msg_receives.fetch_add(1, Ordering::Relaxed);
+        Ok(token.into_pyobject(py)?.into_any().unbind())
+    }
+
     /// Writes what `fd` takes of `bytes` now (see [`LoopRing::send`]), and
     /// marks the receives of this ring that the write finished (see
     /// [`State::mark_peer_receives`]): the completion queue's length is
@@ -1714,6 +1835,32 @@ fn own_duplicate(fd: RawFd) -> io::Result<OwnedFd> {
     Ok(rustix::io::fcntl_dupfd_cloexec(borrowed, 0)?)
 }
 
+/// Receives the datagram socket `fd` holds now, if any, into `slot`
+/// (`recvmsg` with `flags` and `MSG_DONTWAIT`, in the loop's thread): its
+/// length (cut to the room, as the ring's receive), or None when none is
+/// queued (`EAGAIN`, or a signal interrupted the call: the ring's receive
+/// then takes it). Cheaper than `socket.recvfrom` tried from Python,
+/// whose failure raises and catches an exception per receive
+/// (`docs/benchmarks.md`, "Datagrams on the ring").
+fn receive_now(fd: RawFd, slot: &mut MsgSlot, flags: u32) -> io::Result<Option<i32>> {
+    let hdr = slot.header(false);
+    // SAFETY: `hdr` is the slot's own header, pointing at its `iovec`
+    // (room for `slot.room` bytes of its buffer, owned or held) and its
+    // address storage, all alive for this call; the kernel writes only
+    // into them. The descriptor is the caller's, borrowed for this one
+    // call: if it was closed meanwhile, the call fails with `EBADF`.
+    let n = unsafe { libc::recvmsg(fd, hdr, flags as i32 | libc::MSG_DONTWAIT) };
+    if n >= 0 {
+        // (the address's length is taken from the header by `finish`)
+        return Ok(Some(i32::try_from(n).unwrap_or(i32::MAX)));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN | libc::EINTR) => Ok(None),
+        _ => Err(e),
+    }
+}
+
 /// The bytes socket `fd` holds unread (`FIONREAD`), 0 when it cannot say.
 fn queued_bytes(fd: RawFd) -> usize {
     // SAFETY: the receive's descriptor, borrowed for this one call; the
@@ -1839,6 +1986,27 @@ fn finish(
         // with it: this is its completion.
         (Kind::Recv | Kind::Pread, Memory::Bytes(obj, _)) => {
             crate::fresh::shrunk(py, obj, n.min(op.len))?
+        }
+        (Kind::RecvMsg, Memory::Msg(mut slot)) => {
+            slot.received();
+            let addr = sockaddr::to_python(py, &slot.addr)?;
+            let written = n.min(slot.room);
+            match slot.data {
+                Memory::Owned(mut v) => {
+                    // SAFETY: `v` was lent to the kernel as `slot.room`
+                    // bytes of room (its capacity, at least) for this
+                    // receive, whose result `res` >= 0 is the count of
+                    // bytes the kernel wrote from its start (at most the
+                    // room: a longer datagram is cut, `MSG_TRUNC`, and its
+                    // length not asked for); this is its completion.
+                    unsafe { v.set_len(written) };
+                    (PyBytes::new(py, &v), addr)
+                        .into_pyobject(py)?
+                        .into_any()
+                        .unbind()
+                }
+                _ => (written, addr).into_pyobject(py)?.into_any().unbind(),
+            }
         }
         (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)
             .into_pyobject(py)?

@@ -4,7 +4,7 @@
 //! for an unnamed socket) for Unix sockets.
 
 use std::ffi::OsStr;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::Ipv4Addr;
 use std::os::unix::ffi::OsStrExt;
 
 use pyo3::prelude::*;
@@ -16,6 +16,11 @@ use super::ops::AddrSlot;
 /// module has no tuple form for here.
 pub(crate) fn to_python(py: Python<'_>, slot: &AddrSlot) -> PyResult<PyObject> {
     let len = slot.len as usize;
+    if len == 0 {
+        // (no address: a datagram from an unnamed Unix socket, as
+        // `socket.recvfrom` says it)
+        return Ok(py.None());
+    }
     let family = i32::from(slot.storage.ss_family);
     let base = std::ptr::addr_of!(slot.storage);
     match family {
@@ -32,9 +37,8 @@ pub(crate) fn to_python(py: Python<'_>, slot: &AddrSlot) -> PyResult<PyObject> {
         libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
             // SAFETY: as above, for sockaddr_in6.
             let a = unsafe { &*base.cast::<libc::sockaddr_in6>() };
-            let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
             let t = (
-                ip.to_string(),
+                ipv6_text(&a.sin6_addr),
                 u16::from_be(a.sin6_port),
                 u32::from_be(a.sin6_flowinfo),
                 a.sin6_scope_id,
@@ -59,4 +63,40 @@ pub(crate) fn to_python(py: Python<'_>, slot: &AddrSlot) -> PyResult<PyObject> {
         }
         _ => Ok(py.None()),
     }
+}
+
+extern "C" {
+    /// The C library's `inet_ntop` (POSIX), which the `libc` crate does
+    /// not declare.
+    fn inet_ntop(
+        af: libc::c_int,
+        src: *const libc::c_void,
+        dst: *mut libc::c_char,
+        size: libc::socklen_t,
+    ) -> *const libc::c_char;
+}
+
+/// An IPv6 address as `inet_ntop` spells it, as Python's `socket` module
+/// does (an IPv4-compatible `::a.b.c.d` included, which Rust's
+/// `Ipv6Addr` spells in hexadecimal groups).
+fn ipv6_text(addr: &libc::in6_addr) -> String {
+    let mut buf = [0 as libc::c_char; 64];
+    // SAFETY: `addr` is an `in6_addr`, read only; `buf` has room for the
+    // longest IPv6 text (46 bytes with its NUL), its length given.
+    let text = unsafe {
+        inet_ntop(
+            libc::AF_INET6,
+            std::ptr::from_ref(addr).cast(),
+            buf.as_mut_ptr(),
+            buf.len() as libc::socklen_t,
+        )
+    };
+    if text.is_null() {
+        return std::net::Ipv6Addr::from(addr.s6_addr).to_string();
+    }
+    // SAFETY: on success `inet_ntop` wrote a NUL-terminated string into
+    // `buf`, which outlives this borrow.
+    unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
 }

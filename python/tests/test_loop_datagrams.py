@@ -1,0 +1,409 @@
+"""Datagrams and Unix connects on the io_uring loop's ring: a datagram
+receive that would wait is a ``recvmsg`` on the ring, a datagram send the
+socket cannot take yet a ``sendmsg``, and a Unix stream socket's
+``sock_connect`` a ``connect``. Each test runs the same program on
+asyncio's loop and on blockio's (both backends) and expects asyncio's
+outcome; on the io_uring loop it also asserts that the ring's operation
+ran (its counters ``msg_receives`` and ``msg_sends``, or no ``connect``
+call on the socket object), so that a test cannot pass by the readiness
+path."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+
+import pytest
+
+from loops import FACTORIES
+from waits import DEADLINE
+
+NAMES = ["asyncio", "blockio-uring", "blockio-epoll"]
+LOOPS = pytest.mark.parametrize("name", NAMES)
+
+
+def _ring(loop):
+    """The io_uring loop's ring, None on the other loops."""
+    proactor = getattr(loop, "_proactor", None)
+    return getattr(proactor, "_ring", None)
+
+
+def _run(name, main):
+    """Runs ``main()`` on a new loop called ``name``; returns its result
+    and the ring's counters of datagram operations after it (None off the
+    io_uring loop)."""
+    loop = FACTORIES[name]()
+    try:
+        result = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+        ring = _ring(loop)
+        # (0 where the ring has no such counters: no datagram on the ring)
+        counts = None if ring is None else (getattr(ring, "msg_receives", 0), getattr(ring, "msg_sends", 0))
+        return result, counts
+    finally:
+        loop.close()
+
+
+def _outcomes(main):
+    """``main``'s result on each loop of ``NAMES``, and the io_uring
+    loop's counters."""
+    results = {}
+    counts = None
+    for name in NAMES:
+        results[name], c = _run(name, main)
+        if c is not None:
+            counts = c
+    return results, counts
+
+
+async def _waiting_recvfrom(sock, nbytes, into=False):
+    """A task in ``sock_recvfrom`` (``sock_recvfrom_into`` a new buffer of
+    ``nbytes``: the result is then the buffer's bytes and the address) on
+    ``sock``, which has already made its receive (nothing had come) when
+    this returns."""
+    loop = asyncio.get_running_loop()
+    started = loop.create_future()
+
+    async def receive():
+        started.set_result(None)
+        if into:
+            buf = bytearray(nbytes)
+            n, addr = await loop.sock_recvfrom_into(sock, buf)
+            return bytes(buf[:n]), addr
+        return await loop.sock_recvfrom(sock, nbytes)
+
+    task = asyncio.ensure_future(receive())
+    await started
+    return task
+
+
+def _udp_pair(family, host):
+    a = socket.socket(family, socket.SOCK_DGRAM)
+    b = socket.socket(family, socket.SOCK_DGRAM)
+    for s in (a, b):
+        s.bind((host, 0))
+        s.setblocking(False)
+    return a, b
+
+
+def test_a_datagram_longer_than_the_waiting_receive_is_cut_as_recvfrom_cuts_it():
+    """A receive of 4 bytes waiting when an 11-byte datagram comes gets
+    its first 4 bytes, and the rest is dropped (the next receive gets the
+    next datagram), as ``socket.recvfrom`` cuts it (``MSG_TRUNC``)."""
+
+    async def main():
+        r, s = _udp_pair(socket.AF_INET, "127.0.0.1")
+        with r, s:
+            got = []
+            for into in (False, True):
+                task = await _waiting_recvfrom(r, 4, into)
+                s.sendto(b"hello world", r.getsockname())
+                s.sendto(b"next", r.getsockname())
+                got.append(await task)
+                got.append(await asyncio.get_running_loop().sock_recvfrom(r, 100))
+            # (queued before the receive: taken at once, cut alike)
+            s.sendto(b"hello world", r.getsockname())
+            s.sendto(b"next", r.getsockname())
+            got.append(await asyncio.get_running_loop().sock_recvfrom(r, 4))
+            got.append(await asyncio.get_running_loop().sock_recvfrom(r, 100))
+            return got, s.getsockname()
+
+    results, counts = _outcomes(main)
+    for name in NAMES:
+        got, sender = results[name]
+        assert got == [(b"hell", sender), (b"next", sender)] * 3, name
+    assert counts[0] >= 2  # (the two waiting receives went to the ring)
+
+
+def test_an_ipv6_sender_s_address_is_the_four_tuple_recvfrom_gives():
+    """An IPv6 datagram's sender is ``(host, port, flowinfo, scope_id)``,
+    as ``socket.recvfrom`` (and ``getsockname``) spell it."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+
+    async def main():
+        try:
+            r, s = _udp_pair(socket.AF_INET6, "::1")
+        except OSError as exc:
+            pytest.skip(f"no IPv6 loopback: {exc}")
+        with r, s:
+            got = []
+            for into in (False, True):
+                task = await _waiting_recvfrom(r, 100, into)
+                s.sendto(b"six", r.getsockname())
+                got.append(await task)
+            return got, s.getsockname()
+
+    results, counts = _outcomes(main)
+    for name in NAMES:
+        got, sender = results[name]
+        assert len(sender) == 4
+        assert got == [(b"six", sender)] * 2, name
+    assert counts[0] >= 2
+
+
+def test_a_unix_datagram_s_sender_is_its_path_its_abstract_name_or_none(tmp_path):
+    """A Unix datagram's sender is what ``socket.recvfrom`` gives: the
+    sender's path (``str``), its abstract name (``bytes`` with the leading
+    NUL) or None for an unnamed socket."""
+    here = str(tmp_path / "r")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        r = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(here)
+        r.bind(here)
+        r.setblocking(False)
+        got = []
+        with r:
+            for i, name in enumerate([str(tmp_path / "s"), b"\0blockio-dgram-%d" % os.getpid(), None]):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                with s:
+                    if isinstance(name, str):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(name)
+                    if name is not None:
+                        s.bind(name)
+                    task = await _waiting_recvfrom(r, 100, into=i == 1)
+                    s.sendto(b"u%d" % i, here)
+                    got.append(await task)
+            # (a datagram already there: the receive tried at once)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            with s:
+                s.sendto(b"now", here)
+                got.append(await loop.sock_recvfrom(r, 100))
+        return got
+
+    results, counts = _outcomes(main)
+    expected = [(b"u0", str(tmp_path / "s")), (b"u1", b"\0blockio-dgram-%d" % os.getpid()), (b"u2", None),
+                (b"now", None)]
+    for name in NAMES:
+        assert results[name] == expected, name
+    assert counts[0] >= 3
+
+
+@pytest.mark.parametrize("how", ["next_step", "at_once"])
+def test_a_receive_cancelled_after_its_datagram_came_leaves_it_for_the_next_receive(how):
+    """A ``sock_recvfrom`` waiting on the ring is cancelled after its
+    datagram came (sent before the cancel: taken by the kernel's receive,
+    whose completion is dispatched before the cancel runs, in the loop's
+    next step, or reaches the ring after the cancel asked for, at once):
+    the next receive gets that datagram, then the one sent after it, in
+    order."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        r, s = _udp_pair(socket.AF_INET, "127.0.0.1")
+        with r, s:
+            got = []
+            for into in (False, True):
+                task = await _waiting_recvfrom(r, 100, into)
+                s.sendto(b"one", r.getsockname())
+                if how == "at_once":
+                    task.cancel()
+                else:
+                    loop.call_soon(task.cancel)
+                try:
+                    got.append(await task)
+                except asyncio.CancelledError:
+                    got.append("cancelled")
+                s.sendto(b"two", r.getsockname())
+                got.append((await loop.sock_recvfrom(r, 100))[0])
+                got.append((await loop.sock_recvfrom(r, 100))[0])
+            return got
+
+    results, counts = _outcomes(main)
+    for name in NAMES:
+        assert results[name] == ["cancelled", b"one", b"two"] * 2, name
+    assert counts[0] >= 2
+
+
+@pytest.mark.parametrize("connected", [False, True])
+def test_a_thousand_datagrams_written_while_the_peer_does_not_read_all_arrive_in_order(tmp_path, connected):
+    """1,000 datagrams written to a datagram transport whose Unix peer
+    does not read (the socket's queue fills: most are buffered, and each
+    goes to the ring's ``sendmsg`` in turn) all arrive, in the order they
+    were written, once the peer reads; the transport's buffer drains."""
+    path = str(tmp_path / "peer")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        peer.bind(path)
+        peer.setblocking(False)
+        with peer:
+            drained = loop.create_future()
+
+            class P(asyncio.DatagramProtocol):
+                def resume_writing(self):
+                    if not drained.done():
+                        drained.set_result(None)
+
+            if connected:
+                t, _ = await loop.create_datagram_endpoint(P, remote_addr=path, family=socket.AF_UNIX)
+            else:
+                t, _ = await loop.create_datagram_endpoint(P, family=socket.AF_UNIX,
+                                                           local_addr=str(tmp_path / "me"))
+            t.set_write_buffer_limits(high=0)
+            for i in range(1000):
+                t.sendto(b"%04d" % i, None if connected else path)
+            buffered = t.get_write_buffer_size() > 0
+            got = [await loop.sock_recv(peer, 100) for _ in range(1000)]
+            if t.get_write_buffer_size():
+                await drained
+            left = t.get_write_buffer_size()
+            t.close()
+        return buffered, got, left
+
+    results, counts = _outcomes(main)
+    for name in NAMES:
+        assert results[name] == (True, [b"%04d" % i for i in range(1000)], 0), name
+    assert counts[1] >= 1  # (the buffered datagrams went out by sendmsg)
+
+
+def test_a_sock_sendto_the_socket_cannot_take_yet_waits_and_its_datagram_comes_last(tmp_path):
+    """A ``sock_sendto`` to a Unix peer whose queue is full waits (a
+    ``sendmsg`` on the ring) until the peer reads, and its datagram comes
+    after those queued before it."""
+    path = str(tmp_path / "peer")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        peer.bind(path)
+        peer.setblocking(False)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.setblocking(False)
+        with peer, s:
+            queued = 0
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    s.sendto(b"q", path)
+                    queued += 1
+            send = asyncio.ensure_future(loop.sock_sendto(s, b"last", path))
+            await asyncio.sleep(0)
+            waited = not send.done()
+            got = [await loop.sock_recv(peer, 100) for _ in range(queued + 1)]
+            return waited, await send, got == [b"q"] * queued + [b"last"]
+
+    results, counts = _outcomes(main)
+    for name in NAMES:
+        assert results[name] == (True, 4, True), name
+    assert counts[1] >= 1
+
+
+def test_a_datagram_transport_closed_with_its_receive_in_flight_ends_it():
+    """A datagram transport closed while its receive waits on the ring
+    reports ``connection_lost(None)`` and nothing else, closes its socket,
+    and its receive leaves the ring (its completion reaped: its memory is
+    freed then)."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ring = _ring(loop)
+        before = None if ring is None else ring.in_flight()
+        lost = loop.create_future()
+        told = []
+
+        class P(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                told.append(data)
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        t, _ = await loop.create_datagram_endpoint(P, local_addr=("127.0.0.1", 0))
+        sock = t.get_extra_info("socket")
+        addr = sock.getsockname()
+        # (the transport's first receive was made before the endpoint was
+        # handed over: asyncio schedules it before the waiter's result)
+        during = None if ring is None else ring.in_flight()
+        t.close()
+        exc = await lost
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"late", addr)
+        if ring is not None:
+            # (the cancelled receive leaves the ring once the kernel has
+            # answered it; the test's bound ends a wait that never ends)
+            while ring.in_flight() > before:
+                await asyncio.sleep(0)
+        await asyncio.sleep(0)  # (a datagram_received after the close would run by now)
+        left = None if ring is None else (during - before, ring.in_flight() - before)
+        return exc, told, sock.fileno(), left
+
+    results, counts = _outcomes(main)
+    for name in NAMES:
+        exc, told, fd, left = results[name]
+        assert (exc, told, fd) == (None, [], -1), name
+        if name == "blockio-uring":
+            assert left == (1, 0)
+    assert counts[0] >= 1
+
+
+class _Recording(socket.socket):
+    """A socket that records its ``connect`` calls."""
+
+    calls: list
+
+    def connect(self, address):
+        self.calls.append(address)
+        return super().connect(address)
+
+
+def test_a_unix_stream_sock_connect_connects_on_the_ring_or_fails_as_on_asyncio(tmp_path):
+    """``sock_connect`` of a Unix stream socket to a path and to an
+    abstract name connects (on the io_uring loop by the ring's
+    ``connect``, not the socket's ``connect`` call); to a path nothing is
+    at it fails with ``FileNotFoundError``, to a socket that does not
+    listen with ``ConnectionRefusedError``, each with asyncio's message."""
+    path = str(tmp_path / "srv")
+    dead = str(tmp_path / "dead")
+    abstract = b"\0blockio-connect-%d" % os.getpid()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        out = []
+        calls = []
+        kept = []
+        for p in (path, dead):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(path)
+        srv.listen()
+        srv2 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv2.bind(abstract)
+        srv2.listen()
+        not_listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        not_listening.bind(dead)
+        with srv, srv2, not_listening:
+            # (a backlog nobody accepts from fills: the last connects find
+            # it full, EAGAIN, which asyncio's loop waits on)
+            srv2.listen(1)
+            for target in (path, abstract, str(tmp_path / "nothing"), dead, abstract, abstract, abstract):
+                c = _Recording(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.calls = calls
+                c.setblocking(False)
+                kept.append(c)
+                try:
+                    await loop.sock_connect(c, target)
+                    out.append(c.getpeername())
+                except OSError as exc:
+                    out.append((type(exc).__name__, str(exc)))
+        for c in kept:
+            c.close()
+        return out, calls
+
+    results, _ = _outcomes(main)
+    expected = [path, abstract, ("FileNotFoundError", "[Errno 2] No such file or directory"),
+                ("ConnectionRefusedError", "[Errno 111] Connection refused")]
+    assert results["asyncio"][0][:4] == expected
+    for name in NAMES:
+        assert results[name][0] == results["asyncio"][0], name
+    assert results["blockio-uring"][1] == []
