@@ -344,22 +344,26 @@ impl InFlight {
 /// and the device's doorbell (on a virtual machine an exit to the host),
 /// some tens of microseconds per 4-64 KiB file during which no other
 /// connection is served; only the wait for the data is then
-/// asynchronous. Serving random small files from a cold set on the
-/// 2-core machine, that was a fifth of the loop's time (`py-spy`), and
-/// the loop's thread, the only one working, did all of it. On a worker
-/// the loop's thread pays one `io_uring_register` (the slot) and the
-/// submission: `loop.sendfile` of cold 4-64 KiB files went from 0.57x to
-/// 0.96x uvloop with aiofiles (whose reads run on a thread pool) and a
-/// whole-file `read()` from 0.63x to 1.09x, at about the same CPU time
-/// per request (`docs/benchmarks.md`, "File serving, cold").
+/// asynchronous. Sending 3,000 cold 4-64 KiB files from 50 tasks, that
+/// call took 10.9 % of the process's cycles (`perf`) and 21 % of its
+/// wall-clock samples (`py-spy`), against 1-1.5 % for the sendfile's Python
+/// steps around it. On a worker the loop's thread pays one
+/// `io_uring_register` (the slot) and the submission, and the workers,
+/// threads of the process like a thread pool's, start the disk's reads
+/// and copy the pages: serving cold files over HTTP on the shared 2-core
+/// machine, `loop.sendfile` went from 0.35x to 1.10x uvloop with
+/// aiofiles' rate (whose reads run on a thread pool) and a whole-file
+/// `read()` from 0.47x to 1.22x, at about the same CPU time per request
+/// (`docs/benchmarks.md`, "File serving, cold: every ring read on the
+/// kernel's workers").
 ///
 /// A long read is never tried at its submission, where the loop's thread
 /// would copy it (a 512 MiB read into a new `bytes` object, whose pages
 /// fault in as they are filled: some 300 ms on the shared 2-core machine,
 /// `docs/benchmarks.md`, "Large reads on the loop's ring"): out of slots,
 /// it takes a duplicate of its descriptor. A short one out of slots (more
-/// than the table's reads in flight at once) is tried at its submission
-/// as before, on the caller's number, rather than take a duplicate whose
+/// than the table's reads in flight at once) is tried at its submission,
+/// on the caller's number, rather than take a duplicate whose
 /// close would release the process's record locks on the file.
 pub(crate) const INLINE_PREAD_MAX: usize = 256 << 10;
 
