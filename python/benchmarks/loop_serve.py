@@ -25,6 +25,13 @@ the round is cached the second time). Printed per contender: requests
 per second (median of the rounds, lowest-highest), p99 latency (median),
 the server's CPU time per request over the load (user + system, median
 and lowest-highest: the loop's cost, also where ``wrk`` is the ceiling),
+how busy the server was (``busy``: its CPU seconds, all its threads, per
+second of the load, median) and how long its threads waited to run
+(``waited``: seconds runnable but not running, summed over the threads
+alive at the end, per second of the load, median): where other work
+shares CPU 0, a server whose reads run on several threads gets more of
+it than one whose loop's thread does all the work, and the rates follow
+that share,
 its system calls per request (``--syscalls``: ``perf stat``) and the
 rate's ratio to ``uvloop-aiofiles`` (of the medians; lowest-highest of
 the ratios within each round, then each round's ratio in order).
@@ -205,6 +212,20 @@ def check(port: int, root: Path, n: int) -> None:
                 raise SystemExit(f"file {i} was served wrong ({len(body)} bytes)")
 
 
+def run_queue_wait(pid: int) -> float:
+    """The seconds the threads of process ``pid`` alive now have spent
+    runnable but not running (``/proc/PID/task/*/schedstat``, its second
+    field): time the scheduler gave to other work."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass  # (a thread gone meanwhile)
+    return total / 1e9
+
+
 def lua_script(d: Path, n: int) -> Path:
     """A wrk script asking for random files of the set."""
     p = d / f"random-{n}.lua"
@@ -228,15 +249,17 @@ def one_round(name: str, kind: str, n: int, args: argparse.Namespace) -> dict[st
         set_cache(d, n, False)
     perf = perf_syscalls(server.pid) if args.syscalls else None
     u0, s0 = cpu_seconds(server.pid)
+    w0 = run_queue_wait(server.pid)
     reqs, took, p99, _ = wrk(port, args.conns, args.seconds, timeout=5.0, script=str(lua_script(d, n)))
     u1, s1 = cpu_seconds(server.pid)
+    w1 = run_queue_wait(server.pid)
     calls = perf_count(perf) if perf else 0
     server.stdin.write("stop\n")
     server.stdin.flush()
     if server.wait() != 0:
         raise SystemExit(f"the {name} server failed")
     return {"rate": reqs / took, "p99": p99, "cpu": (u1 + s1 - u0 - s0) / reqs, "sys": (s1 - s0) / reqs,
-            "calls": calls / reqs}
+            "calls": calls / reqs, "busy": (u1 + s1 - u0 - s0) / took, "waited": max(w1 - w0, 0.0) / took}
 
 
 def main() -> None:
@@ -282,7 +305,9 @@ def main() -> None:
             print(f"  {name:22} {statistics.median(rate):8.0f}/s ({min(rate):.0f}-{max(rate):.0f})  "
                   f"p99 {statistics.median(x['p99'] for x in rs) * 1e3:6.2f} ms  "
                   f"CPU {statistics.median(cpu):6.1f} us/req ({min(cpu):.1f}-{max(cpu):.1f}, "
-                  f"sys {statistics.median(x['sys'] for x in rs) * 1e6:5.1f}){calls}{ratio}")
+                  f"sys {statistics.median(x['sys'] for x in rs) * 1e6:5.1f}){calls}  "
+                  f"busy {statistics.median(x['busy'] for x in rs):.2f} "
+                  f"waited {statistics.median(x['waited'] for x in rs):.2f}{ratio}")
         sys.stdout.flush()
 
 

@@ -1024,9 +1024,9 @@ class Engine:
         ring when ``loop`` is blockio's event loop on io_uring (its
         ``_ring_pread``): submitted from this thread and completed in the
         loop's batch of completions, with no driver thread, no eventfd and
-        no thread hop (a read of more than 256 KiB is copied by the
-        kernel's worker threads, not in the submission on this thread:
-        ``LoopRing.pread``). The kernel takes the file from the number when the
+        no thread hop of its own (the read is copied by the kernel's worker
+        threads, not in the submission on this thread, which would start
+        the disk's reads itself: ``LoopRing.pread``, ``INLINE_PREAD_MAX``). The kernel takes the file from the number when the
         read is submitted, at once, and holds it until the read completes,
         so a cancelled read that the file's close overtakes reads nothing
         of a file that takes the number next (and moves nothing: the

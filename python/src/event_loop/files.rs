@@ -1,6 +1,6 @@
 //! The loop ring's registered-file table: where a read the kernel's
-//! worker threads copy (longer than
-//! [`INLINE_PREAD_MAX`](super::ops::INLINE_PREAD_MAX)) finds its file.
+//! worker threads copy (any file read on the ring while a slot is free:
+//! see [`INLINE_PREAD_MAX`](super::ops::INLINE_PREAD_MAX)) finds its file.
 //!
 //! Such a read is marked `IOSQE_ASYNC`, and a worker looks a plain
 //! descriptor number up only when it starts the read, by which time the
@@ -34,16 +34,19 @@
 //! system call in all, where the duplicate took two. The slot is free for
 //! another read once both the read's completion and that entry's are
 //! reaped. Where the kernel
-//! refuses the table, or every slot is in use, the read falls back to a
-//! duplicate (see `ring::submit_pread`).
+//! refuses the table, or every slot is in use, a read of more than
+//! 256 KiB falls back to a duplicate, and a shorter one is tried at its
+//! submission on the caller's number (see `ring::submit_pread`).
 
 use std::io;
 use std::os::fd::RawFd;
 
 use io_uring::{opcode, squeue, IoUring};
 
-/// How many files a loop's table holds at once: reads of more than 256 KiB
-/// in flight on one loop at a time (a read beyond them takes a duplicate).
+/// How many files a loop's table holds at once: reads in flight on one
+/// loop at a time that the kernel's workers copy with their file held here
+/// (a read of more than 256 KiB beyond them takes a duplicate, a shorter
+/// one is tried at its submission).
 pub(crate) const FILE_SLOTS: u32 = 1024;
 
 /// The free slots of a ring's registered-file table, and what each slot

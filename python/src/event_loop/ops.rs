@@ -27,7 +27,8 @@ pub(crate) enum Kind {
     /// Read a file at an offset (`pread`) into a new `bytes` object (the
     /// value) or the caller's buffer (the value: the count):
     /// one read, short at the end of the file, as the engine's. One whose
-    /// memory is [`Memory::Held`] (longer than [`INLINE_PREAD_MAX`]) is
+    /// memory is [`Memory::Held`] (its file in a slot of the ring's file
+    /// table: any read while a slot is free, see [`INLINE_PREAD_MAX`]) is
     /// copied by the kernel's worker threads, never on the loop's thread.
     Pread,
     /// Write the caller's buffer to a file at an offset (`pwrite`): one
@@ -463,19 +464,45 @@ impl InFlight {
 }
 
 /// The longest file read ([`Kind::Pread`]) the kernel may try at its
-/// submission. A buffered read is first tried there: `io_uring_enter` on
-/// the loop's thread copies what of it the page cache holds (and the rest
-/// is copied by work the kernel runs on that thread too), and the loop
-/// runs nothing else meanwhile (a 512 MiB read into a new `bytes` object,
-/// whose pages fault in as they are filled: some 300 ms on the shared
-/// 2-core machine, `docs/benchmarks.md`, "Large reads on the loop's
-/// ring"). A
-/// longer read holds its file in a slot of the ring's registered-file
-/// table (or, failing that, a duplicate of the descriptor: see `files`)
-/// and is marked `IOSQE_ASYNC`: the kernel's worker threads copy it, and the loop runs
-/// its other tasks until it completes. Up to this length a read costs no
-/// registration and no thread hop (`loop.sendfile` reads uncached ranges in
-/// reads of this size).
+/// submission, on the loop's thread, and then only when no slot of the
+/// ring's registered-file table is free (or the kernel refused the
+/// table). Every other read holds its file in such a slot (a longer one,
+/// failing that, in a duplicate of the descriptor: see `files`) and is
+/// marked `IOSQE_ASYNC`: the kernel's worker threads run it, and the loop
+/// runs its other tasks meanwhile.
+///
+/// # Why every read, not only long ones
+///
+/// A read reaches the loop's ring only when the page cache did not serve
+/// it at once (the file's inline reads, `loop.sendfile`'s native call of
+/// a cached range, take those), so its pages are mostly still on the
+/// disk. Tried at its submission, such a read starts the disk's work on
+/// the loop's thread, inside `io_uring_enter`: the readahead's page
+/// allocations, the file system's block mapping, the block layer's queue
+/// and the device's doorbell (on a virtual machine an exit to the host),
+/// some tens of microseconds per 4-64 KiB file during which no other
+/// connection is served; only the wait for the data is then
+/// asynchronous. Sending 3,000 cold 4-64 KiB files from 50 tasks, that
+/// call took 10.9 % of the process's cycles (`perf`) and 21 % of its
+/// wall-clock samples (`py-spy`), against 1-1.5 % for the sendfile's Python
+/// steps around it. On a worker the loop's thread pays one
+/// `io_uring_register` (the slot) and the submission, and the workers,
+/// threads of the process like a thread pool's, start the disk's reads
+/// and copy the pages: serving cold files over HTTP on the shared 2-core
+/// machine, `loop.sendfile` went from 0.35x to 1.10x uvloop with
+/// aiofiles' rate (whose reads run on a thread pool) and a whole-file
+/// `read()` from 0.47x to 1.22x, at about the same CPU time per request
+/// (`docs/benchmarks.md`, "File serving, cold: every ring read on the
+/// kernel's workers").
+///
+/// A long read is never tried at its submission, where the loop's thread
+/// would copy it (a 512 MiB read into a new `bytes` object, whose pages
+/// fault in as they are filled: some 300 ms on the shared 2-core machine,
+/// `docs/benchmarks.md`, "Large reads on the loop's ring"): out of slots,
+/// it takes a duplicate of its descriptor. A short one out of slots (more
+/// than the table's reads in flight at once) is tried at its submission,
+/// on the caller's number, rather than take a duplicate whose
+/// close would release the process's record locks on the file.
 pub(crate) const INLINE_PREAD_MAX: usize = 256 << 10;
 
 /// A length as the 32-bit field of a submission entry (a longer transfer

@@ -257,7 +257,8 @@ impl LoopRing {
     /// of `file_slots` slots, or as many as the process's soft
     /// `RLIMIT_NOFILE` when that is lower (see `files`: 0, none, makes
     /// every read of more than 256 KiB take a duplicate of its descriptor,
-    /// as where the kernel refuses the table). `OSError` when the kernel refuses
+    /// and every shorter one be tried at its submission, as where the
+    /// kernel refuses the table). `OSError` when the kernel refuses
     /// io_uring (`EPERM` under `kernel.io_uring_disabled` or seccomp,
     /// `ENOSYS` on old kernels).
     #[new]
@@ -432,8 +433,8 @@ impl LoopRing {
     /// Reads at most `length` bytes of the file `fd` at `offset` into new
     /// bytes (one `pread`, short at the end of the file), handed to the
     /// kernel at once: the kernel takes the file from the descriptor's
-    /// number now (a read over [`INLINE_PREAD_MAX`], which the kernel's
-    /// workers copy, holds it in a slot of the ring's registered-file
+    /// number now (a read the kernel's workers copy, any read while a
+    /// slot is free, holds it in a slot of the ring's registered-file
     /// table from now: see `submit_pread`) and holds it until the
     /// completion, so the caller may
     /// close the number, or cancel the read, at any time after this
@@ -519,7 +520,8 @@ impl LoopRing {
     }
 
     /// How many slots of the ring's registered-file table are free (see
-    /// `files`): each read of more than 256 KiB in flight holds one, until
+    /// `files`): each read in flight that the kernel's workers copy holds
+    /// one (see [`INLINE_PREAD_MAX`]), until
     /// both its completion and that of the entry emptying its slot are
     /// reaped.
     #[getter]
@@ -1116,9 +1118,11 @@ impl LoopRing {
 
     /// Hands the kernel a read of `len` bytes of the file `fd` at `offset`
     /// into `memory` ([`LoopRing::pread`], [`LoopRing::pread_into`]) and
-    /// returns its token. A read longer than [`INLINE_PREAD_MAX`] is
-    /// copied by the kernel's worker threads, and its file is taken now
-    /// (see [`State::hold_file`]). A descriptor that names no file
+    /// returns its token. The read is copied by the kernel's worker
+    /// threads, its file taken now in a slot of the ring's file table
+    /// ([`State::hold_in_slot`]); where no slot is free, one longer than
+    /// [`INLINE_PREAD_MAX`] takes a duplicate ([`State::hold_file`]) and a
+    /// shorter one is tried at its submission. A descriptor that names no file
     /// (`EBADF`) raises `OSError`, and nothing is submitted.
     fn submit_pread(&self, fd: RawFd, offset: u64, memory: Memory, len: usize) -> PyResult<u64> {
         let token = {
@@ -1127,7 +1131,7 @@ impl LoopRing {
             let (fd, memory) = if len > INLINE_PREAD_MAX {
                 st.hold_file(fd, memory)?
             } else {
-                (fd, memory)
+                st.hold_in_slot(fd, memory)?
             };
             let mut op = InFlight::new(Kind::Pread, fd, false, memory, len);
             op.offset = offset;
@@ -1469,8 +1473,9 @@ impl State {
     /// the submission as a short read is (the loop's thread may copy it
     /// then), rather than fail where a `pread` would not.
     fn hold_file(&mut self, fd: RawFd, memory: Memory) -> io::Result<(RawFd, Memory)> {
-        if let Some(slot) = self.files.take(&self.ring, fd)? {
-            return Ok((fd, Memory::Held(Box::new((memory, Hold::Slot(slot))))));
+        let (fd, memory) = self.hold_in_slot(fd, memory)?;
+        if matches!(memory, Memory::Held(_)) {
+            return Ok((fd, memory));
         }
         match own_duplicate(fd) {
             Ok(own) => Ok((
@@ -1481,6 +1486,19 @@ impl State {
                 Ok((fd, memory))
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// The file of a read of `fd` into `memory`, held in a free slot of
+    /// the ring's file table ([`Memory::Held`]: the kernel's workers then
+    /// copy the read, see [`INLINE_PREAD_MAX`]), or, where no slot is free
+    /// or the kernel refuses the table, `fd` and `memory` as they are (the
+    /// read is tried at its submission, on the number, as before the
+    /// caller could close it). `EBADF` for a number that names no file.
+    fn hold_in_slot(&mut self, fd: RawFd, memory: Memory) -> io::Result<(RawFd, Memory)> {
+        match self.files.take(&self.ring, fd)? {
+            Some(slot) => Ok((fd, Memory::Held(Box::new((memory, Hold::Slot(slot)))))),
+            None => Ok((fd, memory)),
         }
     }
 
