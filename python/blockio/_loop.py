@@ -1557,48 +1557,54 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if isinstance(n, int) and n < 0:
             # (socket.recv's own refusal, which asyncio's loop calls first)
             raise ValueError("negative buffersize in recv")
-        turns = self._receive_turns
-        if sock in turns:
-            await _sock_turns.wait(turns, self, sock)
+        turns, key = self._receive_turns, id(sock)
+        if key in turns:
+            await _sock_turns.wait(turns, self, key)
         else:
-            turns[sock] = None
+            turns[key] = None
         try:
             fut = self._proactor.recv(sock, n)
             try:
                 return await fut
-            except exceptions.CancelledError:
-                # Cancelled after the bytes came, before this call resumed:
-                # they are kept for the next receive.
-                if fut.done() and not fut.cancelled() and fut.exception() is None:
+            except BaseException:
+                # Cancelled (or an exception thrown in) after the bytes
+                # came, before this call resumed: they are kept for the
+                # next receive; before, the receive is cancelled in the
+                # kernel (whatever it took then is kept too).
+                if not fut.done():
+                    fut.cancel()
+                elif not fut.cancelled() and fut.exception() is None:
                     self._proactor.keep_received(sock, fut.result())
                 raise
         finally:
-            waiters = turns.pop(sock, None)
+            waiters = turns.pop(key, None)
             if waiters:
-                _sock_turns.hand_on(turns, sock, waiters)
+                _sock_turns.hand_on(turns, key, waiters)
 
     async def sock_recv_into(self, sock, buf):
         self._check_receiving_sock(sock)
         target = _writable_bytes(buf)  # refused before waiting for a turn
-        turns = self._receive_turns
-        if sock in turns:
-            await _sock_turns.wait(turns, self, sock)
+        turns, key = self._receive_turns, id(sock)
+        if key in turns:
+            await _sock_turns.wait(turns, self, key)
         else:
-            turns[sock] = None
+            turns[key] = None
         try:
             fut = self._proactor.recv_into(sock, target)
             try:
                 return await fut
-            except exceptions.CancelledError:
+            except BaseException:
                 # As in sock_recv: the bytes the kernel wrote into ``buf`` are
                 # copied and kept for the next receive.
-                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                if not fut.done():
+                    fut.cancel()
+                elif not fut.cancelled() and fut.exception() is None:
                     self._proactor.keep_received(sock, bytes(memoryview(buf).cast("B")[: fut.result()]))
                 raise
         finally:
-            waiters = turns.pop(sock, None)
+            waiters = turns.pop(key, None)
             if waiters:
-                _sock_turns.hand_on(turns, sock, waiters)
+                _sock_turns.hand_on(turns, key, waiters)
 
     async def sock_recvfrom(self, sock, bufsize):
         self._check_receiving_sock(sock)
@@ -1609,10 +1615,13 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         fut = self._proactor.recvfrom(sock, bufsize)
         try:
             return await fut
-        except exceptions.CancelledError:
-            # Cancelled after the datagram came, before this call resumed:
-            # it is kept for the next receive, ahead of any kept since.
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
+        except BaseException:
+            # Cancelled (or an exception thrown in) after the datagram came,
+            # before this call resumed: it is kept for the next receive,
+            # ahead of any kept since; before, the receive is cancelled.
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled() and fut.exception() is None:
                 self._proactor.keep_datagram(sock, fut.result(), first=True)
             raise
 
@@ -1626,32 +1635,34 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         fut = self._proactor.recvfrom_into(sock, buf, nbytes)
         try:
             return await fut
-        except exceptions.CancelledError:
+        except BaseException:
             # As in sock_recvfrom: the datagram written into ``buf`` is
             # copied and kept.
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled() and fut.exception() is None:
                 n, addr = fut.result()
                 self._proactor.keep_datagram(sock, (bytes(memoryview(buf).cast("B")[:n]), addr), first=True)
             raise
 
     async def sock_sendall(self, sock, data):
         self._check_sock(sock)
-        turns = self._send_turns
-        if sock in turns:
-            await _sock_turns.wait(turns, self, sock)
-            fut = self._proactor.send(sock, data)
+        turns, key = self._send_turns, id(sock)
+        if key in turns:
+            await _sock_turns.wait(turns, self, key)
+            fut = None
         else:
             fut = self._proactor.send(sock, data)
             if fut.done():  # all sent at once (or failed): no turn taken
                 await fut
                 return
-            turns[sock] = None
+            turns[key] = None
         try:
-            await fut
+            await (self._proactor.send(sock, data) if fut is None else fut)
         finally:
-            waiters = turns.pop(sock, None)
+            waiters = turns.pop(key, None)
             if waiters:
-                _sock_turns.hand_on(turns, sock, waiters)
+                _sock_turns.hand_on(turns, key, waiters)
 
     async def sock_sendto(self, sock, data, address):
         self._check_sock(sock)
@@ -2330,6 +2341,12 @@ class _EpollSocketTransport(selector_events._SelectorSocketTransport):
 _SELECTOR_LOOP = asyncio.SelectorEventLoop
 
 
+def _wake(readable: asyncio.Future) -> None:
+    """Resolves the wait for readiness ``readable``, unless it was cancelled."""
+    if not readable.done():
+        readable.set_result(None)
+
+
 class EpollEventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop (epoll): the fallback where io_uring is unavailable."""
 
@@ -2350,6 +2367,7 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         )
         self._receive_turns: _sock_turns.Turns = {}
         self._send_turns: _sock_turns.Turns = {}
+        self._accept_turns: _sock_turns.Turns = {}
 
     def run_forever(self) -> None:
         """Runs until :meth:`stop`, holding Python's wake-up descriptor
@@ -2357,30 +2375,75 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         with _holding_wakeup_fd(self):
             super().run_forever()
 
-    # asyncio's socket calls, each in its socket's turn (see _sock_turns):
+    # The socket calls, each in its socket's turn (see _sock_turns):
     # asyncio's own keep one reader and one writer per descriptor, so a
-    # second call in flight would leave the first waiting for ever. Each
-    # returns the coroutine that takes the turn (one frame, not two), and
-    # names asyncio's method by its class (Python 3.11's super() costs
-    # more than the rest of the turn).
+    # second call in flight would leave the first waiting for ever. A
+    # receive is made here, in its caller's task, once the socket is
+    # readable: asyncio's makes it in the readiness callback, and a task
+    # cancelled after that, before it resumed, loses the bytes. A send is
+    # asyncio's, named by its class (Python 3.11's super() costs more than
+    # the rest of the turn); each returns the coroutine that takes the turn.
+
+    async def _receive(self, sock: socket.socket, receive: Callable[..., Any], *args: Any) -> Any:
+        """``receive(*args)`` (``sock.recv`` and its kin) in ``sock``'s
+        turn: at once if the socket holds something, else once it is
+        readable, in this task, so that a cancellation takes nothing."""
+        base_events._check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError("the socket must be non-blocking")
+        turns, key = self._receive_turns, id(sock)
+        if key in turns:
+            await _sock_turns.wait(turns, self, key)
+        else:
+            turns[key] = None
+        try:
+            while True:
+                try:
+                    return receive(*args)
+                except (BlockingIOError, InterruptedError):
+                    pass
+                fd = sock.fileno()
+                self._ensure_fd_no_transport(fd)
+                readable = self.create_future()
+                self._add_reader(fd, _wake, readable)
+                try:
+                    await readable
+                finally:
+                    self._remove_reader(fd)
+        finally:
+            waiters = turns.pop(key, None)
+            if waiters:
+                _sock_turns.hand_on(turns, key, waiters)
 
     def sock_recv(self, sock, n):  # type: ignore[no-untyped-def]
-        return _sock_turns.run(self._receive_turns, self, sock, _SELECTOR_LOOP.sock_recv, self, sock, n)
+        return self._receive(sock, sock.recv, n)
 
     def sock_recv_into(self, sock, buf):  # type: ignore[no-untyped-def]
-        return _sock_turns.run(self._receive_turns, self, sock, _SELECTOR_LOOP.sock_recv_into, self, sock, buf)
+        return self._receive(sock, sock.recv_into, buf)
 
-    def sock_sendall(self, sock, data):  # type: ignore[no-untyped-def]
-        return _sock_turns.run(self._send_turns, self, sock, _SELECTOR_LOOP.sock_sendall, self, sock, data)
+    async def sock_sendall(self, sock, data):  # type: ignore[no-untyped-def]
+        """asyncio's, in ``sock``'s turn; with nobody holding it, what the
+        socket takes at once is sent here, and only a rest takes the turn."""
+        if id(sock) not in self._send_turns:
+            base_events._check_ssl_socket(sock)
+            if self._debug and sock.gettimeout() != 0:
+                raise ValueError("the socket must be non-blocking")
+            try:
+                sent = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            if sent == (len(data) if type(data) is bytes else memoryview(data).nbytes):
+                return
+            data = memoryview(data).cast("B")[sent:]
+        await _sock_turns.run(self._send_turns, self, sock, _SELECTOR_LOOP.sock_sendall, self, sock, data)
 
-    if sys.version_info >= (3, 11):  # (asyncio's selector loop has them from 3.11)
+    def sock_recvfrom(self, sock, bufsize):  # type: ignore[no-untyped-def]
+        return self._receive(sock, sock.recvfrom, bufsize)
 
-        def sock_recvfrom(self, sock, bufsize):  # type: ignore[no-untyped-def]
-            return _sock_turns.run(self._receive_turns, self, sock, _SELECTOR_LOOP.sock_recvfrom, self, sock, bufsize)
+    def sock_recvfrom_into(self, sock, buf, nbytes=0):  # type: ignore[no-untyped-def]
+        return self._receive(sock, sock.recvfrom_into, buf, nbytes or len(buf))
 
-        def sock_recvfrom_into(self, sock, buf, nbytes=0):  # type: ignore[no-untyped-def]
-            call = _SELECTOR_LOOP.sock_recvfrom_into
-            return _sock_turns.run(self._receive_turns, self, sock, call, self, sock, buf, nbytes)
+    if sys.version_info >= (3, 11):  # (asyncio's selector loop has it from 3.11)
 
         def sock_sendto(self, sock, data, address):  # type: ignore[no-untyped-def]
             return _sock_turns.run(self._send_turns, self, sock, _SELECTOR_LOOP.sock_sendto, self, sock, data, address)
@@ -2452,6 +2515,11 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         base_events._check_ssl_socket(sock)
         if self._debug and sock.gettimeout() != 0:
             raise ValueError("the socket must be non-blocking")
+        return await _sock_turns.run(self._accept_turns, self, sock, self._accept_in_turn, sock)
+
+    async def _accept_in_turn(self, sock: socket.socket) -> Any:
+        """:meth:`sock_accept` in ``sock``'s turn: asyncio's one reader per
+        descriptor would leave the first of two accepts waiting for ever."""
         kept = self._kept_conns.get(sock)
         if kept and sock.fileno() == -1:
             # The listener is closed: its kept connections are closed, as

@@ -15,86 +15,100 @@ blockio's loops (both backends) instead give each socket one turn per
 direction: a receive (``sock_recv``, ``sock_recv_into``, ``sock_recvfrom``,
 ``sock_recvfrom_into``) starts only once the receives called before it on
 the same socket object have ended, and a send (``sock_sendall``,
-``sock_sendto``) once the sends before it have. So the first call gets the
+``sock_sendto``) once the sends before it have; on the epoll fallback an
+accept (``sock_accept``) likewise, where asyncio's one reader per
+descriptor would leave the first of two waiting for ever. So the first call gets the
 first bytes, and each ``sock_sendall``'s bytes go out whole, in the order of
 the calls. A call cancelled while it waits for its turn takes nothing; one
 cancelled after its turn came hands the turn on (and a receive cancelled
 after its bytes came keeps them for the next, as before).
 
 The cost when no other call is in flight is one dictionary insertion and
-one removal per call. ``sock_sendfile`` and ``sock_accept`` take no turn:
-the fallback of ``sock_sendfile`` is made of ``sock_sendall`` calls, and
-accepts on one listener are independent of each other.
+one removal per call. ``sock_sendfile`` takes no turn (its fallback is made
+of ``sock_sendall`` calls, which take theirs): its bytes and those of a
+``sock_sendall`` in flight at once on the socket may interleave. Accepts on
+io_uring take none: each is an accept of its own in the kernel, and none
+can take another's connection.
+
+Turns are kept by the socket object's identity (``id``, which no other
+object takes while a call holds the socket), so that a socket class that
+defines ``__eq__`` without ``__hash__`` works too. Cancelling one of many
+waiters costs a constant time (they are an ordered dictionary). A loop
+closed with calls waiting for their turn hands the turn to none of them.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
-import socket
-from typing import Any, Awaitable, Callable, Deque, Dict, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Dict, Optional, TypeVar
 
 T = TypeVar("T")
 
+#: The calls of one direction in flight, keyed by the socket object's
+#: ``id``: a key while a call holds that socket's turn, with ``None`` (or
+#: no waiter) while nobody waits, else the waiters' futures in the order of
+#: their calls (as the keys of an ordered dictionary: removing a cancelled
+#: one costs no scan). A call takes its turn
+#: with ``if key in turns: await wait(turns, loop, key)`` else ``turns[key]
+#: = None`` (a plain dictionary, so that taking a turn nobody holds, the
+#: common case, costs one insertion), and ends it with :func:`leave`
+#: (inline: ``waiters = turns.pop(key, None)``, then :func:`hand_on` if
+#: any), whatever happens.
+Turns = Dict[int, Optional["collections.OrderedDict[Any, None]"]]
 
-#: The calls of one direction in flight, per socket object: a socket is a
-#: key while a call holds its turn, with ``None`` (or an empty deque) while
-#: nobody waits, else the waiters' futures in the order of their calls. A
-#: call takes its turn with ``if sock in turns: await wait(turns, loop,
-#: sock)`` else ``turns[sock] = None`` (a plain dictionary, so that taking a
-#: turn nobody holds, the common case, costs one insertion), and ends it
-#: with :func:`leave` (inline: ``waiters = turns.pop(sock, None)``, then
-#: :func:`hand_on` if any), whatever happens.
-Turns = Dict[socket.socket, Optional[Deque[Any]]]
 
-
-async def wait(turns: Turns, loop: Any, sock: socket.socket) -> None:
-    """Returns once ``sock``'s turn, held by another call, is the caller's
-    (who then ends it whatever happens next). Cancelled, it holds nothing:
-    a turn handed to it meanwhile goes on."""
-    queue = turns[sock]
-    if queue is None:
-        queue = turns[sock] = collections.deque()
+async def wait(turns: Turns, loop: Any, key: int) -> None:
+    """Returns once the turn of socket ``key``, held by another call, is the
+    caller's (who then ends it whatever happens next). Cancelled (or an
+    exception thrown in), it holds nothing: a turn handed to it meanwhile
+    goes on."""
+    waiters = turns[key]
+    if waiters is None:
+        waiters = turns[key] = collections.OrderedDict()
     waiter = loop.create_future()
-    queue.append(waiter)
+    waiters[waiter] = None
     try:
         await waiter
-    except BaseException:  # cancelled, or an exception thrown in
+    except BaseException:
         if waiter.done() and not waiter.cancelled():
-            leave(turns, sock)  # handed the turn, which goes on to the next
+            leave(turns, key)  # handed the turn, which goes on to the next
         else:
-            waiter.cancel()
-            # (a caller retrying with timeouts leaves no trail)
-            with contextlib.suppress(ValueError):
-                queue.remove(waiter)
+            # Not handed the turn: it is not asked for any more (and a
+            # caller retrying with timeouts leaves no trail).
+            waiters.pop(waiter, None)
         raise
 
 
-async def run(turns: Turns, loop: Any, sock: socket.socket, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+async def run(turns: Turns, loop: Any, sock: Any, call: Callable[..., Awaitable[T]], *args: Any) -> T:
     """Awaits ``call(*args)`` in ``sock``'s turn."""
-    if sock in turns:
-        await wait(turns, loop, sock)
+    key = id(sock)
+    if key in turns:
+        await wait(turns, loop, key)
     else:
-        turns[sock] = None
+        turns[key] = None
     try:
         return await call(*args)
     finally:
-        leave(turns, sock)
+        leave(turns, key)
 
 
-def leave(turns: Turns, sock: socket.socket) -> None:
-    """Ends the caller's turn on ``sock``."""
-    waiters = turns.pop(sock, None)
+def leave(turns: Turns, key: int) -> None:
+    """Ends the caller's turn on socket ``key``."""
+    waiters = turns.pop(key, None)
     if waiters:
-        hand_on(turns, sock, waiters)
+        hand_on(turns, key, waiters)
 
 
-def hand_on(turns: Turns, sock: socket.socket, waiters: Deque[Any]) -> None:
-    """Hands the turn on ``sock`` that ended to the first of ``waiters``
-    still waiting, if any."""
+def hand_on(turns: Turns, key: int, waiters: "collections.OrderedDict[Any, None]") -> None:
+    """Hands the turn on socket ``key`` that ended to the first of
+    ``waiters`` still waiting, if any (none once their loop is closed:
+    nothing would run them)."""
     while waiters:
-        waiter = waiters.popleft()
-        if not waiter.done():
-            waiter.set_result(None)
-            turns[sock] = waiters
+        waiter, _ = waiters.popitem(last=False)
+        if waiter.done():
+            continue
+        if waiter.get_loop().is_closed():
             return
+        waiter.set_result(None)
+        turns[key] = waiters
+        return

@@ -11,7 +11,11 @@ blockio's loop to the order of the calls, which neither gives."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import gc
 import socket
+import sys
+import warnings
 
 import pytest
 
@@ -183,7 +187,7 @@ def test_receives_cancelled_behind_a_long_one_leave_no_trail(loop):
             behind.cancel()
             await await_until(behind.done, "the cancelled receive ends")
         # Nothing is left waiting behind the first receive.
-        assert not loop._receive_turns[a]
+        assert not loop._receive_turns[id(a)]
         b.send(b"one")
         one = await asyncio.wait_for(first, DEADLINE)
         b.send(b"two")
@@ -191,6 +195,183 @@ def test_receives_cancelled_behind_a_long_one_leave_no_trail(loop):
 
     assert loop.run_until_complete(main()) == (b"one", b"two")
     # Every turn was given back.
-    assert a not in loop._receive_turns
+    assert id(a) not in loop._receive_turns
     a.close()
     b.close()
+
+
+def test_a_send_that_fails_once_its_turn_came_hands_the_turn_on(loop):
+    a, b = _pair()
+    size = 4 << 20
+
+    async def main():
+        first = loop.create_task(loop.sock_sendall(a, b"A" * size))
+        await _settle()
+        assert not first.done()  # the socket is full: the turn is held
+        failing = loop.create_task(loop.sock_sendall(a, "not bytes"))
+        await _settle()
+        got = bytearray()
+        while len(got) < size:
+            got.extend(await asyncio.wait_for(loop.sock_recv(b, 1 << 20), DEADLINE))
+        await first
+        with pytest.raises(TypeError):
+            await failing
+        await asyncio.wait_for(loop.sock_sendall(a, b"after"), DEADLINE)
+        while len(got) < size + 5:
+            got.extend(await asyncio.wait_for(loop.sock_recv(b, 1 << 20), DEADLINE))
+        return bytes(got)
+
+    assert loop.run_until_complete(main()) == b"A" * size + b"after"
+    a.close()
+    b.close()
+
+
+def test_a_send_on_a_closed_socket_raises_asyncios_error(loop):
+    def outcome(lp):
+        a, b = _pair()
+        a.close()
+
+        async def main():
+            with pytest.raises(OSError) as e:
+                await lp.sock_sendall(a, b"x")
+            return e.value.errno
+
+        try:
+            return lp.run_until_complete(main())
+        finally:
+            b.close()
+
+    reference = asyncio.new_event_loop()
+    try:
+        expected = outcome(reference)
+    finally:
+        reference.close()
+    assert expected == errno.EBADF
+    assert outcome(loop) == expected
+    # The loop is whole afterwards: it runs, and closes.
+    assert loop.run_until_complete(asyncio.sleep(0, "ran")) == "ran"
+
+
+def test_a_receive_cancelled_as_its_bytes_come_loses_none(loop):
+    a, b = _pair()
+    landed = []
+
+    async def main():
+        task = loop.create_task(loop.sock_recv(a, 100))
+        await _settle()
+
+        def cancel_once_woken():
+            # Runs every turn, ahead of what that turn's wait queues: once
+            # the receive's wait is answered, the task is cancelled before
+            # it resumes.
+            waiter = task._fut_waiter
+            if waiter is not None and waiter.done():
+                landed.append(task.cancel())
+            elif not task.done():
+                loop.call_soon(cancel_once_woken)
+
+        b.send(b"first")
+        loop.call_soon(cancel_once_woken)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        b.send(b" second")
+        got = b""
+        while len(got) < len(b"first second"):
+            got += await asyncio.wait_for(loop.sock_recv(a, 100), DEADLINE)
+        return got
+
+    assert loop.run_until_complete(main()) == b"first second"
+    assert landed == [True]
+    a.close()
+    b.close()
+
+
+def test_an_exception_thrown_into_a_waiting_receive_leaves_the_next_bytes(loop):
+    a, b = _pair()
+
+    async def main():
+        receive = loop.sock_recv(a, 100)
+        receive.send(None)  # (now waiting)
+        with pytest.raises(KeyboardInterrupt):
+            receive.throw(KeyboardInterrupt)
+        await _settle()
+        b.send(b"next")
+        return await asyncio.wait_for(loop.sock_recv(a, 100), DEADLINE)
+
+    assert loop.run_until_complete(main()) == b"next"
+    a.close()
+    b.close()
+
+
+def test_a_loop_closed_with_calls_waiting_for_their_turn_reports_no_error(loop, monkeypatch):
+    a, b = _pair()
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    async def main():
+        tasks = [loop.create_task(loop.sock_recv(a, 100)) for _ in range(4)]
+        await _settle()
+        return tasks
+
+    tasks = loop.run_until_complete(main())
+    assert not any(t.done() for t in tasks)
+    loop.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        del tasks
+        gc.collect()
+    assert [u.exc_value for u in unraisable] == []
+    a.close()
+    b.close()
+
+
+class _Unhashable(socket.socket):
+    def __eq__(self, other):
+        return self is other  # (and so no __hash__)
+
+
+def test_a_socket_class_without_hash_takes_turns(loop):
+    a = _Unhashable(socket.AF_UNIX, socket.SOCK_STREAM)
+    b = _Unhashable(socket.AF_UNIX, socket.SOCK_STREAM)
+    a.close()
+    b.close()
+    x, y = socket.socketpair()
+    a = _Unhashable(fileno=x.detach())
+    b = _Unhashable(fileno=y.detach())
+    a.setblocking(False)
+    b.setblocking(False)
+
+    async def main():
+        first = loop.create_task(loop.sock_recv(a, 100))
+        await _settle()
+        await loop.sock_sendall(b, b"one")
+        return await asyncio.wait_for(first, DEADLINE)
+
+    assert loop.run_until_complete(main()) == b"one"
+    a.close()
+    b.close()
+
+
+def test_two_accepts_in_flight_each_get_a_connection(loop):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0blockio-two-accepts-%d" % id(loop))
+    listener.listen()
+    listener.setblocking(False)
+
+    async def main():
+        accepts = [loop.create_task(loop.sock_accept(listener)) for _ in range(2)]
+        await _settle()
+        clients = []
+        for _ in range(2):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(listener.getsockname())
+            clients.append(c)
+        done = await asyncio.wait_for(asyncio.gather(*accepts), DEADLINE)
+        for conn, _ in done:
+            conn.close()
+        for c in clients:
+            c.close()
+        return len(done)
+
+    assert loop.run_until_complete(main()) == 2
+    listener.close()

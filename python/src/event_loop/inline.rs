@@ -12,6 +12,19 @@ use rustix::net::{RecvFlags, SendFlags};
 
 use super::ops::AddrSlot;
 
+/// `fd` borrowed for one call, or `EBADF` for -1, the number of a closed
+/// socket object (`socket.fileno()` after `close()`), which a
+/// `BorrowedFd` cannot hold.
+pub(crate) fn borrow<'a>(fd: RawFd) -> io::Result<BorrowedFd<'a>> {
+    if fd == -1 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: not -1, the one value `BorrowedFd` refuses; what the number
+    // names is the caller's to say (each caller's comment), and a number
+    // closed meanwhile makes the call fail with `EBADF`.
+    Ok(unsafe { BorrowedFd::borrow_raw(fd) })
+}
+
 /// Writes what `fd` takes of `data` now; 0 when it would block (or cannot
 /// say without blocking). Other errors are the caller's (`EPIPE`...).
 pub(crate) fn write_inline(fd: RawFd, data: &[u8], socket: bool) -> io::Result<usize> {
@@ -19,9 +32,9 @@ pub(crate) fn write_inline(fd: RawFd, data: &[u8], socket: bool) -> io::Result<u
         return Ok(0);
     }
     if socket {
-        // SAFETY: the caller's descriptor, borrowed for this one call; if it
-        // was closed meanwhile the send fails with EBADF, reported as such.
-        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        // (The caller's descriptor, borrowed for this one call; if it was
+        // closed meanwhile the send fails with EBADF, reported as such.)
+        let borrowed = borrow(fd)?;
         return match rustix::net::send(borrowed, data, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
             Ok(n) => Ok(n),
             Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => Ok(0),
@@ -54,8 +67,8 @@ pub(crate) fn write_inline(fd: RawFd, data: &[u8], socket: bool) -> io::Result<u
 
 /// `write(2)` on `fd` if it is `O_NONBLOCK`; 0 if it is not or would block.
 fn write_if_nonblocking(fd: RawFd, data: &[u8]) -> io::Result<usize> {
-    // SAFETY: the caller's descriptor, borrowed for these two calls.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    // (The caller's descriptor, borrowed for these two calls.)
+    let borrowed = borrow(fd)?;
     if !rustix::fs::fcntl_getfl(borrowed)?.contains(rustix::fs::OFlags::NONBLOCK) {
         return Ok(0);
     }
@@ -70,10 +83,10 @@ fn write_if_nonblocking(fd: RawFd, data: &[u8]) -> io::Result<usize> {
 /// when it would block (a readiness that another reader took first),
 /// `Ok(Some(0))` at end of stream.
 pub(crate) fn recv_inline(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
-    // SAFETY: the caller's descriptor, borrowed for this one call; the
-    // proactor holds the socket open until the receive's completion is
-    // dispatched, so the number still names that socket.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    // (The caller's descriptor, borrowed for this one call; the proactor
+    // holds the socket open until the receive's completion is dispatched,
+    // so the number still names that socket.)
+    let borrowed = borrow(fd)?;
     loop {
         return match rustix::net::recv(borrowed, &mut *buf, RecvFlags::DONTWAIT) {
             Ok((n, _)) => Ok(Some(n)),

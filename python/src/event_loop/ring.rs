@@ -1847,9 +1847,9 @@ impl State {
 
 /// A new descriptor for the file `fd` names now (`F_DUPFD_CLOEXEC`).
 fn own_duplicate(fd: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: the caller's descriptor, borrowed for this one call; if it
-    // was closed meanwhile the duplicate fails with EBADF, reported as such.
-    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    // (The caller's descriptor, borrowed for this one call; if it was
+    // closed meanwhile the duplicate fails with EBADF, reported as such.)
+    let borrowed = super::inline::borrow(fd)?;
     Ok(rustix::io::fcntl_dupfd_cloexec(borrowed, 0)?)
 }
 
