@@ -27,10 +27,11 @@
 //! 5. the callbacks ready when step 5 began run, in order, a cancelled
 //!    one skipped; what they schedule runs in the next turn.
 //!
-//! A handle whose class's `_run` is asyncio's own `Handle._run` (looked
-//! up on each handle, so that one a tool replaced is called instead) runs as
-//! `Handle._run` would: `handle._context.run(callback, *args)` called
-//! from here; an exception other than `SystemExit` and
+//! A handle whose `_run` is asyncio's own `Handle._run` (asked for each
+//! handle, the answer kept per class under its version tag: `own_run`;
+//! so one a tool replaced, even after the loop ran, is called instead)
+//! runs as `Handle._run` would: `handle._context.run(callback, *args)`
+//! called from here; an exception other than `SystemExit` and
 //! `KeyboardInterrupt` (which propagate, the rest of `_ready` left for
 //! the next turn) goes to `handle._loop.call_exception_handler` with
 //! `Handle._run`'s context (`message` "Exception in callback ...",
@@ -60,6 +61,7 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use super::own_run::OwnRun;
 use super::select::select_batch;
 use super::vcall::call_in_place;
 
@@ -71,10 +73,10 @@ struct Asyncio {
     heapify: PyObject,
     /// `asyncio.events.Handle._run`, if it was asyncio's own when first
     /// looked up (its code compiled from `asyncio/events.py`; a tool may
-    /// have replaced it before the first turn): a handle whose class has
-    /// this one runs from here, any other through its `_run`. None: every
-    /// handle runs through its `_run`.
-    handle_run: Option<PyObject>,
+    /// have replaced it before the first turn), and whether a handle's
+    /// `_run` is that one: such a handle runs from here, any other
+    /// through its `_run`.
+    own_run: OwnRun,
     /// `asyncio.events.Handle`
     handle_class: PyObject,
     /// `Handle`'s slots `_cancelled`, `_args`, `_context`, `_callback`
@@ -214,10 +216,10 @@ impl Asyncio {
             Ok(Asyncio {
                 heappop: heapq.getattr("heappop")?.unbind(),
                 heapify: heapq.getattr("heapify")?.unbind(),
-                handle_run: {
+                own_run: OwnRun::new({
                     let run = events.getattr("Handle")?.getattr("_run")?;
                     compiled_in(&run, &events, "_run")?.then(|| run.unbind())
-                },
+                }),
                 handle_class: events.getattr("Handle")?.unbind(),
                 slots: [
                     Slot::of(&events, "Handle", "_cancelled")?,
@@ -533,17 +535,10 @@ fn run_handle(
     exact: bool,
     handle: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    // (looked up on every handle, not assumed from its class: a tool that
+    // (asked for every handle, not assumed from its class: a tool that
     // replaces `Handle._run`, as slow-callback loggers do, sees every
     // callback run through its own)
-    let own = match &asyncio.handle_run {
-        Some(run) => handle
-            .get_type()
-            .getattr(intern!(py, "_run"))?
-            .is(run.bind(py)),
-        None => false,
-    };
-    if !own {
+    if !asyncio.own_run.of(handle) {
         handle.call_method0(intern!(py, "_run"))?;
         return Ok(());
     }
