@@ -61,6 +61,7 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use super::attrs::Attrs as Loop;
 use super::own_run::OwnRun;
 use super::select::select_batch;
 use super::vcall::call_in_place;
@@ -288,34 +289,6 @@ pub(crate) fn run_turn(
     }
     move_due_timers(py, asyncio, event_loop, &clock)?;
     run_ready(py, asyncio, event_loop)
-}
-
-/// An event loop and its instance dictionary, where asyncio keeps what a
-/// turn reads (`_ready`, `_scheduled`, `_stopping`, ...): read there
-/// first, without a lookup through the loop's class and its long MRO
-/// (none of those names is a descriptor of asyncio's classes), else as
-/// an attribute.
-struct Loop<'a, 'py> {
-    obj: &'a Bound<'py, PyAny>,
-    dict: Bound<'py, PyDict>,
-}
-
-impl<'a, 'py> Loop<'a, 'py> {
-    fn of(obj: &'a Bound<'py, PyAny>) -> PyResult<Self> {
-        // (an event loop has a `__dict__`: asyncio's classes have no slots)
-        let dict = obj
-            .getattr(intern!(obj.py(), "__dict__"))?
-            .downcast_into::<PyDict>()?;
-        Ok(Loop { obj, dict })
-    }
-
-    /// The loop's attribute `name`.
-    fn get(&self, name: &Bound<'py, pyo3::types::PyString>) -> PyResult<Bound<'py, PyAny>> {
-        match self.dict.get_item(name)? {
-            Some(value) => Ok(value),
-            None => self.obj.getattr(name),
-        }
-    }
 }
 
 /// The loop's clock: read here when the loop's `time` is asyncio's own.
