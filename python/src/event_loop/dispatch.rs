@@ -28,7 +28,6 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PySet, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
-use super::attrs::Attrs;
 use super::ops::Owner;
 use super::ring::{Done, LoopRing};
 use super::vcall::call_in_place;
@@ -369,18 +368,16 @@ struct Tables<'py> {
 impl<'py> Tables<'py> {
     fn of(proactor: &Bound<'py, PyAny>) -> PyResult<Self> {
         let py = proactor.py();
-        // (read from the proactor's instance dictionary: `attrs`)
-        let attrs = Attrs::of(proactor)?;
         let dict = |name: &Bound<'py, pyo3::types::PyString>| -> PyResult<Bound<'py, PyDict>> {
-            Ok(attrs.get(name)?.downcast_into::<PyDict>()?)
+            Ok(proactor.getattr(name)?.downcast_into::<PyDict>()?)
         };
         Ok(Tables {
             ops: dict(intern!(py, "_ops"))?,
             held: dict(intern!(py, "_held"))?,
-            redirected: attrs
-                .get(intern!(py, "_redirected"))?
+            redirected: proactor
+                .getattr(intern!(py, "_redirected"))?
                 .downcast_into::<PySet>()?,
-            direct: attrs.get(intern!(py, "_direct"))?.is_truthy()?,
+            direct: proactor.getattr(intern!(py, "_direct"))?.is_truthy()?,
         })
     }
 

@@ -82,9 +82,8 @@
 //! (operations submitted through it keep the credentials from before a
 //! `setuid`).
 //!
-//! Modules: `ring` (the Python class), `attrs` (an object's attributes
-//! read from its instance dictionary), `ops` (one operation in flight
-//! and its submission entry), `files` (the registered-file table that holds
+//! Modules: `ring` (the Python class), `ops` (one operation in flight and
+//! its submission entry), `files` (the registered-file table that holds
 //! a large read's file without a descriptor, which keeps the process's
 //! POSIX record locks), `inline` (the write tried before the ring),
 //! `dispatch` (a completion batch dispatched to the proactor, and a socket
@@ -97,7 +96,6 @@
 //! `loop.sendfile` of a cached range, in one native call), `vcall` (a
 //! Python call with its arguments in place).
 
-mod attrs;
 mod dispatch;
 mod files;
 mod inline;

@@ -19,7 +19,6 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySet};
 
-use super::attrs::Attrs;
 use super::dispatch::dispatch_batch;
 use super::ring::LoopRing;
 
@@ -35,17 +34,15 @@ pub(crate) fn select_batch(
     proactor: &Bound<'_, PyAny>,
     timeout: Option<f64>,
 ) -> PyResult<()> {
-    // (read from the proactor's instance dictionary: `attrs`)
-    let attrs = Attrs::of(proactor)?;
-    if attrs
-        .get(intern!(py, "_kept_conns"))?
+    if proactor
+        .getattr(intern!(py, "_kept_conns"))?
         .downcast::<PyDict>()?
         .len()
         > 0
     {
         proactor.call_method0(intern!(py, "_drop_conns_of_closed_listeners"))?;
     }
-    let before = attrs.get(intern!(py, "_before_wait"))?;
+    let before = proactor.getattr(intern!(py, "_before_wait"))?;
     let before = before.downcast::<PyList>()?;
     if !before.is_empty() {
         // (as Python's `for arm in list: arm()`: an arm that queues
@@ -57,12 +54,12 @@ pub(crate) fn select_batch(
         }
         before.del_slice(0, before.len())?;
     }
-    let sent = attrs.get(intern!(py, "_sent"))?;
+    let sent = proactor.getattr(intern!(py, "_sent"))?;
     let sent = sent.downcast::<PySet>()?;
     if !sent.is_empty() {
         sent.clear();
     }
-    let ring = attrs.get(intern!(py, "_ring"))?;
+    let ring = proactor.getattr(intern!(py, "_ring"))?;
     let ring = ring.downcast::<LoopRing>()?;
     // (no wait while completions are left from a dispatch an exception
     // interrupted: they go first; see LoopRing.fill)
@@ -84,17 +81,18 @@ pub(crate) fn select_batch(
     // Python callback, would lose it: the wake-up socket's receive, whose
     // byte the signal itself sent, then never answers again.)
     py.check_signals()?;
-    let owner = attrs.get(intern!(py, "_loop"))?;
-    let direct = Attrs::of(&owner)?.get(intern!(py, "_ready"))?.len()? == 0;
-    // (set only when it changes: in a loop of one callback per turn it
-    // stays false, and a generic `setattr` looks the name up through the
-    // class first)
+    let direct = proactor
+        .getattr(intern!(py, "_loop"))?
+        .getattr(intern!(py, "_ready"))?
+        .len()?
+        == 0;
+    // (set only when it changes: with a callback queued in every turn it
+    // stays false, and a `setattr` costs more than the read)
     let name = intern!(py, "_direct");
-    let same = match attrs.dict.get_item(name)? {
-        Some(was) => was.is(&*pyo3::types::PyBool::new(py, direct)),
-        None => false,
-    };
-    if !same {
+    if !proactor
+        .getattr(name)?
+        .is(&*pyo3::types::PyBool::new(py, direct))
+    {
         proactor.setattr(name, direct)?;
     }
     dispatch_batch(py, proactor, ring)

@@ -61,7 +61,6 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::attrs::Attrs as Loop;
 use super::own_run::OwnRun;
 use super::select::select_batch;
 use super::vcall::call_in_place;
@@ -92,6 +91,8 @@ struct Asyncio {
     /// `asyncio.base_events.BaseEventLoop.time`: a loop whose `time` is
     /// this one has its clock read here.
     base_time: PyObject,
+    /// `types.MethodType`, the type of a bound method.
+    method_type: PyObject,
     /// `contextvars.Context.run`, called with the context first.
     context_run: PyObject,
     /// `asyncio.format_helpers._format_callback_source`
@@ -231,6 +232,7 @@ impl Asyncio {
                 when: Slot::of(&events, "TimerHandle", "_when")?,
                 timer_class: events.getattr("TimerHandle")?.unbind(),
                 base_time: base.getattr("BaseEventLoop")?.getattr("time")?.unbind(),
+                method_type: py.import("types")?.getattr("MethodType")?.unbind(),
                 context_run: py
                     .import("contextvars")?
                     .getattr("Context")?
@@ -266,7 +268,8 @@ pub(crate) fn run_turn(
     proactor: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let asyncio = Asyncio::get(py)?;
-    let event_loop = &Loop::of(event_loop)?;
+    // (from the io_uring loop's dictionary, which it has anyway: see `Loop`)
+    let event_loop = &Loop::of(event_loop, proactor.is_some())?;
     let clock = Clock::of(py, asyncio, event_loop)?;
     sweep_cancelled(py, asyncio, event_loop)?;
     let timeout = timeout(py, asyncio, event_loop, &clock)?;
@@ -291,6 +294,51 @@ pub(crate) fn run_turn(
     run_ready(py, asyncio, event_loop)
 }
 
+/// An event loop, whose attributes a turn reads (`_ready`,
+/// `_scheduled`, `_stopping`, ...), from its instance dictionary when it
+/// is given one, else by generic attribute lookup.
+///
+/// From Python 3.11 an instance keeps its attributes in an array laid out
+/// by its class (at most 30 names per class on 3.11), which the
+/// interpreter's specialised attribute loads index directly, until its
+/// `__dict__` is asked for: from then on they live in that dictionary and
+/// every Python access to them (`call_soon`'s, a handle's `__init__`)
+/// costs more. The epoll loop (27 attributes) keeps that array, so its
+/// dictionary is never asked for here: reading it cost 3,800 instructions
+/// per callback more in Python with one callback per turn
+/// (`docs/benchmarks.md`). The io_uring loop (34 attributes) has its
+/// dictionary anyway, and reading from it costs less than a generic
+/// lookup through the loop's class (none of these names is a descriptor
+/// of asyncio's classes; a name not there is looked up as an attribute).
+struct Loop<'a, 'py> {
+    obj: &'a Bound<'py, PyAny>,
+    dict: Option<Bound<'py, PyDict>>,
+}
+
+impl<'a, 'py> Loop<'a, 'py> {
+    /// `obj`, its attributes read from its `__dict__` when `dict`.
+    fn of(obj: &'a Bound<'py, PyAny>, dict: bool) -> PyResult<Self> {
+        let dict = match dict {
+            true => Some(
+                obj.getattr(intern!(obj.py(), "__dict__"))?
+                    .downcast_into::<PyDict>()?,
+            ),
+            false => None,
+        };
+        Ok(Loop { obj, dict })
+    }
+
+    /// The loop's attribute `name`.
+    fn get(&self, name: &Bound<'py, pyo3::types::PyString>) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(dict) = &self.dict {
+            if let Some(value) = dict.get_item(name)? {
+                return Ok(value);
+            }
+        }
+        self.obj.getattr(name)
+    }
+}
+
 /// The loop's clock: read here when the loop's `time` is asyncio's own.
 enum Clock<'py> {
     /// `CLOCK_MONOTONIC`, what `time.monotonic()` reads.
@@ -301,13 +349,23 @@ enum Clock<'py> {
 
 impl<'py> Clock<'py> {
     fn of(py: Python<'py>, asyncio: &Asyncio, event_loop: &Loop<'_, 'py>) -> PyResult<Self> {
-        let own = event_loop
-            .obj
-            .get_type()
-            .getattr(intern!(py, "time"))?
-            .is(asyncio.base_time.bind(py));
-        let replaced = event_loop.dict.contains(intern!(py, "time"))?;
-        Ok(if own && !replaced {
+        let name = intern!(py, "time");
+        let base_time = asyncio.base_time.bind(py);
+        let own = match &event_loop.dict {
+            // (its class's `time`, unless the instance has its own)
+            Some(dict) => {
+                event_loop.obj.get_type().getattr(name)?.is(base_time) && !dict.contains(name)?
+            }
+            // (the loop's `time` as its turn would call it: asyncio's own
+            // when it is a method bound to `BaseEventLoop.time`, whichever
+            // loop it is bound to, since that reads `time.monotonic()`)
+            None => {
+                let time = event_loop.obj.getattr(name)?;
+                time.get_type().is(asyncio.method_type.bind(py))
+                    && time.getattr(intern!(py, "__func__"))?.is(base_time)
+            }
+        };
+        Ok(if own {
             Clock::Monotonic
         } else {
             Clock::Loop(event_loop.obj.clone())
