@@ -9,7 +9,11 @@ being handled), ``SystemExit`` leaving the callbacks after it queued, a
 handle whose class overrides ``_run``, a loop whose ``time`` is replaced,
 debug mode's ``_current_handle`` and slow-callback warning, a tool that
 replaces ``Handle._run`` or ``BaseEventLoop._run_once``, a timer at NaN,
-and an error while a failed callback is formatted."""
+and an error while a failed callback is formatted. What the turn keeps
+per handle class about ``_run`` must follow every change: ``Handle._run``
+replaced after handles of both classes ran, restored and replaced again;
+a subclass's own ``_run``, or one set on it, or on its base, after it
+ran; a ``_run`` set on a handle itself."""
 
 import asyncio
 import logging
@@ -357,6 +361,121 @@ def test_a_tool_replacing_the_loops_turn_runs_it(monkeypatch):
 
     results = _side_by_side(scenario)
     assert results["asyncio"] is True
+    _assert_same(results)
+
+
+def _logging(log, tag, run):
+    """A ``_run`` that logs ``tag`` and runs ``run`` (the one it replaces)."""
+
+    def logged(handle):
+        log.append(tag)
+        return run(handle)
+
+    return logged
+
+
+def test_handle_run_replaced_after_turns_then_restored_then_replaced_again_is_seen_each_time():
+    # Each change comes after handles of both classes ran, so that whatever
+    # the turn keeps about Handle and TimerHandle is from before it.
+    def scenario(loop):
+        original = asyncio.events.Handle._run
+        counts = []
+
+        try:
+            for logging_run in [False, True, False, True, False]:
+                log = []
+                asyncio.events.Handle._run = _logging(log, "logged", original) if logging_run else original
+                loop.call_soon(lambda: None)
+                loop.call_later(0, lambda: None)
+                _run_turns(loop, 2)
+                counts.append(len(log))
+        finally:
+            asyncio.events.Handle._run = original
+        return counts
+
+    results = _side_by_side(scenario)
+    zero, logged, *_ = results["asyncio"]
+    assert zero == 0 and logged >= 2
+    assert results["asyncio"] == [0, logged, 0, logged, 0]
+    _assert_same(results)
+
+
+def test_a_subclass_with_its_own_run_or_one_set_on_it_later_runs_through_it():
+    def scenario(loop):
+        log = []
+
+        class Own(asyncio.Handle):
+            __slots__ = ()
+
+            def _run(self):
+                log.append("Own._run")
+                super()._run()
+
+        class Plain(asyncio.Handle):
+            __slots__ = ()
+
+        def run(cls, what):
+            loop._ready.append(cls(log.append, (what,), loop))
+            _run_turns(loop, 1)
+
+        run(asyncio.Handle, "handle")
+        run(Own, "own")
+        run(Plain, "plain")
+        Plain._run = _logging(log, "Plain._run", asyncio.Handle._run)
+        run(Plain, "plain again")
+        del Plain._run
+        run(Plain, "plain restored")
+        return log
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == ["handle", "Own._run", "own", "plain", "Plain._run", "plain again",
+                                  "plain restored"]
+    _assert_same(results)
+
+
+def test_a_run_set_on_a_base_after_its_subclass_ran_is_seen_by_the_subclass():
+    def scenario(loop):
+        log = []
+
+        class Base(asyncio.Handle):
+            __slots__ = ()
+
+        class Sub(Base):
+            __slots__ = ()
+
+        def run(what):
+            loop._ready.append(Sub(log.append, (what,), loop))
+            _run_turns(loop, 1)
+
+        run("before")
+        Base._run = _logging(log, "Base._run", asyncio.Handle._run)
+        run("set on the base")
+        del Base._run
+        run("deleted from the base")
+        return log
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == ["before", "Base._run", "set on the base", "deleted from the base"]
+    _assert_same(results)
+
+
+def test_a_run_attribute_of_the_handle_itself_runs_in_place_of_its_classs_one():
+    # A subclass without __slots__ has instances with a __dict__, where
+    # `handle._run` finds an attribute of the instance first.
+    def scenario(loop):
+        log = []
+
+        class WithDict(asyncio.Handle):
+            pass
+
+        handle = WithDict(log.append, ("callback",), loop)
+        handle._run = lambda: log.append("instance _run")
+        loop._ready.append(handle)
+        _run_turns(loop, 1)
+        return log
+
+    results = _side_by_side(scenario)
+    assert results["asyncio"] == ["instance _run"]
     _assert_same(results)
 
 

@@ -99,8 +99,9 @@
 //! `dispatch` (a completion batch dispatched to the proactor, and a socket
 //! transport's receive armed, without Python frames), `select` (the
 //! proactor's wait: the work before it, the wait, the dispatch), `turn`
-//! (one turn of the loop, asyncio's `_run_once`), `sockaddr` (a kernel
-//! socket address as Python spells it), `write` (a socket transport's
+//! (one turn of the loop, asyncio's `_run_once`), `own_run` (whether a
+//! ready handle's `_run` is asyncio's own, kept per class), `sockaddr`
+//! (a kernel socket address as Python spells it), `write` (a socket transport's
 //! common write, without Python frames), `sendfile` (a transport's
 //! `loop.sendfile` of a cached range, in one native call), `vcall` (a
 //! Python call with its arguments in place).
@@ -109,6 +110,7 @@ mod dispatch;
 mod files;
 mod inline;
 mod ops;
+mod own_run;
 mod ring;
 mod select;
 mod sendfile;

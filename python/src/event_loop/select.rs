@@ -81,10 +81,19 @@ pub(crate) fn select_batch(
     // Python callback, would lose it: the wake-up socket's receive, whose
     // byte the signal itself sent, then never answers again.)
     py.check_signals()?;
-    let ready = proactor
+    let direct = proactor
         .getattr(intern!(py, "_loop"))?
         .getattr(intern!(py, "_ready"))?
-        .len()?;
-    proactor.setattr(intern!(py, "_direct"), ready == 0)?;
+        .len()?
+        == 0;
+    // (set only when it changes: with a callback queued in every turn it
+    // stays false, and a `setattr` costs more than the read)
+    let name = intern!(py, "_direct");
+    if !proactor
+        .getattr(name)?
+        .is(&*pyo3::types::PyBool::new(py, direct))
+    {
+        proactor.setattr(name, direct)?;
+    }
     dispatch_batch(py, proactor, ring)
 }

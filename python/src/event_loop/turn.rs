@@ -27,10 +27,11 @@
 //! 5. the callbacks ready when step 5 began run, in order, a cancelled
 //!    one skipped; what they schedule runs in the next turn.
 //!
-//! A handle whose class's `_run` is asyncio's own `Handle._run` (looked
-//! up on each handle, so that one a tool replaced is called instead) runs as
-//! `Handle._run` would: `handle._context.run(callback, *args)` called
-//! from here; an exception other than `SystemExit` and
+//! A handle whose `_run` is asyncio's own `Handle._run` (asked for each
+//! handle, the answer kept per class under its version tag: `own_run`;
+//! so one a tool replaced, even after the loop ran, is called instead)
+//! runs as `Handle._run` would: `handle._context.run(callback, *args)`
+//! called from here; an exception other than `SystemExit` and
 //! `KeyboardInterrupt` (which propagate, the rest of `_ready` left for
 //! the next turn) goes to `handle._loop.call_exception_handler` with
 //! `Handle._run`'s context (`message` "Exception in callback ...",
@@ -60,6 +61,7 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use super::own_run::OwnRun;
 use super::select::select_batch;
 use super::vcall::call_in_place;
 
@@ -71,10 +73,10 @@ struct Asyncio {
     heapify: PyObject,
     /// `asyncio.events.Handle._run`, if it was asyncio's own when first
     /// looked up (its code compiled from `asyncio/events.py`; a tool may
-    /// have replaced it before the first turn): a handle whose class has
-    /// this one runs from here, any other through its `_run`. None: every
-    /// handle runs through its `_run`.
-    handle_run: Option<PyObject>,
+    /// have replaced it before the first turn), and whether a handle's
+    /// `_run` is that one: such a handle runs from here, any other
+    /// through its `_run`.
+    own_run: OwnRun,
     /// `asyncio.events.Handle`
     handle_class: PyObject,
     /// `Handle`'s slots `_cancelled`, `_args`, `_context`, `_callback`
@@ -89,6 +91,8 @@ struct Asyncio {
     /// `asyncio.base_events.BaseEventLoop.time`: a loop whose `time` is
     /// this one has its clock read here.
     base_time: PyObject,
+    /// `types.MethodType`, the type of a bound method.
+    method_type: PyObject,
     /// `contextvars.Context.run`, called with the context first.
     context_run: PyObject,
     /// `asyncio.format_helpers._format_callback_source`
@@ -214,10 +218,10 @@ impl Asyncio {
             Ok(Asyncio {
                 heappop: heapq.getattr("heappop")?.unbind(),
                 heapify: heapq.getattr("heapify")?.unbind(),
-                handle_run: {
+                own_run: OwnRun::new({
                     let run = events.getattr("Handle")?.getattr("_run")?;
                     compiled_in(&run, &events, "_run")?.then(|| run.unbind())
-                },
+                }),
                 handle_class: events.getattr("Handle")?.unbind(),
                 slots: [
                     Slot::of(&events, "Handle", "_cancelled")?,
@@ -228,6 +232,7 @@ impl Asyncio {
                 when: Slot::of(&events, "TimerHandle", "_when")?,
                 timer_class: events.getattr("TimerHandle")?.unbind(),
                 base_time: base.getattr("BaseEventLoop")?.getattr("time")?.unbind(),
+                method_type: py.import("types")?.getattr("MethodType")?.unbind(),
                 context_run: py
                     .import("contextvars")?
                     .getattr("Context")?
@@ -263,7 +268,8 @@ pub(crate) fn run_turn(
     proactor: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let asyncio = Asyncio::get(py)?;
-    let event_loop = &Loop::of(event_loop)?;
+    // (from the io_uring loop's dictionary, which it has anyway: see `Loop`)
+    let event_loop = &Loop::of(event_loop, proactor.is_some())?;
     let clock = Clock::of(py, asyncio, event_loop)?;
     sweep_cancelled(py, asyncio, event_loop)?;
     let timeout = timeout(py, asyncio, event_loop, &clock)?;
@@ -288,31 +294,48 @@ pub(crate) fn run_turn(
     run_ready(py, asyncio, event_loop)
 }
 
-/// An event loop and its instance dictionary, where asyncio keeps what a
-/// turn reads (`_ready`, `_scheduled`, `_stopping`, ...): read there
-/// first, without a lookup through the loop's class and its long MRO
-/// (none of those names is a descriptor of asyncio's classes), else as
-/// an attribute.
+/// An event loop, whose attributes a turn reads (`_ready`,
+/// `_scheduled`, `_stopping`, ...), from its instance dictionary when it
+/// is given one, else by generic attribute lookup.
+///
+/// From Python 3.11 an instance keeps its attributes in an array laid out
+/// by its class (at most 30 names per class on 3.11), which the
+/// interpreter's specialised attribute loads index directly, until its
+/// `__dict__` is asked for: from then on they live in that dictionary and
+/// every Python access to them (`call_soon`'s, a handle's `__init__`)
+/// costs more. The epoll loop (27 attributes) keeps that array, so its
+/// dictionary is never asked for here: reading it cost 3,800 instructions
+/// per callback more in Python with one callback per turn
+/// (`docs/benchmarks.md`). The io_uring loop (34 attributes) has its
+/// dictionary anyway, and reading from it costs less than a generic
+/// lookup through the loop's class (none of these names is a descriptor
+/// of asyncio's classes; a name not there is looked up as an attribute).
 struct Loop<'a, 'py> {
     obj: &'a Bound<'py, PyAny>,
-    dict: Bound<'py, PyDict>,
+    dict: Option<Bound<'py, PyDict>>,
 }
 
 impl<'a, 'py> Loop<'a, 'py> {
-    fn of(obj: &'a Bound<'py, PyAny>) -> PyResult<Self> {
-        // (an event loop has a `__dict__`: asyncio's classes have no slots)
-        let dict = obj
-            .getattr(intern!(obj.py(), "__dict__"))?
-            .downcast_into::<PyDict>()?;
+    /// `obj`, its attributes read from its `__dict__` when `dict`.
+    fn of(obj: &'a Bound<'py, PyAny>, dict: bool) -> PyResult<Self> {
+        let dict = match dict {
+            true => Some(
+                obj.getattr(intern!(obj.py(), "__dict__"))?
+                    .downcast_into::<PyDict>()?,
+            ),
+            false => None,
+        };
         Ok(Loop { obj, dict })
     }
 
     /// The loop's attribute `name`.
     fn get(&self, name: &Bound<'py, pyo3::types::PyString>) -> PyResult<Bound<'py, PyAny>> {
-        match self.dict.get_item(name)? {
-            Some(value) => Ok(value),
-            None => self.obj.getattr(name),
+        if let Some(dict) = &self.dict {
+            if let Some(value) = dict.get_item(name)? {
+                return Ok(value);
+            }
         }
+        self.obj.getattr(name)
     }
 }
 
@@ -326,13 +349,23 @@ enum Clock<'py> {
 
 impl<'py> Clock<'py> {
     fn of(py: Python<'py>, asyncio: &Asyncio, event_loop: &Loop<'_, 'py>) -> PyResult<Self> {
-        let own = event_loop
-            .obj
-            .get_type()
-            .getattr(intern!(py, "time"))?
-            .is(asyncio.base_time.bind(py));
-        let replaced = event_loop.dict.contains(intern!(py, "time"))?;
-        Ok(if own && !replaced {
+        let name = intern!(py, "time");
+        let base_time = asyncio.base_time.bind(py);
+        let own = match &event_loop.dict {
+            // (its class's `time`, unless the instance has its own)
+            Some(dict) => {
+                event_loop.obj.get_type().getattr(name)?.is(base_time) && !dict.contains(name)?
+            }
+            // (the loop's `time` as its turn would call it: asyncio's own
+            // when it is a method bound to `BaseEventLoop.time`, whichever
+            // loop it is bound to, since that reads `time.monotonic()`)
+            None => {
+                let time = event_loop.obj.getattr(name)?;
+                time.get_type().is(asyncio.method_type.bind(py))
+                    && time.getattr(intern!(py, "__func__"))?.is(base_time)
+            }
+        };
+        Ok(if own {
             Clock::Monotonic
         } else {
             Clock::Loop(event_loop.obj.clone())
@@ -533,17 +566,10 @@ fn run_handle(
     exact: bool,
     handle: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    // (looked up on every handle, not assumed from its class: a tool that
+    // (asked for every handle, not assumed from its class: a tool that
     // replaces `Handle._run`, as slow-callback loggers do, sees every
     // callback run through its own)
-    let own = match &asyncio.handle_run {
-        Some(run) => handle
-            .get_type()
-            .getattr(intern!(py, "_run"))?
-            .is(run.bind(py)),
-        None => false,
-    };
-    if !own {
+    if !asyncio.own_run.of(handle) {
         handle.call_method0(intern!(py, "_run"))?;
         return Ok(());
     }
