@@ -1552,6 +1552,17 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if fd in self._transports:
             self._ensure_fd_no_transport(fd)
 
+    def _abandon_receive(self, sock: socket.socket, fut: Any, taken: Callable[[Any], bytes]) -> None:
+        """A receive's call ended (cancelled, or an exception thrown in)
+        while its receive ``fut`` was on the ring: cancelled there if it
+        has not come, else the bytes it took (``taken(result)``) are kept
+        for the next receive on ``sock``; a receive cancelled in the kernel
+        after it took bytes keeps them too (the proactor's cancel)."""
+        if not fut.done():
+            fut.cancel()
+        elif not fut.cancelled() and fut.exception() is None:
+            self._proactor.keep_received(sock, taken(fut.result()))
+
     async def sock_recv(self, sock, n):
         self._check_receiving_sock(sock)
         if isinstance(n, int) and n < 0:
@@ -1567,14 +1578,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             try:
                 return await fut
             except BaseException:
-                # Cancelled (or an exception thrown in) after the bytes
-                # came, before this call resumed: they are kept for the
-                # next receive; before, the receive is cancelled in the
-                # kernel (whatever it took then is kept too).
-                if not fut.done():
-                    fut.cancel()
-                elif not fut.cancelled() and fut.exception() is None:
-                    self._proactor.keep_received(sock, fut.result())
+                self._abandon_receive(sock, fut, bytes)
                 raise
         finally:
             waiters = turns.pop(key, None)
@@ -1594,12 +1598,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             try:
                 return await fut
             except BaseException:
-                # As in sock_recv: the bytes the kernel wrote into ``buf`` are
-                # copied and kept for the next receive.
-                if not fut.done():
-                    fut.cancel()
-                elif not fut.cancelled() and fut.exception() is None:
-                    self._proactor.keep_received(sock, bytes(memoryview(buf).cast("B")[: fut.result()]))
+                # (the bytes the kernel wrote into ``buf``, copied)
+                self._abandon_receive(sock, fut, lambda n: bytes(memoryview(buf).cast("B")[:n]))
                 raise
         finally:
             waiters = turns.pop(key, None)

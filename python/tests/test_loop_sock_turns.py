@@ -19,17 +19,7 @@ import warnings
 
 import pytest
 
-import blockio
 from waits import DEADLINE, await_until
-
-
-@pytest.fixture(params=["uring", "epoll"])
-def loop(request, monkeypatch):
-    monkeypatch.setenv("BLOCKIO_BACKEND", "uring" if request.param == "uring" else "threads")
-    lp = blockio.new_event_loop()
-    assert lp.backend == request.param
-    yield lp
-    lp.close()
 
 
 def _pair(kind=socket.SOCK_STREAM):
