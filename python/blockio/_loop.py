@@ -1805,6 +1805,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 transp.resume_reading()
 
     async def _sock_sendfile_native(self, sock, file, offset, count):
+        # In the socket's turn of sends, as sock_sendall (see _sock_turns):
+        # the bytes of a sendall in flight beside it do not interleave.
+        return await _sock_turns.run(self._send_turns, self, sock, self._sendfile_in_turn, sock, file, offset, count)
+
+    async def _sendfile_in_turn(self, sock, file, offset, count):
         # In steps as the socket takes them (see _sendfile_steps). An
         # asynchronous file (blockio.open's, aiofiles') is sent from its
         # descriptor too, once its writes have landed.
@@ -2482,7 +2487,11 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         aiofiles') is sent from its descriptor too, once its writes have
         landed, its position then set by its own ``seek``: asyncio moves
         the descriptor's offset, which such a file does not read (its
-        reads and writes are at offsets)."""
+        reads and writes are at offsets). In the socket's turn of sends,
+        as ``sock_sendall`` (see ``_sock_turns``)."""
+        return await _sock_turns.run(self._send_turns, self, sock, self._sendfile_in_turn, sock, file, offset, count)
+
+    async def _sendfile_in_turn(self, sock, file, offset, count):  # type: ignore[no-untyped-def]
         if not _async_file(file):
             return await super()._sock_sendfile_native(sock, file, offset, count)
         await _before_sendfile(file)
