@@ -1627,8 +1627,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
         self._check_receiving_sock(sock)
-        nbytes = nbytes or len(buf)
-        return await _sock_turns.run(self._receive_turns, self, sock, self._recvfrom_into, sock, buf, nbytes)
+        nbytes = nbytes or len(buf)  # (items, as asyncio's loop counts them)
+        target = _writable_bytes(buf)  # refused as socket.recvfrom_into refuses it
+        return await _sock_turns.run(self._receive_turns, self, sock, self._recvfrom_into, sock, target, nbytes)
 
     async def _recvfrom_into(self, sock, buf, nbytes):
         """:meth:`sock_recvfrom_into` in its socket's turn."""
@@ -1705,10 +1706,14 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         fut = self._proactor.accept(sock)
         try:
             return await fut
-        except exceptions.CancelledError:
-            # Cancelled after the connection came, before this call resumed:
-            # it is kept for the next accept.
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
+        except BaseException:
+            # Cancelled (or an exception thrown in) after the connection
+            # came, before this call resumed: it is kept for the next
+            # accept; before, the accept is cancelled in the kernel (a
+            # connection it took then is kept too).
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled() and fut.exception() is None:
                 self._proactor.keep_accepted(sock, *fut.result())
             raise
 

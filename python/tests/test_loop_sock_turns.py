@@ -396,3 +396,26 @@ def test_a_sendfile_and_a_sendall_in_flight_go_out_whole_in_order(loop, tmp_path
     assert got == expected
     a.close()
     b.close()
+
+
+def test_an_exception_thrown_into_a_waiting_accept_leaves_the_next_connection(loop):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0blockio-thrown-accept-%d" % id(loop))
+    listener.listen()
+    listener.setblocking(False)
+
+    async def main():
+        accept = loop.sock_accept(listener)
+        accept.send(None)  # (now waiting)
+        with pytest.raises(KeyboardInterrupt):
+            accept.throw(KeyboardInterrupt)
+        await _settle()
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(listener.getsockname())
+        conn, _ = await asyncio.wait_for(loop.sock_accept(listener), DEADLINE)
+        with conn, client:
+            conn.sendall(b"yours")
+            return client.recv(100)
+
+    assert loop.run_until_complete(main()) == b"yours"
+    listener.close()
