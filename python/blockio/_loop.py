@@ -1627,8 +1627,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
         self._check_receiving_sock(sock)
-        nbytes = nbytes or len(buf)
-        return await _sock_turns.run(self._receive_turns, self, sock, self._recvfrom_into, sock, buf, nbytes)
+        nbytes = nbytes or len(buf)  # (items, as asyncio's loop counts them)
+        target = _writable_bytes(buf)  # refused as socket.recvfrom_into refuses it
+        return await _sock_turns.run(self._receive_turns, self, sock, self._recvfrom_into, sock, target, nbytes)
 
     async def _recvfrom_into(self, sock, buf, nbytes):
         """:meth:`sock_recvfrom_into` in its socket's turn."""
@@ -1705,10 +1706,14 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         fut = self._proactor.accept(sock)
         try:
             return await fut
-        except exceptions.CancelledError:
-            # Cancelled after the connection came, before this call resumed:
-            # it is kept for the next accept.
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
+        except BaseException:
+            # Cancelled (or an exception thrown in) after the connection
+            # came, before this call resumed: it is kept for the next
+            # accept; before, the accept is cancelled in the kernel (a
+            # connection it took then is kept too).
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled() and fut.exception() is None:
                 self._proactor.keep_accepted(sock, *fut.result())
             raise
 
@@ -1805,6 +1810,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 transp.resume_reading()
 
     async def _sock_sendfile_native(self, sock, file, offset, count):
+        # In the socket's turn of sends, as sock_sendall (see _sock_turns):
+        # the bytes of a sendall in flight beside it do not interleave.
+        return await _sock_turns.run(self._send_turns, self, sock, self._sendfile_in_turn, sock, file, offset, count)
+
+    async def _sendfile_in_turn(self, sock, file, offset, count):
         # In steps as the socket takes them (see _sendfile_steps). An
         # asynchronous file (blockio.open's, aiofiles') is sent from its
         # descriptor too, once its writes have landed.
@@ -2482,7 +2492,11 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         aiofiles') is sent from its descriptor too, once its writes have
         landed, its position then set by its own ``seek``: asyncio moves
         the descriptor's offset, which such a file does not read (its
-        reads and writes are at offsets)."""
+        reads and writes are at offsets). In the socket's turn of sends,
+        as ``sock_sendall`` (see ``_sock_turns``)."""
+        return await _sock_turns.run(self._send_turns, self, sock, self._sendfile_in_turn, sock, file, offset, count)
+
+    async def _sendfile_in_turn(self, sock, file, offset, count):  # type: ignore[no-untyped-def]
         if not _async_file(file):
             return await super()._sock_sendfile_native(sock, file, offset, count)
         await _before_sendfile(file)

@@ -1048,9 +1048,13 @@ class RingProactor:
         """Sends one datagram to ``addr``; with ``addr`` None, to the peer
         the socket is connected to (a datagram transport made on a
         connected socket, whose ``sendto(data)`` passes no address). Tried
-        at once; when the socket's buffer is full, a ``sendmsg`` goes to
-        the ring (an address it cannot pack, a host name say, and any
-        ``flags``: the call again each time the socket is writable)."""
+        at once; when the socket's buffer is full, made again once a ring
+        poll says the socket is writable, on the loop's thread: a
+        ``sock_sendto`` cancelled while it waits then sends nothing, as on
+        asyncio's loop (a ``sendmsg`` left on the ring could complete as
+        the cancel comes, and a caller who retries would send the datagram
+        twice). A datagram transport's buffered datagrams, which nothing
+        cancels, go by :meth:`send_datagram`."""
         if addr is None:
             call = lambda: conn.send(buf, flags)  # noqa: E731
         else:
@@ -1066,10 +1070,7 @@ class RingProactor:
         except BaseException as exc:
             fut.set_exception(exc)
             return fut
-        later = None if flags else self.send_datagram(conn, buf, addr)
-        if later is None:
-            return ReadyCall(self, conn, POLLOUT, call)
-        return later
+        return ReadyCall(self, conn, POLLOUT, call)
 
     def send_datagram(self, conn: socket.socket, data: Any, addr: Any) -> futures.Future | None:
         """A ``sendmsg`` of ``data`` on the ring to ``addr`` (None: the

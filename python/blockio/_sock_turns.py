@@ -24,9 +24,9 @@ cancelled after its turn came hands the turn on (and a receive cancelled
 after its bytes came keeps them for the next, as before).
 
 The cost when no other call is in flight is one dictionary insertion and
-one removal per call. ``sock_sendfile`` takes no turn (its fallback is made
-of ``sock_sendall`` calls, which take theirs): its bytes and those of a
-``sock_sendall`` in flight at once on the socket may interleave. Accepts on
+one removal per call. ``sock_sendfile``'s native send takes the turn of
+sends too (its fallback is made of ``sock_sendall`` calls, each of which
+takes it in its time). Accepts on
 io_uring take none: each is an accept of its own in the kernel, and none
 can take another's connection.
 

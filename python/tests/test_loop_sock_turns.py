@@ -365,3 +365,57 @@ def test_two_accepts_in_flight_each_get_a_connection(loop):
 
     assert loop.run_until_complete(main()) == 2
     listener.close()
+
+
+@pytest.mark.parametrize("first", ["sendall", "sendfile"])
+def test_a_sendfile_and_a_sendall_in_flight_go_out_whole_in_order(loop, tmp_path, first):
+    a, b = _pair()
+    size = 4 << 20  # many times what the socket holds
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"F" * size)
+
+    async def main():
+        got = bytearray()
+
+        async def read_all():
+            while len(got) < 2 * size:
+                data = await loop.sock_recv(b, 1 << 20)
+                assert data, "end of stream before every byte came"
+                got.extend(data)
+
+        with open(path, "rb") as f:
+            calls = {"sendall": lambda: loop.sock_sendall(a, b"A" * size),
+                     "sendfile": lambda: loop.sock_sendfile(a, f)}
+            order = [first, "sendfile" if first == "sendall" else "sendall"]
+            sends = [loop.create_task(calls[name]()) for name in order]
+            await asyncio.wait_for(asyncio.gather(*sends, read_all()), DEADLINE)
+        return bytes(got), order
+
+    got, order = loop.run_until_complete(main())
+    expected = b"".join((b"A" if name == "sendall" else b"F") * size for name in order)
+    assert got == expected
+    a.close()
+    b.close()
+
+
+def test_an_exception_thrown_into_a_waiting_accept_leaves_the_next_connection(loop):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0blockio-thrown-accept-%d" % id(loop))
+    listener.listen()
+    listener.setblocking(False)
+
+    async def main():
+        accept = loop.sock_accept(listener)
+        accept.send(None)  # (now waiting)
+        with pytest.raises(KeyboardInterrupt):
+            accept.throw(KeyboardInterrupt)
+        await _settle()
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(listener.getsockname())
+        conn, _ = await asyncio.wait_for(loop.sock_accept(listener), DEADLINE)
+        with conn, client:
+            conn.sendall(b"yours")
+            return client.recv(100)
+
+    assert loop.run_until_complete(main()) == b"yours"
+    listener.close()

@@ -225,6 +225,19 @@ impl Memory {
     pub fn fresh(len: usize) -> Self {
         Memory::Owned(Vec::with_capacity(len))
     }
+
+    /// [`Memory::fresh`] of a length the caller chose (a receive's
+    /// `nbytes`): `MemoryError`, as `socket.recv` raises, where the
+    /// allocation fails, instead of aborting the process.
+    pub fn try_fresh(len: usize) -> PyResult<Self> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).map_err(|_| {
+            pyo3::exceptions::PyMemoryError::new_err(format!(
+                "cannot allocate a receive of {len} bytes"
+            ))
+        })?;
+        Ok(Memory::Owned(v))
+    }
 }
 
 /// A transport's receive that a stream receive completes (see

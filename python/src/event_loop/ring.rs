@@ -605,7 +605,7 @@ impl LoopRing {
         flags: u32,
         now: bool,
     ) -> PyResult<PyObject> {
-        let slot = MsgSlot::new(Memory::fresh(nbytes), nbytes, None);
+        let slot = MsgSlot::new(Memory::try_fresh(nbytes)?, nbytes, None);
         self.receive_datagram(py, fd, slot, flags, now)
     }
 
@@ -2131,7 +2131,7 @@ fn recv_op(ask: RecvAsk, spare: &mut Spares) -> PyResult<InFlight> {
         Kind::Recv,
         fd,
         socket,
-        Memory::fresh(nbytes),
+        Memory::try_fresh(nbytes)?,
         nbytes,
     ))
 }
