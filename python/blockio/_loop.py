@@ -1616,13 +1616,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         try:
             return await fut
         except BaseException:
-            # Cancelled (or an exception thrown in) after the datagram came,
-            # before this call resumed: it is kept for the next receive,
-            # ahead of any kept since; before, the receive is cancelled.
-            if not fut.done():
-                fut.cancel()
-            elif not fut.cancelled() and fut.exception() is None:
-                self._proactor.keep_datagram(sock, fut.result(), first=True)
+            self._abandon_datagram(sock, fut, lambda got: got)
             raise
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
@@ -1637,14 +1631,20 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         try:
             return await fut
         except BaseException:
-            # As in sock_recvfrom: the datagram written into ``buf`` is
-            # copied and kept.
-            if not fut.done():
-                fut.cancel()
-            elif not fut.cancelled() and fut.exception() is None:
-                n, addr = fut.result()
-                self._proactor.keep_datagram(sock, (bytes(memoryview(buf).cast("B")[:n]), addr), first=True)
+            # (the datagram the kernel wrote into ``buf``, copied)
+            self._abandon_datagram(sock, fut, lambda got: (bytes(memoryview(buf).cast("B")[: got[0]]), got[1]))
             raise
+
+    def _abandon_datagram(self, sock: socket.socket, fut: Any, taken: Callable[[Any], Any]) -> None:
+        """A datagram receive's call ended (cancelled, or an exception
+        thrown in) while its receive ``fut`` was on the ring: cancelled
+        there if no datagram has come, else the datagram and sender it
+        took (``taken(result)``) are kept for the next receive on
+        ``sock``, ahead of any kept since."""
+        if not fut.done():
+            fut.cancel()
+        elif not fut.cancelled() and fut.exception() is None:
+            self._proactor.keep_datagram(sock, taken(fut.result()), first=True)
 
     async def sock_sendall(self, sock, data):
         self._check_sock(sock)

@@ -35,58 +35,43 @@ async def _settle():
         await asyncio.sleep(0)
 
 
-def test_the_first_of_two_receives_gets_the_first_bytes(loop):
-    a, b = _pair()
+def _receive(loop, sock, how):
+    """A receive of ``sock`` by ``how`` (``recv``, ``recv_into``,
+    ``recvfrom``), whose result is the bytes received."""
+    if how == "recv":
+        return loop.sock_recv(sock, 100)
+    if how == "recvfrom":
+
+        async def recvfrom():
+            return (await loop.sock_recvfrom(sock, 100))[0]
+
+        return recvfrom()
+
+    async def recv_into():
+        buf = bytearray(100)
+        return bytes(buf[: await loop.sock_recv_into(sock, buf)])
+
+    return recv_into()
+
+
+@pytest.mark.parametrize("first_how, second_how, kind", [
+    ("recv", "recv", socket.SOCK_STREAM),
+    ("recv_into", "recv", socket.SOCK_STREAM),
+    ("recvfrom", "recvfrom", socket.SOCK_DGRAM),
+])
+def test_the_first_of_two_receives_gets_the_first_bytes(loop, first_how, second_how, kind):
+    a, b = _pair(kind)
 
     async def main():
-        first = loop.create_task(loop.sock_recv(a, 100))
+        first = loop.create_task(_receive(loop, a, first_how))
         await _settle()
-        second = loop.create_task(loop.sock_recv(a, 100))
+        second = loop.create_task(_receive(loop, a, second_how))
         await _settle()
         b.send(b"one")
         await await_until(lambda: first.done() or second.done(), "a receive ends")
         assert first.done() and not second.done()
         b.send(b"two")
         return await first, await asyncio.wait_for(second, DEADLINE)
-
-    assert loop.run_until_complete(main()) == (b"one", b"two")
-    a.close()
-    b.close()
-
-
-def test_receives_into_buffers_and_plain_receives_share_one_order(loop):
-    a, b = _pair()
-
-    async def main():
-        buf = bytearray(100)
-        first = loop.create_task(loop.sock_recv_into(a, buf))
-        await _settle()
-        second = loop.create_task(loop.sock_recv(a, 100))
-        await _settle()
-        b.send(b"one")
-        await await_until(lambda: first.done() or second.done(), "a receive ends")
-        assert first.done() and not second.done()
-        b.send(b"two")
-        return bytes(buf[: await first]), await asyncio.wait_for(second, DEADLINE)
-
-    assert loop.run_until_complete(main()) == (b"one", b"two")
-    a.close()
-    b.close()
-
-
-def test_two_datagram_receives_get_the_datagrams_in_order(loop):
-    a, b = _pair(socket.SOCK_DGRAM)
-
-    async def main():
-        first = loop.create_task(loop.sock_recvfrom(a, 100))
-        await _settle()
-        second = loop.create_task(loop.sock_recvfrom(a, 100))
-        await _settle()
-        b.send(b"one")
-        await await_until(lambda: first.done() or second.done(), "a receive ends")
-        assert first.done() and not second.done()
-        b.send(b"two")
-        return (await first)[0], (await asyncio.wait_for(second, DEADLINE))[0]
 
     assert loop.run_until_complete(main()) == (b"one", b"two")
     a.close()
