@@ -1552,16 +1552,17 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if fd in self._transports:
             self._ensure_fd_no_transport(fd)
 
-    def _abandon_receive(self, sock: socket.socket, fut: Any, taken: Callable[[Any], bytes]) -> None:
-        """A receive's call ended (cancelled, or an exception thrown in)
-        while its receive ``fut`` was on the ring: cancelled there if it
-        has not come, else the bytes it took (``taken(result)``) are kept
-        for the next receive on ``sock``; a receive cancelled in the kernel
-        after it took bytes keeps them too (the proactor's cancel)."""
+    @staticmethod
+    def _abandon(fut: Any, keep: Callable[[Any], None]) -> None:
+        """A socket call ended (cancelled, or an exception thrown in) while
+        its operation ``fut`` was on the ring: cancelled there if it has
+        not come (what the kernel took meanwhile is kept by the proactor's
+        cancel), else ``keep(result)`` keeps what it took (bytes, a
+        datagram, a connection) for the next call on the socket."""
         if not fut.done():
             fut.cancel()
         elif not fut.cancelled() and fut.exception() is None:
-            self._proactor.keep_received(sock, taken(fut.result()))
+            keep(fut.result())
 
     async def sock_recv(self, sock, n):
         self._check_receiving_sock(sock)
@@ -1578,7 +1579,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             try:
                 return await fut
             except BaseException:
-                self._abandon_receive(sock, fut, bytes)
+                self._abandon(fut, lambda got: self._proactor.keep_received(sock, got))
                 raise
         finally:
             waiters = turns.pop(key, None)
@@ -1599,7 +1600,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 return await fut
             except BaseException:
                 # (the bytes the kernel wrote into ``buf``, copied)
-                self._abandon_receive(sock, fut, lambda n: bytes(memoryview(buf).cast("B")[:n]))
+                self._abandon(fut, lambda n: self._proactor.keep_received(sock, bytes(memoryview(buf).cast("B")[:n])))
                 raise
         finally:
             waiters = turns.pop(key, None)
@@ -1616,7 +1617,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         try:
             return await fut
         except BaseException:
-            self._abandon_datagram(sock, fut, lambda got: got)
+            self._abandon(fut, lambda got: self._proactor.keep_datagram(sock, got, first=True))
             raise
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
@@ -1631,20 +1632,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         try:
             return await fut
         except BaseException:
-            # (the datagram the kernel wrote into ``buf``, copied)
-            self._abandon_datagram(sock, fut, lambda got: (bytes(memoryview(buf).cast("B")[: got[0]]), got[1]))
+            # (the datagram the kernel wrote into ``buf``, copied, ahead of
+            # any kept since)
+            self._abandon(fut, lambda got: self._proactor.keep_datagram(
+                sock, (bytes(memoryview(buf).cast("B")[: got[0]]), got[1]), first=True))
             raise
-
-    def _abandon_datagram(self, sock: socket.socket, fut: Any, taken: Callable[[Any], Any]) -> None:
-        """A datagram receive's call ended (cancelled, or an exception
-        thrown in) while its receive ``fut`` was on the ring: cancelled
-        there if no datagram has come, else the datagram and sender it
-        took (``taken(result)``) are kept for the next receive on
-        ``sock``, ahead of any kept since."""
-        if not fut.done():
-            fut.cancel()
-        elif not fut.cancelled() and fut.exception() is None:
-            self._proactor.keep_datagram(sock, taken(fut.result()), first=True)
 
     async def sock_sendall(self, sock, data):
         self._check_sock(sock)
@@ -1707,14 +1699,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         try:
             return await fut
         except BaseException:
-            # Cancelled (or an exception thrown in) after the connection
-            # came, before this call resumed: it is kept for the next
-            # accept; before, the accept is cancelled in the kernel (a
-            # connection it took then is kept too).
-            if not fut.done():
-                fut.cancel()
-            elif not fut.cancelled() and fut.exception() is None:
-                self._proactor.keep_accepted(sock, *fut.result())
+            self._abandon(fut, lambda got: self._proactor.keep_accepted(sock, *got))
             raise
 
     async def _sendfile_native(self, transp, file, offset, count):

@@ -1056,21 +1056,8 @@ class RingProactor:
         twice). A datagram transport's buffered datagrams, which nothing
         cancels, go by :meth:`send_datagram`."""
         if addr is None:
-            call = lambda: conn.send(buf, flags)  # noqa: E731
-        else:
-            call = lambda: conn.sendto(buf, flags, addr)  # noqa: E731
-        fut = self._loop.create_future()
-        try:
-            fut.set_result(call())
-            return fut
-        except (BlockingIOError, InterruptedError):
-            pass
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            fut.set_exception(exc)
-            return fut
-        return ReadyCall(self, conn, POLLOUT, call)
+            return self._inline_or_when_ready(conn, POLLOUT, lambda: conn.send(buf, flags))
+        return self._inline_or_when_ready(conn, POLLOUT, lambda: conn.sendto(buf, flags, addr))
 
     def send_datagram(self, conn: socket.socket, data: Any, addr: Any) -> futures.Future | None:
         """A ``sendmsg`` of ``data`` on the ring to ``addr`` (None: the
