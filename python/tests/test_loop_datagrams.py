@@ -476,7 +476,7 @@ def test_a_receive_of_more_bytes_than_memory_holds_raises_memory_error():
                     if queued:
                         b.send(b"x")
                     try:
-                        await asyncio.wait_for(call(a, 1 << 40), 5)
+                        await asyncio.wait_for(call(a, 1 << 40), DEADLINE)
                         raised.append("returned")
                     except MemoryError:
                         raised.append("MemoryError")
