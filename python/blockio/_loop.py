@@ -1575,6 +1575,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         else:
             turns[key] = None
         try:
+            got = self._proactor.recv_at_once(sock, n)
+            if got is not None:
+                return got
             fut = self._proactor.recv(sock, n)
             try:
                 return await fut
@@ -1595,6 +1598,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         else:
             turns[key] = None
         try:
+            got = self._proactor.recv_into_at_once(sock, target)
+            if got is not None:
+                return got
             fut = self._proactor.recv_into(sock, target)
             try:
                 return await fut
@@ -1645,9 +1651,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             await _sock_turns.wait(turns, self, key)
             fut = None
         else:
-            fut = self._proactor.send(sock, data)
-            if fut.done():  # all sent at once (or failed): no turn taken
-                await fut
+            fut, _ = self._proactor.send_or_future(sock, data)
+            if fut is None:  # all sent at once: no turn taken
                 return
             turns[key] = None
         try:

@@ -438,7 +438,7 @@ def is_stream(conn: Any) -> bool:
     may take what exceeds its first buffer: on a datagram or
     ``SOCK_SEQPACKET`` socket what of a message does not fit is dropped,
     and a second receive would take the next message."""
-    return isinstance(conn, socket.socket) and conn.type == socket.SOCK_STREAM
+    return isinstance(conn, socket.socket) and _RAW_TYPE(conn) == socket.SOCK_STREAM
 
 
 def was_reset(conn: Any) -> bool:
@@ -541,6 +541,10 @@ class RingProactor:
         self._ops: dict[int, tuple[Any, int, Any]] = {}
         # descriptor -> (weak reference to its socket, bytes received after a cancel)
         self._kept: dict[int, tuple[Any, bytes]] = {}
+        # Per descriptor: [receives left to skip the try at once, the
+        # backoff's length] (see _skip_at_once); a number reused by another
+        # socket inherits it, which costs that socket a few tries at most.
+        self._at_once_backoff: dict[int, list[int]] = {}
         # descriptor -> (weak reference to its socket, datagrams received
         # after a cancel, oldest first: (bytes, address))
         self._kept_datagrams: dict[int, tuple[Any, collections.deque[tuple[bytes, Any]]]] = {}
@@ -633,6 +637,71 @@ class RingProactor:
         token = self._ring.recv(fd, nbytes, isinstance(conn, socket.socket), is_stream(conn))
         self._receiving[fd] = token
         return self._future(token, _RECV, (fd, conn, nbytes), conn)
+
+    def recv_at_once(self, conn: Any, nbytes: int) -> bytes | None:
+        """What a receive of at most ``nbytes`` gets without waiting, in
+        the caller's step: bytes a cancelled receive kept, else on a stream
+        socket what it holds (``b''`` at its end), as asyncio's and
+        uvloop's ``sock_recv`` try first; None when it must wait (then
+        :meth:`recv`). ``OSError`` as ``socket.recv`` raises it. Bytes
+        already there then cost no operation, completion or turn of the
+        loop (``docs/benchmarks.md``, "A ``sock_recv`` tried at once").
+        Not while a receive of the socket is still on the ring, done or
+        cancelled but not reaped: what it took would come after these."""
+        if self._kept:
+            kept = self._take_kept(conn, nbytes)
+            if kept is not None:
+                return kept
+        fd = _fd_of(conn)
+        if fd in self._receiving or not is_stream(conn) or self._skip_at_once(fd):
+            return None
+        got = self._ring.recv_now(fd, nbytes)
+        self._tried_at_once(fd, got is not None)
+        return got  # type: ignore[no-any-return]
+
+    def recv_into_at_once(self, conn: Any, buf: Any) -> int | None:
+        """As :meth:`recv_at_once`, into the writable buffer ``buf``:
+        the count received, or None when the receive must wait (then
+        :meth:`recv_into`)."""
+        if self._kept:
+            kept = self._take_kept(conn, len(memoryview(buf).cast("B")))
+            if kept is not None:
+                memoryview(buf).cast("B")[: len(kept)] = kept
+                return len(kept)
+        fd = _fd_of(conn)
+        if fd in self._receiving or not is_stream(conn) or self._skip_at_once(fd):
+            return None
+        got = self._ring.recv_into_now(fd, buf, 0)
+        self._tried_at_once(fd, got is not None)
+        return got  # type: ignore[no-any-return]
+
+    # A request-response peer's receive, made after its reply went out,
+    # finds nothing queued: each try would be one failed ``recv`` more per
+    # request. After a try that found nothing, a socket's next receives go
+    # straight to the ring, 1 at first, then twice as many after each
+    # further miss, up to ``_AT_ONCE_BACKOFF_MAX``; a try that finds bytes
+    # ends the backoff. A steady stream (or a peer that sends before the
+    # receive is made) is still served at once.
+    _AT_ONCE_BACKOFF_MAX = 16
+
+    def _skip_at_once(self, fd: int) -> bool:
+        """Whether ``fd``'s receive skips the try at once (and counts it)."""
+        back = self._at_once_backoff.get(fd)
+        if back is None or not back[0]:
+            return False
+        back[0] -= 1
+        return True
+
+    def _tried_at_once(self, fd: int, found: bool) -> None:
+        """Notes what ``fd``'s try at once found (see above)."""
+        back = self._at_once_backoff.get(fd)
+        if found:
+            if back is not None:
+                del self._at_once_backoff[fd]
+        elif back is None:
+            self._at_once_backoff[fd] = [1, 1]
+        else:
+            back[1] = back[0] = min(back[1] * 2, self._AT_ONCE_BACKOFF_MAX)
 
     def recv_into(self, conn: Any, buf: Any, flags: int = 0) -> futures.Future:
         """Receives into ``buf``; the result is the byte count."""
@@ -1392,6 +1461,7 @@ class RingProactor:
         ops = list(self._ops.values())
         self._ops.clear()
         self._receiving.clear()
+        self._at_once_backoff.clear()
         self._sends.clear()
         for fut, _kind, _arg in ops:
             if fut is not None and not fut.done():

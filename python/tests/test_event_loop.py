@@ -261,15 +261,18 @@ def _cancelled_after_its_bytes_came(lp, recv):
     landed = []
 
     async def main():
-        b.send(b"first")
-
         async def receive():
-            # This turn arms the receive; cancel_if_resolved runs in the
-            # next, after that turn's wait reaped the completion (the
-            # bytes are there already) and before the task's wake-up,
-            # which the completion queued behind it.
-            lp.call_soon(cancel_if_resolved)
+            # This turn arms the receive (nothing is queued, so it waits);
+            # send_first runs in the next and queues cancel_if_resolved,
+            # which runs in the one after, behind the bytes' arrival:
+            # after that turn's wait reaped the completion and before the
+            # task's wake-up, which the completion queued behind it.
+            lp.call_soon(send_first)
             return await recv(a)
+
+        def send_first():
+            b.send(b"first")
+            lp.call_soon(cancel_if_resolved)
 
         def cancel_if_resolved():
             waiter = task._fut_waiter
@@ -321,9 +324,10 @@ def test_a_receive_cancelled_after_its_bytes_came_hands_them_to_the_next(loop, c
     got, landed = _cancelled_after_its_bytes_came(loop, recv)
     assert expected == b"first second"
     assert got == expected
-    # On io_uring the receive waits for its completion: the cancel came
-    # between it and the resume (on epoll, as on asyncio's loop, the bytes
-    # there are taken at once, without waiting).
+    # On io_uring the completion resolves the receive's future in the wait,
+    # so the cancel comes between it and the resume (on epoll, as on
+    # asyncio's loop, the bytes are received in the readiness callback,
+    # which runs after the cancel's check).
     assert landed == (loop.backend == "uring")
 
 

@@ -328,6 +328,50 @@ impl LoopRing {
         self.submit(op)
     }
 
+    /// Receives what the stream socket `fd` holds now, at most `nbytes`
+    /// (256 KiB at most, as [`LoopRing::recv`]), without waiting, in the
+    /// loop's thread: new bytes (empty at the end of the stream), or None
+    /// when nothing is queued. The try that asyncio's and uvloop's
+    /// `sock_recv` make first: bytes already there cost no operation, no
+    /// completion and no turn of the loop (`docs/benchmarks.md`, "A
+    /// `sock_recv` tried at once"). `OSError` as `socket.recv` raises it.
+    fn recv_now(&self, py: Python<'_>, fd: RawFd, nbytes: usize) -> PyResult<Option<Py<PyBytes>>> {
+        let mut guard = self.lock()?;
+        let st = guard.as_mut().ok_or_else(closed)?;
+        let want = nbytes.min(RECV_MAX);
+        if st.scratch.len() < want {
+            st.scratch.resize(want, 0);
+        }
+        let got = super::inline::recv_inline(fd, &mut st.scratch[..want])
+            .map_err(crate::errors::io_err)?;
+        Ok(got.map(|n| PyBytes::new(py, &st.scratch[..n]).unbind()))
+    }
+
+    /// As [`LoopRing::recv_now`], into at most `nbytes` (0: all) of the
+    /// writable buffer `buf`: the count received (0 at the end of the
+    /// stream), or None when nothing is queued.
+    fn recv_into_now(
+        &self,
+        fd: RawFd,
+        buf: &Bound<'_, PyAny>,
+        nbytes: usize,
+    ) -> PyResult<Option<usize>> {
+        let b = PyBuffer::<u8>::get(buf)?;
+        if b.readonly() || !b.is_c_contiguous() {
+            return Err(PyValueError::new_err(
+                "recv_into needs a writable, contiguous buffer",
+            ));
+        }
+        let room = b.len_bytes();
+        let n = if nbytes == 0 { room } else { nbytes.min(room) };
+        // SAFETY: `b` holds the export of a writable, contiguous buffer of
+        // `room` bytes (checked above), which stays alive and unresized
+        // while held; the GIL is held, so no Python code touches it during
+        // this call; the kernel writes at most `n` <= `room` bytes into it.
+        let target = unsafe { std::slice::from_raw_parts_mut(b.buf_ptr().cast::<u8>(), n) };
+        super::inline::recv_inline(fd, target).map_err(crate::errors::io_err)
+    }
+
     /// The token of the transport's receive on `fd` armed last (see
     /// `arm_receive`), from its arming until its completion is dispatched;
     /// None when there is none.
