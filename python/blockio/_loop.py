@@ -61,6 +61,7 @@ import fcntl
 import inspect
 import io
 import mmap
+import operator
 import os
 import select
 import signal
@@ -1173,6 +1174,23 @@ def _sendfile_closed(sent: int) -> ConnectionAbortedError:
     return ConnectionAbortedError(errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes")
 
 
+def _sendable(data: Any) -> Any:
+    """``data`` for ``sock_sendall``, taken as ``socket.send`` takes it: a
+    buffer of other items than bytes (``array('i')``) as a flat byte view
+    of it, a non-contiguous one refused with ``socket.send``'s
+    ``BufferError``; what is no buffer is left to the send, which refuses
+    it with ``socket.send``'s ``TypeError``."""
+    try:
+        view = memoryview(data)
+    except TypeError:
+        return data
+    if not view.c_contiguous:
+        raise BufferError("memoryview: underlying buffer is not C-contiguous")
+    if view.format != "B" or view.ndim != 1:
+        return view.cast("B")
+    return data
+
+
 def _writable_bytes(buf: Any) -> Any:
     """``buf`` for ``sock_recv_into``, refused before any byte is taken, with
     the ``TypeError`` of ``socket.recv_into``, when it is read-only or not
@@ -1538,6 +1556,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
     # -- low-level socket calls: asyncio's checks, then the proactor ---------
 
     def _check_sock(self, sock: socket.socket) -> None:
+        if self._proactor is None:
+            raise RuntimeError("Event loop is closed")
         base_events._check_ssl_socket(sock)
         if self._debug and sock.gettimeout() != 0:
             raise ValueError("the socket must be non-blocking")
@@ -1566,9 +1586,13 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_recv(self, sock, n):
         self._check_receiving_sock(sock)
-        if isinstance(n, int) and n < 0:
-            # (socket.recv's own refusal, which asyncio's loop calls first)
-            raise ValueError("negative buffersize in recv")
+        if type(n) is not int:
+            n = operator.index(n)  # (socket.recv's TypeError, before any byte is taken)
+        if n <= 0:
+            if n < 0:
+                # (socket.recv's own refusal, which asyncio's loop calls first)
+                raise ValueError("negative buffersize in recv")
+            return b""  # (as socket.recv(0): nothing taken, even a datagram)
         turns, key = self._receive_turns, id(sock)
         if key in turns:
             await _sock_turns.wait(turns, self, key)
@@ -1592,6 +1616,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
     async def sock_recv_into(self, sock, buf):
         self._check_receiving_sock(sock)
         target = _writable_bytes(buf)  # refused before waiting for a turn
+        if not len(target):
+            return 0  # (as socket.recv_into of no room: nothing taken, even a datagram)
         turns, key = self._receive_turns, id(sock)
         if key in turns:
             await _sock_turns.wait(turns, self, key)
@@ -1646,6 +1672,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_sendall(self, sock, data):
         self._check_sock(sock)
+        if type(data) is not bytes:
+            data = _sendable(data)
         turns, key = self._send_turns, id(sock)
         if key in turns:
             await _sock_turns.wait(turns, self, key)

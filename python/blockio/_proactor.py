@@ -641,13 +641,15 @@ class RingProactor:
     def recv_at_once(self, conn: Any, nbytes: int) -> bytes | None:
         """What a receive of at most ``nbytes`` gets without waiting, in
         the caller's step: bytes a cancelled receive kept, else on a stream
-        socket what it holds (``b''`` at its end), as asyncio's and
-        uvloop's ``sock_recv`` try first; None when it must wait (then
+        socket what it holds (``b''`` at its end), as asyncio's selector
+        loop's ``sock_recv`` tries first; None when it must wait (then
         :meth:`recv`). ``OSError`` as ``socket.recv`` raises it. Bytes
         already there then cost no operation, completion or turn of the
         loop (``docs/benchmarks.md``, "A ``sock_recv`` tried at once").
         Not while a receive of the socket is still on the ring, done or
-        cancelled but not reaped: what it took would come after these."""
+        cancelled but not reaped: what it took would come after these; nor
+        when the loop's turn is due (``LoopRing.recv_now``: a task that
+        keeps receiving queued bytes would starve the others)."""
         if self._kept:
             kept = self._take_kept(conn, nbytes)
             if kept is not None:
@@ -656,7 +658,12 @@ class RingProactor:
         if fd in self._receiving or not is_stream(conn) or self._skip_at_once(fd):
             return None
         got = self._ring.recv_now(fd, nbytes)
-        self._tried_at_once(fd, got is not None)
+        if got is None:
+            self._missed_at_once(fd)
+        elif got is False:
+            return None  # (the loop's turn is due: this receive waits for it)
+        elif fd in self._at_once_backoff:
+            del self._at_once_backoff[fd]
         return got  # type: ignore[no-any-return]
 
     def recv_into_at_once(self, conn: Any, buf: Any) -> int | None:
@@ -672,7 +679,12 @@ class RingProactor:
         if fd in self._receiving or not is_stream(conn) or self._skip_at_once(fd):
             return None
         got = self._ring.recv_into_now(fd, buf, 0)
-        self._tried_at_once(fd, got is not None)
+        if got is None:
+            self._missed_at_once(fd)
+        elif got is False:
+            return None  # (the loop's turn is due: this receive waits for it)
+        elif fd in self._at_once_backoff:
+            del self._at_once_backoff[fd]
         return got  # type: ignore[no-any-return]
 
     # A request-response peer's receive, made after its reply went out,
@@ -692,13 +704,11 @@ class RingProactor:
         back[0] -= 1
         return True
 
-    def _tried_at_once(self, fd: int, found: bool) -> None:
-        """Notes what ``fd``'s try at once found (see above)."""
+    def _missed_at_once(self, fd: int) -> None:
+        """Notes that ``fd``'s try at once found nothing (see above); one
+        that finds bytes deletes its entry."""
         back = self._at_once_backoff.get(fd)
-        if found:
-            if back is not None:
-                del self._at_once_backoff[fd]
-        elif back is None:
+        if back is None:
             self._at_once_backoff[fd] = [1, 1]
         else:
             back[1] = back[0] = min(back[1] * 2, self._AT_ONCE_BACKOFF_MAX)

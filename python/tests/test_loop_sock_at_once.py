@@ -175,22 +175,31 @@ def test_tries_that_find_nothing_back_off_and_one_that_finds_bytes_ends_it():
     from blockio._loop import UringEventLoop
 
     lp = UringEventLoop()
+    a, b = _pair()
     try:
         proactor = lp._proactor
+        fd = a.fileno()
         pattern = []
         for _ in range(80):
-            if proactor._skip_at_once(7):
+            if proactor._skip_at_once(fd):
                 pattern.append("s")
             else:
-                proactor._tried_at_once(7, False)
+                proactor._missed_at_once(fd)
                 pattern.append("t")
         expected = "".join("t" + "s" * k for k in (1, 2, 4, 8, 16, 16, 16))
         assert "".join(pattern) == (expected + "t" + "s" * 80)[:80]
-        assert not proactor._skip_at_once(8)  # (another socket: tried)
-        proactor._tried_at_once(7, True)
-        assert not proactor._skip_at_once(7)
-        assert not proactor._skip_at_once(7)
+        assert not proactor._skip_at_once(b.fileno())  # (another socket: tried)
+        while proactor._skip_at_once(fd):
+            pass
+        assert proactor.recv_at_once(a, 100) is None  # (a try, which finds nothing)
+        while proactor._skip_at_once(fd):
+            pass
+        b.send(b"there")
+        assert proactor.recv_at_once(a, 100) == b"there"
+        assert not proactor._skip_at_once(fd)  # (the backoff ended)
     finally:
+        a.close()
+        b.close()
         lp.close()
 
 
@@ -233,3 +242,223 @@ def test_request_response_after_misses_loses_and_reorders_nothing(loop, how):
     got, expected = _on(loop, program)
     assert expected is True
     assert got is True
+
+
+def _fill(sock):
+    """Sends to ``sock`` until it takes no more; the bytes sent."""
+    sent = bytearray()
+    piece = bytes(range(256)) * 64
+    while True:
+        try:
+            n = sock.send(piece)
+        except BlockingIOError:
+            return bytes(sent)
+        sent += piece[:n]
+
+
+@pytest.mark.parametrize("how", ["recv", "recv_into"])
+def test_a_task_receiving_queued_bytes_in_a_loop_lets_the_others_run(loop, how, turns_by_count):
+    """A task receiving in 16-byte pieces what fills a socket's queue
+    (thousands of receives, each served at once) lets the loop turn now and
+    then, as a task reading a cached file does: another task makes steps
+    meanwhile. (On asyncio's loop the other task makes none until the
+    receiving ends: its receives never suspend; the epoll backend, which
+    is asyncio's selector loop, behaves the same way, which this test
+    does not hold it to.)"""
+    a, b = _pair()
+    steps = []
+
+    async def program():
+        queued = _fill(b)
+        done = False
+
+        async def other():
+            while not done:
+                steps.append(None)
+                await asyncio.sleep(0)
+
+        other_task = asyncio.ensure_future(other())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # (the other task runs)
+        before = len(steps)
+        got = bytearray()
+        while len(got) < len(queued):
+            got += await _receive(loop, a, how, 16)
+        during = len(steps) - before
+        done = True
+        await other_task
+        return bytes(got) == queued, len(queued) // 16, during
+
+    try:
+        whole, receives, during = loop.run_until_complete(program())
+    finally:
+        a.close()
+        b.close()
+    assert whole
+    assert receives > 2000
+    if loop.backend == "uring":
+        # one turn in 256 receives at most, by the count alone
+        assert during >= receives // 512
+
+
+@pytest.mark.parametrize("call", ["sock_recv", "sock_recv_into"])
+def test_a_forked_child_is_refused_both_receives_on_the_parents_ring(call):
+    """In a child made by fork(), the inherited loop's receive with bytes
+    queued raises the RuntimeError that says the ring is the parent's,
+    for ``sock_recv`` and ``sock_recv_into`` alike (``sock_recv_into`` made
+    the receive on the inherited socket)."""
+    import os
+
+    from blockio._loop import UringEventLoop
+
+    lp = UringEventLoop()
+    a, b = _pair()
+    r, w = os.pipe()
+    try:
+        b.send(b"queued")
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                if call == "sock_recv":
+                    coro = lp.sock_recv(a, 100)
+                else:
+                    coro = lp.sock_recv_into(a, bytearray(100))
+                try:
+                    coro.send(None)
+                except RuntimeError as exc:
+                    os.write(w, str(exc).encode())
+                except BaseException as exc:
+                    os.write(w, repr(exc).encode())
+                except StopIteration as stop:
+                    os.write(w, repr(stop.value).encode())
+                else:
+                    os.write(w, b"suspended")
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        told = os.read(r, 1000).decode()
+        assert "belongs to the parent process" in told, told
+        assert a.recv(100) == b"queued"  # (the child took nothing)
+    finally:
+        for s in (a, b):
+            s.close()
+        os.close(r)
+        os.close(w)
+        lp.close()
+
+
+@pytest.mark.parametrize("kind", [socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET])
+@pytest.mark.parametrize("how", ["recv", "recv_into"])
+def test_a_receive_of_no_bytes_takes_nothing_and_does_not_wait(loop, how, kind):
+    """``sock_recv(s, 0)`` and ``sock_recv_into(s, bytearray(0))`` end at
+    once with nothing, as ``socket.recv(0)`` does, leaving a queued
+    datagram or message for the next receive (the ring's receive of no
+    room dropped it), and waiting for nothing where nothing is queued."""
+
+    async def program(lp):
+        a, b = socket.socketpair(socket.AF_UNIX, kind)
+        a.setblocking(False)
+        b.setblocking(False)
+        try:
+            out = [_at_once(_receive(lp, a, how, 0))]  # nothing queued
+            b.send(b"message")
+            out.append(_at_once(_receive(lp, a, how, 0)))
+            out.append(await asyncio.wait_for(_receive(lp, a, how), DEADLINE))
+            return out
+        finally:
+            a.close()
+            b.close()
+
+    got, expected = _on(loop, program)
+    assert expected == [b"", b"", b"message"]
+    assert got == expected
+
+
+def test_bytes_kept_by_a_cancelled_receive_survive_bad_sizes_and_a_receive_of_none():
+    """Bytes a cancelled receive kept for its socket (on io_uring, where a
+    cancelled receive's bytes may have come) stay for the next receive when
+    a receive is refused (``sock_recv(s, 3.0)``: ``socket.recv``'s
+    ``TypeError``, where the bytes were taken, then lost) or asks for no
+    bytes (which took them all, or failed after taking them into no room);
+    a size given by ``__index__`` is taken."""
+    from blockio._loop import UringEventLoop
+
+    class Size:
+        def __index__(self):
+            return 100
+
+    lp = UringEventLoop()
+    a, b = _pair()
+
+    async def program():
+        lp._proactor.keep_received(a, b"kept")
+        out = []
+        with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+            await lp.sock_recv(a, 3.0)
+        out.append(_at_once(lp.sock_recv(a, 0)))
+        out.append(_at_once(lp.sock_recv_into(a, bytearray(0))))
+        out.append(_at_once(lp.sock_recv(a, Size())))
+        return out
+
+    try:
+        assert lp.run_until_complete(program()) == [b"", 0, b"kept"]
+    finally:
+        a.close()
+        b.close()
+        lp.close()
+
+
+def test_sock_sendall_takes_any_buffer_socket_send_takes(loop):
+    """``sock_sendall`` of an ``array('i')`` sends its 12 bytes, as
+    ``socket.send`` and uvloop do (asyncio's loop counts the array's items
+    as bytes and never ends), and a non-contiguous view or a ``str`` is
+    refused with ``socket.send``'s own exception."""
+    import array
+
+    a, b = _pair()
+    try:
+        refusals = []
+        for bad in (memoryview(bytearray(10))[::2], "text"):
+            try:
+                a.send(bad)
+            except (BufferError, TypeError) as exc:
+                refusals.append((type(exc), str(exc)))
+
+        async def program():
+            out = []
+            await asyncio.wait_for(loop.sock_sendall(a, array.array("i", [1, 2, 3])), DEADLINE)
+            out.append(b.recv(100))
+            for bad in (memoryview(bytearray(10))[::2], "text"):
+                try:
+                    await loop.sock_sendall(a, bad)
+                except (BufferError, TypeError) as exc:
+                    out.append((type(exc), str(exc)))
+            return out
+
+        got = loop.run_until_complete(program())
+    finally:
+        a.close()
+        b.close()
+    assert got == [array.array("i", [1, 2, 3]).tobytes()] + refusals
+    assert [t for t, _ in refusals] == [BufferError, TypeError]
+
+
+def test_a_socket_call_on_a_closed_loop_says_the_loop_is_closed():
+    """``sock_recv``, ``sock_recv_into`` and ``sock_sendall`` on a closed
+    io_uring loop raise ``RuntimeError('Event loop is closed')``, not an
+    ``AttributeError`` of its insides."""
+    from blockio._loop import UringEventLoop
+
+    lp = UringEventLoop()
+    lp.close()
+    a, b = _pair()
+    try:
+        for coro in (lp.sock_recv(a, 10), lp.sock_recv_into(a, bytearray(10)), lp.sock_sendall(a, b"x")):
+            with pytest.raises(RuntimeError, match="Event loop is closed"):
+                coro.send(None)
+    finally:
+        a.close()
+        b.close()

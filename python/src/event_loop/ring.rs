@@ -330,46 +330,71 @@ impl LoopRing {
 
     /// Receives what the stream socket `fd` holds now, at most `nbytes`
     /// (256 KiB at most, as [`LoopRing::recv`]), without waiting, in the
-    /// loop's thread: new bytes (empty at the end of the stream), or None
-    /// when nothing is queued. The try that asyncio's and uvloop's
-    /// `sock_recv` make first: bytes already there cost no operation, no
-    /// completion and no turn of the loop (`docs/benchmarks.md`, "A
-    /// `sock_recv` tried at once"). `OSError` as `socket.recv` raises it.
-    fn recv_now(&self, py: Python<'_>, fd: RawFd, nbytes: usize) -> PyResult<Option<Py<PyBytes>>> {
+    /// loop's thread: new bytes (empty at the end of the stream), None
+    /// when nothing is queued, or False when the loop's turn is due first
+    /// (see below). The try that asyncio's selector loop makes first:
+    /// bytes already there cost no operation, no completion and no turn of
+    /// the loop (`docs/benchmarks.md`, "A `sock_recv` tried at once").
+    /// `OSError` as `socket.recv` raises it.
+    ///
+    /// A receive served so does not suspend its task, so a task receiving
+    /// from a peer that keeps sending would starve the loop's other tasks
+    /// and timers (as on asyncio's loop; not on uvloop, whose receives
+    /// always wait for readiness). Each is counted as the file calls
+    /// served without suspending are ([`crate::turns`]), and once the
+    /// loop's turn is due the receive is not made here: the caller's
+    /// receive then waits on the ring, a turn of the loop.
+    fn recv_now(&self, py: Python<'_>, fd: RawFd, nbytes: usize) -> PyResult<PyObject> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
+        if crate::turns::due() {
+            return Ok(false.into_pyobject(py)?.to_owned().into_any().unbind());
+        }
         let want = nbytes.min(RECV_MAX);
         if st.scratch.len() < want {
             st.scratch.resize(want, 0);
         }
-        let got = super::inline::recv_inline(fd, &mut st.scratch[..want])
-            .map_err(crate::errors::io_err)?;
-        Ok(got.map(|n| PyBytes::new(py, &st.scratch[..n]).unbind()))
+        match super::inline::recv_inline(fd, &mut st.scratch[..want])
+            .map_err(crate::errors::io_err)?
+        {
+            Some(n) => {
+                crate::turns::served(n);
+                Ok(PyBytes::new(py, &st.scratch[..n]).into_any().unbind())
+            }
+            None => Ok(py.None()),
+        }
     }
 
     /// As [`LoopRing::recv_now`], into at most `nbytes` (0: all) of the
     /// writable buffer `buf`: the count received (0 at the end of the
-    /// stream), or None when nothing is queued.
+    /// stream), None when nothing is queued, or False when the loop's turn
+    /// is due first.
     fn recv_into_now(
         &self,
+        py: Python<'_>,
         fd: RawFd,
         buf: &Bound<'_, PyAny>,
         nbytes: usize,
-    ) -> PyResult<Option<usize>> {
-        let b = PyBuffer::<u8>::get(buf)?;
-        if b.readonly() || !b.is_c_contiguous() {
-            return Err(PyValueError::new_err(
-                "recv_into needs a writable, contiguous buffer",
-            ));
+    ) -> PyResult<PyObject> {
+        let mut guard = self.lock()?;
+        guard.as_mut().ok_or_else(closed)?;
+        let (b, n) = receive_target(buf, nbytes, "recv_into")?;
+        if crate::turns::due() {
+            return Ok(false.into_pyobject(py)?.to_owned().into_any().unbind());
         }
-        let room = b.len_bytes();
-        let n = if nbytes == 0 { room } else { nbytes.min(room) };
         // SAFETY: `b` holds the export of a writable, contiguous buffer of
-        // `room` bytes (checked above), which stays alive and unresized
-        // while held; the GIL is held, so no Python code touches it during
-        // this call; the kernel writes at most `n` <= `room` bytes into it.
+        // at least `n` bytes (`receive_target` checked it), which stays
+        // alive and unresized while held; the GIL is held, so no Python
+        // code touches it during this call; the kernel writes at most `n`
+        // bytes into it.
         let target = unsafe { std::slice::from_raw_parts_mut(b.buf_ptr().cast::<u8>(), n) };
-        super::inline::recv_inline(fd, target).map_err(crate::errors::io_err)
+        match super::inline::recv_inline(fd, target).map_err(crate::errors::io_err)? {
+            Some(got) => {
+                crate::turns::served(got);
+                Ok(got.into_pyobject(py)?.into_any().unbind())
+            }
+            None => Ok(py.None()),
+        }
     }
 
     /// The token of the transport's receive on `fd` armed last (see
@@ -393,14 +418,7 @@ impl LoopRing {
         nbytes: usize,
         socket: bool,
     ) -> PyResult<u64> {
-        let b = PyBuffer::<u8>::get(buf)?;
-        if b.readonly() || !b.is_c_contiguous() {
-            return Err(PyValueError::new_err(
-                "recv_into needs a writable, contiguous buffer",
-            ));
-        }
-        let room = b.len_bytes();
-        let n = if nbytes == 0 { room } else { nbytes.min(room) };
+        let (b, n) = receive_target(buf, nbytes, "recv_into")?;
         self.submit(InFlight::new(
             Kind::RecvInto,
             fd,
@@ -666,14 +684,7 @@ impl LoopRing {
         flags: u32,
         now: bool,
     ) -> PyResult<PyObject> {
-        let b = PyBuffer::<u8>::get(buf)?;
-        if b.readonly() || !b.is_c_contiguous() {
-            return Err(PyValueError::new_err(
-                "recvmsg_into needs a writable, contiguous buffer",
-            ));
-        }
-        let room = b.len_bytes();
-        let n = if nbytes == 0 { room } else { nbytes.min(room) };
+        let (b, n) = receive_target(buf, nbytes, "recvmsg_into")?;
         let slot = MsgSlot::new(Memory::Lent(b), n, None);
         self.receive_datagram(py, fd, slot, flags, now)
     }
@@ -2190,6 +2201,25 @@ fn grown_memory(py: Python<'_>, first: usize) -> PyResult<Memory> {
     // and only `finish` resizes it, after the completion.
     let at = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
     Ok(Memory::Bytes(obj, at))
+}
+
+/// The export of `buf` for a receive into it (`what` names the call in
+/// the error), refused unless writable and contiguous, and the room the
+/// receive takes: at most `nbytes` of it (0: all).
+fn receive_target(
+    buf: &Bound<'_, PyAny>,
+    nbytes: usize,
+    what: &str,
+) -> PyResult<(PyBuffer<u8>, usize)> {
+    let b = PyBuffer::<u8>::get(buf)?;
+    if b.readonly() || !b.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "{what} needs a writable, contiguous buffer"
+        )));
+    }
+    let room = b.len_bytes();
+    let n = if nbytes == 0 { room } else { nbytes.min(room) };
+    Ok((b, n))
 }
 
 fn too_many() -> PyErr {
