@@ -17,7 +17,12 @@ the contenders rotated every round), pinned to one CPU:
 - ``sock`` (not in the default list, as it does I/O): one coroutine
   making ``sock_sendall`` of 64 bytes then ``sock_recv`` of them on a
   socket pair, each pair counted as a callback (the cost of the loop's
-  low-level socket calls, their turns included).
+  low-level socket calls, their turns included);
+- ``sock-wait`` (not in the default list either): two coroutines passing
+  64 bytes back and forth over a socket pair, each receive made before
+  its bytes are sent (as a request-response server's is), each exchange
+  (a ``sock_sendall`` and a ``sock_recv`` that waits) counted as a
+  callback.
 
 Printed per workload and contender: nanoseconds of process CPU time
 (``time.process_time``) per callback, median of the rounds and
@@ -74,6 +79,9 @@ def workload(loop: asyncio.AbstractEventLoop, kind: str, n: int) -> None:
     if kind == "sock":
         loop.run_until_complete(ping_pong(loop, n))
         return
+    if kind == "sock-wait":
+        loop.run_until_complete(back_and_forth(loop, n))
+        return
     left = [n]
     later = kind == "timers"
 
@@ -101,6 +109,27 @@ async def ping_pong(loop: asyncio.AbstractEventLoop, n: int) -> None:
         for _ in range(n):
             await loop.sock_sendall(b, b"x" * 64)
             await loop.sock_recv(a, 100)
+    finally:
+        a.close()
+        b.close()
+
+
+async def back_and_forth(loop: asyncio.AbstractEventLoop, n: int) -> None:
+    """``n`` exchanges of 64 bytes between two coroutines on a socket pair,
+    each waiting in ``sock_recv`` for the other's ``sock_sendall``."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+
+    async def side(sock: socket.socket, first: bool, times: int) -> None:
+        if first:
+            await loop.sock_sendall(sock, b"x" * 64)
+        for _ in range(times):
+            await loop.sock_recv(sock, 100)
+            await loop.sock_sendall(sock, b"x" * 64)
+
+    try:
+        await asyncio.gather(side(a, True, n // 2), side(b, False, n // 2))
     finally:
         a.close()
         b.close()
