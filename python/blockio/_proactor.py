@@ -654,17 +654,7 @@ class RingProactor:
             kept = self._take_kept(conn, nbytes)
             if kept is not None:
                 return kept
-        fd = _fd_of(conn)
-        if fd in self._receiving or not is_stream(conn) or self._skip_at_once(fd):
-            return None
-        got = self._ring.recv_now(fd, nbytes)
-        if got is None:
-            self._missed_at_once(fd)
-        elif got is False:
-            return None  # (the loop's turn is due: this receive waits for it)
-        elif fd in self._at_once_backoff:
-            del self._at_once_backoff[fd]
-        return got  # type: ignore[no-any-return]
+        return self._at_once(conn, self._ring.recv_now, nbytes)  # type: ignore[no-any-return]
 
     def recv_into_at_once(self, conn: Any, buf: Any) -> int | None:
         """As :meth:`recv_at_once`, into the writable buffer ``buf``:
@@ -675,17 +665,25 @@ class RingProactor:
             if kept is not None:
                 memoryview(buf).cast("B")[: len(kept)] = kept
                 return len(kept)
+        return self._at_once(conn, self._ring.recv_into_now, buf)  # type: ignore[no-any-return]
+
+    def _at_once(self, conn: Any, receive: Callable[[int, Any], Any], arg: Any) -> Any:
+        """``receive(fd, arg)`` (``LoopRing.recv_now``, ``recv_into_now``)
+        on ``conn``'s descriptor, unless ``conn`` is no stream socket, a
+        receive of it is still on the ring, or its backoff skips the try:
+        what it received, or None when the caller's receive is to wait on
+        the ring (nothing was queued, or the loop's turn is due)."""
         fd = _fd_of(conn)
         if fd in self._receiving or not is_stream(conn) or self._skip_at_once(fd):
             return None
-        got = self._ring.recv_into_now(fd, buf, 0)
+        got = receive(fd, arg)
         if got is None:
             self._missed_at_once(fd)
         elif got is False:
             return None  # (the loop's turn is due: this receive waits for it)
         elif fd in self._at_once_backoff:
             del self._at_once_backoff[fd]
-        return got  # type: ignore[no-any-return]
+        return got
 
     # A request-response peer's receive, made after its reply went out,
     # finds nothing queued: each try would be one failed ``recv`` more per

@@ -58,6 +58,13 @@ def _on(lp, program):
     return lp.run_until_complete(program(lp)), expected
 
 
+def _holds_on_both(lp, program):
+    """``program`` returns True on ``lp`` and on asyncio's loop."""
+    got, expected = _on(lp, program)
+    assert expected is True
+    assert got is True
+
+
 @pytest.mark.parametrize("how", ["recv", "recv_into"])
 def test_bytes_already_there_are_received_without_suspending(loop, how):
     async def program(lp):
@@ -124,9 +131,7 @@ def test_a_stream_received_at_once_in_large_pieces_is_whole_and_in_order(loop, h
             a.close()
             b.close()
 
-    got, expected = _on(loop, program)
-    assert expected is True
-    assert got is True
+    _holds_on_both(loop, program)
 
 
 @pytest.mark.parametrize("how", ["recv", "recv_into"])
@@ -239,9 +244,7 @@ def test_request_response_after_misses_loses_and_reorders_nothing(loop, how):
             a.close()
             b.close()
 
-    got, expected = _on(loop, program)
-    assert expected is True
-    assert got is True
+    _holds_on_both(loop, program)
 
 
 def _fill(sock):

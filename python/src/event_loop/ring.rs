@@ -369,6 +369,7 @@ impl LoopRing {
     /// writable buffer `buf`: the count received (0 at the end of the
     /// stream), None when nothing is queued, or False when the loop's turn
     /// is due first.
+    #[pyo3(signature = (fd, buf, nbytes = 0))]
     fn recv_into_now(
         &self,
         py: Python<'_>,
