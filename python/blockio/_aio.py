@@ -129,12 +129,14 @@ def new_future() -> Any:
 
 
 def current_task() -> Any:
-    """The running asyncio task, or the running trio task."""
+    """The running asyncio task, or the running trio task.
+    (``asyncio.current_task()`` itself raises ``RuntimeError`` where no
+    asyncio loop runs: one lookup of the running loop, whose process id
+    check is a ``getpid`` system call, rather than two.)"""
     try:
-        asyncio.get_running_loop()
+        return asyncio.current_task()
     except RuntimeError:
         return running_trio().lowlevel.current_task()
-    return asyncio.current_task()
 
 
 async def pause() -> None:
