@@ -67,6 +67,7 @@ import select
 import signal
 import socket
 import stat
+import struct
 import sys
 import threading
 import types
@@ -1185,6 +1186,9 @@ def _sendable(data: Any) -> Any:
     except TypeError:
         return data
     if not view.c_contiguous:
+        # The exporter's own refusal of a plain byte buffer, as socket.send
+        # asks for one (numpy's ValueError), else a memoryview's.
+        struct.unpack_from("0s", data)
         raise BufferError("memoryview: underlying buffer is not C-contiguous")
     if view.format != "B" or view.ndim != 1:
         return view.cast("B")
@@ -1588,9 +1592,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._check_receiving_sock(sock)
         if type(n) is not int:
             n = operator.index(n)  # (socket.recv's TypeError, before any byte is taken)
-        if n <= 0:
+        if not 0 < n <= sys.maxsize:
+            # (socket.recv's own refusals, which asyncio's loop calls first)
+            if n > 0 or n < -sys.maxsize - 1:
+                raise OverflowError("Python int too large to convert to C ssize_t")
             if n < 0:
-                # (socket.recv's own refusal, which asyncio's loop calls first)
                 raise ValueError("negative buffersize in recv")
             return b""  # (as socket.recv(0): nothing taken, even a datagram)
         turns, key = self._receive_turns, id(sock)

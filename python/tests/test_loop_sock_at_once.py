@@ -384,7 +384,8 @@ def test_bytes_kept_by_a_cancelled_receive_survive_bad_sizes_and_a_receive_of_no
     """Bytes a cancelled receive kept for its socket (on io_uring, where a
     cancelled receive's bytes may have come) stay for the next receive when
     a receive is refused (``sock_recv(s, 3.0)``: ``socket.recv``'s
-    ``TypeError``, where the bytes were taken, then lost) or asks for no
+    ``TypeError``, where the bytes were taken, then lost; sizes beyond
+    ``ssize_t``: its ``OverflowError``, where they were returned) or asks for no
     bytes (which took them all, or failed after taking them into no room);
     a size given by ``__index__`` is taken."""
     from blockio._loop import UringEventLoop
@@ -401,6 +402,12 @@ def test_bytes_kept_by_a_cancelled_receive_survive_bad_sizes_and_a_receive_of_no
         out = []
         with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
             await lp.sock_recv(a, 3.0)
+        for huge in (2**63, 2**70, -(2**70)):
+            with pytest.raises(OverflowError) as raised:
+                await lp.sock_recv(a, huge)
+            with pytest.raises(OverflowError) as expected:
+                a.recv(huge)
+            assert str(raised.value) == str(expected.value)
         out.append(_at_once(lp.sock_recv(a, 0)))
         out.append(_at_once(lp.sock_recv_into(a, bytearray(0))))
         out.append(_at_once(lp.sock_recv(a, Size())))
@@ -423,21 +430,24 @@ def test_sock_sendall_takes_any_buffer_socket_send_takes(loop):
 
     a, b = _pair()
     try:
+        import numpy
+
+        odd = (memoryview(bytearray(10))[::2], "text", numpy.zeros((4, 4), dtype=numpy.int32, order="F"))
         refusals = []
-        for bad in (memoryview(bytearray(10))[::2], "text"):
+        for bad in odd:
             try:
                 a.send(bad)
-            except (BufferError, TypeError) as exc:
+            except (BufferError, TypeError, ValueError) as exc:
                 refusals.append((type(exc), str(exc)))
 
         async def program():
             out = []
             await asyncio.wait_for(loop.sock_sendall(a, array.array("i", [1, 2, 3])), DEADLINE)
             out.append(b.recv(100))
-            for bad in (memoryview(bytearray(10))[::2], "text"):
+            for bad in odd:
                 try:
                     await loop.sock_sendall(a, bad)
-                except (BufferError, TypeError) as exc:
+                except (BufferError, TypeError, ValueError) as exc:
                     out.append((type(exc), str(exc)))
             return out
 
@@ -446,7 +456,7 @@ def test_sock_sendall_takes_any_buffer_socket_send_takes(loop):
         a.close()
         b.close()
     assert got == [array.array("i", [1, 2, 3]).tobytes()] + refusals
-    assert [t for t, _ in refusals] == [BufferError, TypeError]
+    assert [t for t, _ in refusals] == [BufferError, TypeError, ValueError]
 
 
 def test_a_socket_call_on_a_closed_loop_says_the_loop_is_closed():
