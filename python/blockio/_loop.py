@@ -96,6 +96,10 @@ _RECV_SIZE = 256 * 1024
 _SENDS_EMPTY_DATAGRAMS = sys.version_info >= (3, 13)
 _DATAGRAM_HEADER = 8 if sys.version_info >= (3, 13) else 0
 
+# The errnos of a receive whose descriptor no longer names a socket (see
+# _DatagramTransport._datagram).
+_GONE = (errno.EBADF, errno.ENOTSOCK)
+
 # The errnos with which io_uring_setup says io_uring is not available here.
 _UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
 
@@ -1023,13 +1027,17 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
         protocol is called (an exception from it goes to the loop's
         exception handler, and reading goes on): a datagram goes to
         ``datagram_received``, an ``OSError`` (a connected socket's ICMP
-        error) to ``error_received``."""
+        error) to ``error_received``. After an error that says the
+        descriptor no longer names a socket (closed behind the
+        transport's back) no receive is armed: every one would fail alike,
+        once per turn of the loop."""
         self._read_fut = None
         if self._conn_lost or self._closing:
             return
         if exc is not None and not isinstance(exc, OSError):
             raise exc  # (a receive cancelled by other than the close)
-        self._arm()
+        if exc is None or exc.errno not in _GONE:
+            self._arm()
         if exc is not None:
             try:
                 self._protocol.error_received(exc)

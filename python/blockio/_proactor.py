@@ -12,8 +12,9 @@ keeps its future by token, and in ``select`` resolves every future whose
 operation the kernel finished in that wake-up (one batch per wait, the GIL
 released while the thread waits in ``io_uring_enter``).
 
-A socket transport's receive has no future: its completion calls the
-transport from the dispatch of the batch (:class:`StreamReceive`, asyncio's
+A socket transport's receive, and a datagram endpoint's, has no future:
+its completion calls the transport (or its protocol) from the dispatch
+of the batch (:class:`StreamReceive`, asyncio's
 order kept: behind the callbacks queued before the wait, if any), and the
 transport arms the next receive there. It is kept in the ring's slab with
 its receive, callback and hold on the socket, not in this class's tables:

@@ -17,6 +17,15 @@
 //! the operation it was (`_STREAM`) and goes to its Python code
 //! (`_finish`), which decides exactly as for any other operation; every
 //! other kind of operation goes there too.
+//!
+//! A datagram endpoint's receive is the same [`StreamRx`], with
+//! `datagram` set: a `recvmsg` whose value is `(bytes, address)` (an empty
+//! datagram is delivered, not an end), handed to the endpoint's protocol
+//! as `datagram_received(data, address)` after the next receive is armed,
+//! as asyncio's readiness callback reads and then calls the protocol: a
+//! datagram costs no future, done callback or `call_soon` of asyncio's
+//! proactor transport (`docs/benchmarks.md`, "A datagram endpoint's
+//! receive kept on the ring").
 
 use std::os::fd::RawFd;
 
