@@ -134,7 +134,9 @@ def main() -> None:
                     env = {**os.environ, "PYTHONPATH": args.baseline + (os.pathsep + path if path else "")}
                 child_name = "blockio-uring" if name == "baseline" else name
                 out = subprocess.run([sys.executable, __file__, "--n", str(args.n), "--child", child_name, workload],
-                                     check=True, capture_output=True, text=True, env=env)
+                                     capture_output=True, text=True, env=env)
+                if out.returncode:
+                    sys.exit(f"{name} {workload} failed ({out.returncode}):\n{out.stderr}")
                 times[name].append(float(out.stdout))
         med = {c: statistics.median(v) for c, v in times.items()}
         print(f"{workload} ({WORKLOADS[workload]} in flight), {args.rounds} rounds of {args.n} round trips:")
