@@ -17,10 +17,14 @@ process, pinned to one CPU, the order rotated every round; printed per
 workload and contender: microseconds of process CPU time
 (``time.process_time``) per round trip (two sends and two receives),
 median of the rounds and lowest-highest, and the ratio of the median to
-asyncio's and uvloop's medians of the same run::
+asyncio's and uvloop's medians of the same run. With ``--baseline DIR``
+(a directory holding another build's ``blockio`` package, such as a copy
+of an installed one), a contender ``baseline``, ``blockio-uring`` run
+with ``DIR`` first on ``PYTHONPATH``, is measured in the same rounds and
+every median is also given as a ratio to its::
 
     python python/benchmarks/udp_echo.py [--rounds 7] [--n 20000]
-        [--workloads pingpong,burst]
+        [--workloads pingpong,burst] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -112,25 +116,35 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--baseline", help="a directory with another build's blockio package")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child[0], args.child[1], args.n)
         return
+    contenders = CONTENDERS + (["baseline"] if args.baseline else [])
     for workload in args.workloads.split(","):
-        times: dict[str, list[float]] = {c: [] for c in CONTENDERS}
+        times: dict[str, list[float]] = {c: [] for c in contenders}
         for r in range(args.rounds):
-            order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[: r % len(CONTENDERS)]
+            order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
             for name in order:
-                out = subprocess.run([sys.executable, __file__, "--n", str(args.n), "--child", name, workload],
-                                     check=True, capture_output=True, text=True)
+                env = None
+                if name == "baseline":
+                    path = os.environ.get("PYTHONPATH")
+                    env = {**os.environ, "PYTHONPATH": args.baseline + (os.pathsep + path if path else "")}
+                child_name = "blockio-uring" if name == "baseline" else name
+                out = subprocess.run([sys.executable, __file__, "--n", str(args.n), "--child", child_name, workload],
+                                     capture_output=True, text=True, env=env)
+                if out.returncode:
+                    sys.exit(f"{name} {workload} failed ({out.returncode}):\n{out.stderr}")
                 times[name].append(float(out.stdout))
         med = {c: statistics.median(v) for c, v in times.items()}
         print(f"{workload} ({WORKLOADS[workload]} in flight), {args.rounds} rounds of {args.n} round trips:")
-        for name in CONTENDERS:
+        for name in contenders:
             v = times[name]
+            base = f"  {med[name] / med['baseline']:.2f}x baseline" if args.baseline else ""
             print(f"  {name:20} {med[name] * 1e6:7.2f} us ({min(v) * 1e6:.2f}-{max(v) * 1e6:.2f})"
-                  f"  {med[name] / med['asyncio']:.2f}x asyncio  {med[name] / med['uvloop']:.2f}x uvloop")
+                  f"  {med[name] / med['asyncio']:.2f}x asyncio  {med[name] / med['uvloop']:.2f}x uvloop{base}")
 
 
 if __name__ == "__main__":

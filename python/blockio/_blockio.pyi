@@ -518,6 +518,8 @@ class StreamRx:
         stream: bool,
         holdable: bool,
         context: object,
+        datagram: bool = ...,
+        now: bool = ...,
     ) -> "StreamRx": ...
     @property
     def _proactor(self) -> object: ...
@@ -540,9 +542,18 @@ class StreamRx:
         """The first buffer the next receive lends the kernel on a stream
         socket, in bytes: 2 KiB, grown after a message that filled it,
         halved after small ones."""
+    @property
+    def datagram(self) -> bool:
+        """A datagram endpoint's receive (``recvmsg``; ``data`` is
+        ``(bytes, address)``)."""
+    @property
+    def now(self) -> bool:
+        """A datagram receive tries a ``recvmsg`` with ``MSG_DONTWAIT``
+        at its arming before it goes to the ring."""
     token: object
     cancelled: bool
     direct: Optional[object]
+    peer: Optional[object]
 def bench_engine(fd: int, file_size: int, block: int, in_flight: int, seconds: float) -> float: ...
 def exiting() -> None: ...
 def read_line_inline(fd: int, limit: int) -> Tuple[bytes, int, int]: ...

@@ -96,6 +96,10 @@ _RECV_SIZE = 256 * 1024
 _SENDS_EMPTY_DATAGRAMS = sys.version_info >= (3, 13)
 _DATAGRAM_HEADER = 8 if sys.version_info >= (3, 13) else 0
 
+# The errnos of a receive whose descriptor no longer names a socket (see
+# _DatagramTransport._datagram).
+_GONE = (errno.EBADF, errno.ENOTSOCK)
+
 # The errnos with which io_uring_setup says io_uring is not available here.
 _UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
 
@@ -805,8 +809,11 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
     takes it, else buffered (counted in ``get_write_buffer_size``, pausing
     the protocol's writing) and handed to the ring one at a time, in order
     (a ``sendmsg`` each, which the kernel sends when the socket has room;
-    see ``_wait_writable``); received by a ``recvmsg`` on the ring when none
-    is waiting (``RingProactor.recvfrom``);
+    see ``_wait_writable``); received by a ``recvmsg`` kept armed on the
+    ring (a :class:`~blockio._proactor.StreamReceive` of a datagram, tried
+    at once first), whose completion the ring's dispatch hands to the
+    protocol's ``datagram_received`` with no future, done callback or
+    ``call_soon`` per datagram (see :meth:`_arm`);
     ``close()`` sends what is buffered, then reports ``connection_lost``;
     an empty datagram is delivered as ``b""``; reading goes on after an
     error. (asyncio's proactor version stops writing at ``close()`` and
@@ -817,9 +824,29 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._buffer_size = 0
+        # A real socket, whose receive is the native one (see _arm); a
+        # test's mock goes through the proactor's recvfrom futures.
+        self._native = isinstance(self._sock, socket.socket)
+
+    # The transport's receive, made at its first arming (see _arm).
+    _rx: Any = None
 
     def get_write_buffer_size(self) -> int:
         return self._buffer_size
+
+    def set_protocol(self, protocol: Any) -> None:
+        super().set_protocol(protocol)
+        self._update_direct()
+
+    def _update_direct(self) -> None:
+        """Sets the receive's ``direct``, the protocol the ring's dispatch
+        hands each datagram to (``datagram_received``, looked up per
+        datagram, after the next receive is armed, as :meth:`_datagram`
+        does), while the transport reads on: None once it is closing or
+        lost, when every datagram goes through :meth:`_datagram`."""
+        rx = self._rx
+        if rx is not None:
+            rx.direct = None if self._closing or self._conn_lost else self._protocol
 
     def _send_one(self, data: bytes, addr: Any) -> None:
         if self._address is not None or addr is None:
@@ -967,13 +994,70 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
         # reader now)
         if self._sock is not None:
             self._loop._proactor.drop_datagrams(self._sock)
+        rx = self._rx
+        if rx is not None:
+            # (the receive is the ring's until the kernel has answered its
+            # cancel; it lets go of the protocol now: no reference cycle)
+            rx.direct = rx.peer = None
+            self._rx = None
         super()._call_connection_lost(exc)
+
+    def _arm(self) -> None:
+        """Arms the transport's next receive: a ``recvmsg`` of at most
+        ``max_size`` bytes on the ring, kept in its slab with the receive
+        (and the socket held open until the kernel is done with it), tried
+        at once first; its completion goes to the protocol from the ring's
+        dispatch (see :meth:`_update_direct`), or to :meth:`_datagram`
+        (an error, a datagram handed on behind queued callbacks, a
+        transport closing). A connected endpoint's datagrams are handed
+        on with its peer's address (``peer``), as asyncio's proactor
+        transport hands them."""
+        rx = self._rx
+        if rx is None:
+            rx = self._rx = _proactor.StreamReceive(self._loop._proactor, self._sock, self.max_size, datagram=True)
+            rx.peer = self._address
+            self._update_direct()
+        _arm_receive(rx, self._datagram)
+        self._read_fut = rx
+
+    def _datagram(self, got: Any, exc: BaseException | None) -> None:
+        """A receive's outcome that the dispatch does not hand to the
+        protocol itself: ``got``, ``(bytes, address)``, or ``exc``. As on
+        asyncio's selector loop, the next receive is armed before the
+        protocol is called (an exception from it goes to the loop's
+        exception handler, and reading goes on): a datagram goes to
+        ``datagram_received``, an ``OSError`` (a connected socket's ICMP
+        error) to ``error_received``. After an error that says the
+        descriptor no longer names a socket (closed behind the
+        transport's back) no receive is armed: every one would fail alike,
+        once per turn of the loop."""
+        self._read_fut = None
+        if self._conn_lost or self._closing:
+            return
+        if exc is not None and not isinstance(exc, OSError):
+            raise exc  # (a receive cancelled by other than the close)
+        if exc is None or exc.errno not in _GONE:
+            self._arm()
+        if exc is not None:
+            try:
+                self._protocol.error_received(exc)
+            finally:
+                exc = None  # (its traceback holds this frame: no cycle)
+            return
+        data, addr = got
+        self._protocol.datagram_received(data, self._address if self._address is not None else addr)
 
     def _loop_reading(self, fut: Any = None) -> None:
         """asyncio's proactor read loop, delivering empty datagrams and
         reading on after a failed receive: as on asyncio's selector loop,
         a connected socket's ICMP error goes to ``error_received`` and the
-        next receive waits for the next datagram (or error)."""
+        next receive waits for the next datagram (or error). On a real
+        socket only its first call (asyncio's ``__init__`` schedules it)
+        comes here, which arms the native receive (:meth:`_arm`)."""
+        if self._native and fut is None:
+            if not (self._conn_lost or self._closing) and self._read_fut is None:
+                self._arm()
+            return
         received = False
         data = addr = None
         try:

@@ -12,8 +12,9 @@ keeps its future by token, and in ``select`` resolves every future whose
 operation the kernel finished in that wake-up (one batch per wait, the GIL
 released while the thread waits in ``io_uring_enter``).
 
-A socket transport's receive has no future: its completion calls the
-transport from the dispatch of the batch (:class:`StreamReceive`, asyncio's
+A socket transport's receive, and a datagram endpoint's, has no future:
+its completion calls the transport (or its protocol) from the dispatch
+of the batch (:class:`StreamReceive`, asyncio's
 order kept: behind the callbacks queued before the wait, if any), and the
 transport arms the next receive there. It is kept in the ring's slab with
 its receive, callback and hold on the socket, not in this class's tables:
@@ -216,8 +217,14 @@ class StreamReceive(_blockio.StreamRx):
     from a callback of the ready queue does. While armed, it stands in the
     transport's ``_read_fut``: ``cancel()`` cancels the receive in flight.
 
+    A datagram endpoint's receive (``datagram``) is a ``recvmsg`` of one
+    datagram, ``data`` its ``(bytes, address)``; tried at once at each
+    arming (``now``, the proactor's ``_datagram_first``), a datagram
+    already queued is handed on in the next turn of the loop without a
+    ring operation (``LoopRing.arm_stream``).
+
     Its state (``conn``, ``fd``, ``nbytes``, ``socket``, ``stream``, ``holdable``,
-    ``context``; ``token``, the receive in flight or the marker of kept
+    ``context``, ``datagram``, ``now``, ``peer``; ``token``, the receive in flight or the marker of kept
     bytes about to be handed on, None when not armed; ``cancelled``) is
     the Rust base's, which the dispatch and ``_blockio.arm_receive`` read
     per message without attribute lookups.
@@ -225,14 +232,14 @@ class StreamReceive(_blockio.StreamRx):
 
     __slots__ = ()
 
-    def __new__(cls, proactor: RingProactor, conn: Any, nbytes: int) -> StreamReceive:
+    def __new__(cls, proactor: RingProactor, conn: Any, nbytes: int, datagram: bool = False) -> StreamReceive:
         # Whether hold_open holds it (a socket; not a test's mock).
         holdable = hold_open(conn)
         if holdable:
             release(conn)
         return super().__new__(
             cls, proactor, conn, _fd_of(conn), nbytes, isinstance(conn, socket.socket), is_stream(conn),
-            holdable, contextvars.copy_context(),
+            holdable, contextvars.copy_context(), datagram, datagram and proactor._datagram_first,
         )
 
     def cancel(self, msg: Any = None) -> bool:
@@ -729,7 +736,13 @@ class RingProactor:
         left for its socket are handed on in the next step of the loop,
         else a receive goes to the ring."""
         rx.cancelled = False
-        if self._kept:
+        if rx.datagram:
+            kept_datagram = self._take_datagram(rx.conn, rx.nbytes) if self._kept_datagrams else None
+            if kept_datagram is not None:
+                rx.token = marker = object()
+                self._loop.call_soon(self._deliver_kept, rx, marker, kept_datagram, callback)
+                return
+        elif self._kept:
             kept = self._take_kept(rx.conn, rx.nbytes)
             if kept is not None:
                 rx.token = marker = object()
@@ -743,7 +756,11 @@ class RingProactor:
         if rx.token is not marker:
             return  # armed again meanwhile
         if rx.cancelled:
-            self._drop_kept(rx.conn)  # as _finish_stream drops them
+            # (as _finish_stream drops them)
+            if rx.datagram:
+                self.drop_datagrams(rx.conn)
+            else:
+                self._drop_kept(rx.conn)
             return
         rx.token = None
         rx.deliver(callback, data, None)
@@ -1313,6 +1330,9 @@ class RingProactor:
     def _finish_stream(self, token: int, rx: StreamReceive, arg: Any, res: int, value: Any) -> None:
         """Hands a transport's receive its outcome, as :meth:`_finish` and
         :meth:`_serve_redirected` resolve a receive's future."""
+        if rx.datagram:
+            self._finish_datagram(token, rx, arg, res, value)
+            return
         redirected = token in self._redirected
         if redirected:
             self._redirected.discard(token)
@@ -1354,6 +1374,41 @@ class RingProactor:
             # holds its frame, whose caller is this one, which must not
             # hold the error back (a reference cycle through the transport).
             exc = None
+
+    def _finish_datagram(self, token: int, rx: StreamReceive, arg: Any, res: int, value: Any) -> None:
+        """Hands a datagram endpoint's receive its outcome (``(bytes,
+        address)``, an empty datagram too), as :meth:`_finish_stream` hands
+        a stream's: a datagram taken by a receive cancelled to be served
+        from kept ones is kept behind them; one taken by a receive its
+        endpoint's close cancelled goes with the socket."""
+        redirected = token in self._redirected
+        if redirected:
+            self._redirected.discard(token)
+            if res >= 0:
+                self.keep_datagram(rx.conn, value)
+        if rx.cancelled:
+            self.drop_datagrams(rx.conn)
+            return
+        if rx.token != token:
+            if res >= 0 and not redirected:
+                self._after_cancel(_RECVFROM, (arg[0], arg[1], arg[2], None), res, value)
+            return
+        callback = arg[3]
+        if redirected and (res >= 0 or res == -errno.ECANCELED):
+            self.receive(rx, callback)  # served from the kept datagrams
+            return
+        rx.token = None
+        if res < 0:
+            data, exc = None, exceptions.CancelledError() if res == -errno.ECANCELED else os_error(-res)
+        else:
+            data, exc = value, None
+        try:
+            if self._direct:
+                rx.deliver(callback, data, exc)
+            else:
+                self._loop.call_soon(rx.deliver, callback, data, exc)
+        finally:
+            exc = None  # (see _finish_stream)
 
     def _finish_serve(self, token: int, acc: ServerAccept, arg: Any, res: int, value: Any) -> None:
         """Hands a server's accept its outcome, as :meth:`_finish` and

@@ -17,6 +17,15 @@
 //! the operation it was (`_STREAM`) and goes to its Python code
 //! (`_finish`), which decides exactly as for any other operation; every
 //! other kind of operation goes there too.
+//!
+//! A datagram endpoint's receive is the same [`StreamRx`], with
+//! `datagram` set: a `recvmsg` whose value is `(bytes, address)` (an empty
+//! datagram is delivered, not an end), handed to the endpoint's protocol
+//! as `datagram_received(data, address)` after the next receive is armed,
+//! as asyncio's readiness callback reads and then calls the protocol: a
+//! datagram costs no future, done callback or `call_soon` of asyncio's
+//! proactor transport (`docs/benchmarks.md`, "A datagram endpoint's
+//! receive kept on the ring").
 
 use std::os::fd::RawFd;
 
@@ -151,7 +160,22 @@ pub(crate) struct StreamRx {
     /// handed to the next receive armed then (see [`arm_receive`]) instead
     /// of being ended and taken again; ended after the callback otherwise.
     carried: Option<PyObject>,
-    /// The proactor's `_kept`, and its ring.
+    /// A datagram endpoint's receive (`recvmsg`, one datagram and its
+    /// sender per completion, `(bytes, address)`), not a stream's: its
+    /// `direct` protocol is handed `datagram_received(data, address)`.
+    #[pyo3(get)]
+    datagram: bool,
+    /// Whether a datagram receive tries a `recvmsg` with `MSG_DONTWAIT`
+    /// at its arming, before it goes to the ring (see
+    /// `LoopRing::arm_stream`).
+    #[pyo3(get)]
+    now: bool,
+    /// The address a datagram receive's `direct` protocol is handed in
+    /// place of the sender's: a connected endpoint's peer, as asyncio's
+    /// proactor transport hands it; None: the sender's.
+    #[pyo3(get, set)]
+    peer: Option<PyObject>,
+    /// The proactor's `_kept` (or `_kept_datagrams`), and its ring.
     tables: Option<RxTables>,
 }
 
@@ -164,8 +188,11 @@ struct RxTables {
 #[pymethods]
 impl StreamRx {
     /// A receive of at most `nbytes` from `conn` (descriptor `fd`) on
-    /// `proactor`'s ring, its callbacks run in `context`.
+    /// `proactor`'s ring, its callbacks run in `context`; a datagram
+    /// endpoint's (`datagram`, a `recvmsg` each, tried at once first when
+    /// `now`).
     #[new]
+    #[pyo3(signature = (proactor, conn, fd, nbytes, socket, stream, holdable, context, datagram = false, now = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         proactor: &Bound<'_, PyAny>,
@@ -176,10 +203,12 @@ impl StreamRx {
         stream: bool,
         holdable: bool,
         context: PyObject,
+        datagram: bool,
+        now: bool,
     ) -> PyResult<Self> {
         let tables = RxTables {
             kept: proactor
-                .getattr("_kept")?
+                .getattr(if datagram { "_kept_datagrams" } else { "_kept" })?
                 .downcast_into::<PyDict>()?
                 .unbind(),
             ring: proactor
@@ -202,6 +231,9 @@ impl StreamRx {
             direct: None,
             cancelled: false,
             carried: None,
+            datagram,
+            now,
+            peer: None,
             tables: Some(tables),
         })
     }
@@ -242,6 +274,9 @@ impl StreamRx {
         if let Some(conn) = &self.carried {
             visit.call(conn)?;
         }
+        if let Some(p) = &self.peer {
+            visit.call(p)?;
+        }
         if let Some(t) = &self.tables {
             visit.call(&t.kept)?;
             visit.call(&t.ring)?;
@@ -254,6 +289,7 @@ impl StreamRx {
         self.carried = None;
         self.marker = None;
         self.direct = None;
+        self.peer = None;
         self.armed = None;
         self.context = py.None();
         self.proactor = py.None();
@@ -262,10 +298,10 @@ impl StreamRx {
 }
 
 /// Arms the next receive of `rx` (a `StreamReceive`), whose completion
-/// calls `callback`: `RingProactor.receive`, in one call. When bytes a
-/// cancelled receive left are kept for this descriptor, the proactor's own
-/// `receive` decides (they may be this socket's, or a closed one's that
-/// had the number).
+/// calls `callback`: `RingProactor.receive`, in one call. When bytes (a
+/// datagram receive: datagrams) a cancelled receive left are kept for this
+/// descriptor, the proactor's own `receive` decides (they may be this
+/// socket's, or a closed one's that had the number).
 #[pyfunction]
 pub(crate) fn arm_receive(
     py: Python<'_>,
@@ -328,8 +364,10 @@ pub(crate) fn arm_ring_receive(
         socket: this.socket,
         stream: this.stream,
         first: this.first,
+        datagram: this.datagram,
+        now: this.now,
     };
-    let armed = ring.borrow().arm_stream(ask, owner);
+    let armed = ring.borrow().arm_stream(py, ask, owner);
     match armed {
         Ok(token) => {
             this.cancelled = false;
@@ -417,13 +455,15 @@ impl<'py> Tables<'py> {
         let hold = hold.map(|h| h.into_bound(py));
         let value = value.into_bound(py);
         let rx = &rx;
-        if res > 0
+        if res >= 0
             && self.direct
             && (self.redirected.is_empty() || !self.redirected.contains(token)?)
         {
+            // (a stream's 0 is its end, which goes to `_finish`; a
+            // datagram's, an empty datagram, is delivered as any other)
             let armed = {
                 let this = rx.borrow();
-                !this.cancelled && this.armed == Some(token)
+                !this.cancelled && this.armed == Some(token) && (res > 0 || this.datagram)
             };
             if armed {
                 return self.deliver(py, rx, callback, hold, value);
@@ -457,7 +497,12 @@ impl<'py> Tables<'py> {
     /// plain protocol), what that callback (`_received`) does with bytes,
     /// without its Python: the next receive armed, then `data_received`
     /// called in the receive's context, an exception from it handed to the
-    /// transport's `_fatal_error` (see [`Tables::direct`]). The receive's
+    /// transport's `_fatal_error` (see [`Tables::direct`]). A datagram
+    /// receive's `direct` (a datagram endpoint's protocol) is handed
+    /// `datagram_received(data, address)` after the next receive is armed,
+    /// as the endpoint's callback (`_datagram`) would, and an exception
+    /// from it goes to the loop's exception handler (`report`), as one
+    /// from asyncio's read callback does: reading goes on. The receive's
     /// hold on its socket (`hold`) goes to the next receive armed, and is
     /// ended after the callback if none was.
     fn deliver(
@@ -468,7 +513,7 @@ impl<'py> Tables<'py> {
         hold: Option<Bound<'py, PyAny>>,
         data: Bound<'py, PyAny>,
     ) -> PyResult<()> {
-        let (context, direct) = {
+        let (context, direct, datagram, peer) = {
             let mut this = rx.borrow_mut();
             this.armed = None;
             if let Some(m) = this.marker.take() {
@@ -478,6 +523,8 @@ impl<'py> Tables<'py> {
             (
                 this.context.bind(py).clone(),
                 this.direct.as_ref().map(|d| d.bind(py).clone()),
+                this.datagram,
+                this.peer.as_ref().map(|p| p.bind(py).clone()),
             )
         };
         let run = CONTEXT_RUN.get_or_try_init(py, || -> PyResult<PyObject> {
@@ -489,7 +536,10 @@ impl<'py> Tables<'py> {
         })?;
         let run = run.bind(py);
         let outcome = match direct {
-            Some(protocol) if arm_receive(py, rx, &callback).is_ok() => {
+            Some(protocol) if datagram && arm_receive(py, rx, &callback).is_ok() => {
+                datagram_received_in(py, &context, &protocol, &data, peer)
+            }
+            Some(protocol) if !datagram && arm_receive(py, rx, &callback).is_ok() => {
                 Self::direct(py, run, &context, &callback, &protocol, &data)
             }
             // (an arming that failed is tried again, and its error
@@ -534,7 +584,8 @@ impl<'py> Tables<'py> {
         protocol: &Bound<'py, PyAny>,
         data: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let err = match data_received_in(py, context, protocol, data) {
+        let name = intern!(py, "data_received");
+        let err = match method_in(py, context, protocol, name, &[data]) {
             Ok(out) => return Ok(out),
             Err(e) => e,
         };
@@ -590,41 +641,66 @@ pub(crate) fn release_conn(py: Python<'_>, conn: &Bound<'_, PyAny>) -> PyResult<
     Ok(())
 }
 
-/// `protocol.data_received(data)` in `context`, as `context.run(
-/// protocol.data_received, data)` and with its errors, without the bound
-/// method and the call of `Context.run`: the context entered, the method
-/// looked up per message as the interpreter's method call does (asyncio's
-/// transport calls `self._protocol.data_received(data)`: one replaced on
-/// the protocol object is the one called), the context left.
-fn data_received_in<'py>(
+/// `protocol.datagram_received(data, address)` in `context`, `value`
+/// being a datagram receive's `(data, address)` and the address `peer`
+/// in place of the sender's when given (see [`StreamRx::peer`]).
+fn datagram_received_in<'py>(
     py: Python<'py>,
     context: &Bound<'py, PyAny>,
     protocol: &Bound<'py, PyAny>,
-    data: &Bound<'py, PyAny>,
+    value: &Bound<'py, PyAny>,
+    peer: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let value = value.downcast::<PyTuple>()?;
+    let data = value.get_item(0)?;
+    let addr = match peer {
+        Some(p) => p,
+        None => value.get_item(1)?,
+    };
+    let name = intern!(py, "datagram_received");
+    method_in(py, context, protocol, name, &[&data, &addr])
+}
+
+/// `protocol.NAME(*args)` in `context` (at most two arguments), as
+/// `context.run(protocol.NAME, *args)` and with its errors, without the
+/// bound method and the call of `Context.run`: the context entered, the
+/// method looked up per message as the interpreter's method call does
+/// (asyncio's transport calls `self._protocol.data_received(data)`: one
+/// replaced on the protocol object is the one called), the context left.
+fn method_in<'py>(
+    py: Python<'py>,
+    context: &Bound<'py, PyAny>,
+    protocol: &Bound<'py, PyAny>,
+    name: &Bound<'py, pyo3::types::PyString>,
+    args: &[&Bound<'py, PyAny>],
 ) -> PyResult<Bound<'py, PyAny>> {
     use pyo3::ffi;
-    let name = intern!(py, "data_received");
-    let args = [protocol.as_ptr(), data.as_ptr()];
-    // SAFETY: `context`, `protocol`, `data` and `name` are live Python
+    let mut all = [protocol.as_ptr(); 3];
+    let n = args.len().min(2);
+    for (slot, a) in all[1..].iter_mut().zip(&args[..n]) {
+        *slot = a.as_ptr();
+    }
+    // SAFETY: `context`, `protocol`, `args` and `name` are live Python
     // objects held by this function's caller (or the interned-name cell)
     // for the whole call; the GIL is held (`py`). `PyContext_Enter` raises
     // (returns -1 with the exception set) for an object that is not a
     // `Context` or one already entered, as `Context.run` does.
-    // `PyObject_VectorcallMethod` borrows `args` (self first, then the
-    // one argument; no `PY_VECTORCALL_ARGUMENTS_OFFSET`: the slot before
-    // `args` is not ours) and returns a new reference or NULL with the
-    // exception set, which `from_owned_ptr_or_err` takes over (fetching
-    // it) before the context is left. `PyContext_Exit` of the context
-    // entered here, on this thread, succeeds unless a callee left it
-    // entered otherwise; its error is then returned, as `Context.run`'s.
+    // `PyObject_VectorcallMethod` borrows the first `n + 1` pointers of
+    // `all` (self first, then the arguments; no
+    // `PY_VECTORCALL_ARGUMENTS_OFFSET`: the slot before `all` is not ours)
+    // and returns a new reference or NULL with the exception set, which
+    // `from_owned_ptr_or_err` takes over (fetching it) before the context
+    // is left. `PyContext_Exit` of the context entered here, on this
+    // thread, succeeds unless a callee left it entered otherwise; its
+    // error is then returned, as `Context.run`'s.
     unsafe {
         if ffi::PyContext_Enter(context.as_ptr()) != 0 {
             return Err(PyErr::fetch(py));
         }
         let out = ffi::PyObject_VectorcallMethod(
             name.as_ptr(),
-            args.as_ptr(),
-            args.len(),
+            all.as_ptr(),
+            n + 1,
             std::ptr::null_mut(),
         );
         let out = Bound::from_owned_ptr_or_err(py, out);

@@ -60,7 +60,12 @@
 //!   than the room is cut (`MSG_TRUNC`), as `recvfrom` cuts it. A send is
 //!   submitted `MSG_DONTWAIT`: one the socket cannot take is answered
 //!   `EAGAIN` and goes through the readiness poll below, then a new
-//!   submission, never the kernel's own retry of the same message;
+//!   submission, never the kernel's own retry of the same message. A
+//!   datagram endpoint's `recvmsg` is kept armed as a stream transport's
+//!   receive is (`dispatch::StreamRx` with `datagram` set): its completion
+//!   goes from the dispatch to the protocol's `datagram_received`, and
+//!   one its arming found queued (a `recvmsg` with `MSG_DONTWAIT`) waits
+//!   for the next turn's dispatch in the ring, not in a future;
 //! * one-shot `POLL_ADD` (the loop's `add_reader`/`add_writer`, pidfds of
 //!   subprocesses, and the operations asyncio drives by readiness);
 //! * cancellation (`ASYNC_CANCEL`): the operation still completes once,
