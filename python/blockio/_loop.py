@@ -728,6 +728,34 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         if not self._paused:
             self._data = b""  # handed on (or nothing was kept)
 
+    def _pause_for_sendfile(self) -> bool:
+        """Pauses reading for a sendfile, as asyncio's ``_sendfile_native``
+        does with ``is_reading()`` and ``pause_reading()`` (in debug mode
+        through them, which log it); whether reading was on, to be given
+        to :meth:`_resume_after_sendfile`."""
+        if self._loop.get_debug():
+            reading = self.is_reading()
+            self.pause_reading()
+            return reading
+        if self._closing_v or self._paused_v:
+            return False
+        self._paused = True
+        return True
+
+    def _resume_after_sendfile(self, reading: bool) -> None:
+        """Resumes reading after a sendfile if :meth:`_pause_for_sendfile`
+        paused it: when the receive is still in flight and took nothing
+        meanwhile (``resume_reading`` would then only clear the flag), by
+        the flag alone; else, and in debug mode, by ``resume_reading``,
+        which arms a receive or hands on the bytes kept meanwhile."""
+        if not reading:
+            return
+        if (self._paused_v and not self._closing_v and self._read_fut is not None
+                and self._pending_data_length < 0 and not self._data and not self._loop.get_debug()):
+            self._paused = False
+            return
+        self.resume_reading()
+
     def _hand_on(self, data: bytes) -> None:
         """Hands a buffered protocol the bytes kept while it was paused,
         then arms the next receive unless it paused again."""
@@ -1821,8 +1849,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         sendfile holds throughout: reading paused, writes refused, a
         second sendfile refused (the empty waiter set; done at once, as
         nothing is in flight or buffered)."""
-        resume_reading = transp.is_reading()
-        transp.pause_reading()
+        reading = transp._pause_for_sendfile()
         transp._make_empty_waiter()
         sock = transp._sock
         sent = 0
@@ -1861,8 +1888,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             raise
         finally:
             transp._reset_empty_waiter()
-            if resume_reading:
-                transp.resume_reading()
+            transp._resume_after_sendfile(reading)
 
     async def _sendfile_native_steps(self, transp, file, offset, count, rest):
         """asyncio's native sendfile of a transport: reading paused, the

@@ -93,6 +93,9 @@ def test_the_transport_is_in_a_sendfile_while_its_cold_read_is_in_flight(disk_pa
             with pytest.raises((KeyError, RuntimeError)):
                 await loop.sendfile(t, f)
             peer.sendall(b"ping")
+            # (taken by the transport's receive and kept, not handed on)
+            await await_until(lambda: t._pending_data_length > -1, "the peer's bytes taken while paused")
+            seen["got while paused"] = bytes(proto.got)
             gate.set_result(None)
             n = await task
             seen["reading after"] = t.is_reading()
@@ -102,7 +105,7 @@ def test_the_transport_is_in_a_sendfile_while_its_cold_read_is_in_flight(disk_pa
         return n, await got
 
     results, reads = _run("blockio-uring", main, before=before)
-    assert seen == {"reading": False, "reading after": True}
+    assert seen == {"reading": False, "got while paused": b"", "reading after": True}
     assert results == (len(data), data + b"after")
     assert reads.made == [(0, len(data))]
 
