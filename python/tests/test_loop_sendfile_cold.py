@@ -10,12 +10,10 @@ the rest from the general path, and a sendfile cancelled during its read
 leaves the transport as usable as before."""
 
 import asyncio
-import random
 import socket
 
 import pytest
 
-from loops import FACTORIES
 from test_loop_cold_reads import _cold_file, _run
 from test_loop_sendfile import _pair, _read_all, disk_path  # noqa: F401  (a fixture)
 from waits import await_until
