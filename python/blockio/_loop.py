@@ -732,6 +732,34 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         if not self._paused:
             self._data = b""  # handed on (or nothing was kept)
 
+    def _pause_for_sendfile(self) -> bool:
+        """Pauses reading for a sendfile, as asyncio's ``_sendfile_native``
+        does with ``is_reading()`` and ``pause_reading()`` (in debug mode
+        through them, which log it); whether reading was on, to be given
+        to :meth:`_resume_after_sendfile`."""
+        if self._loop.get_debug():
+            reading = self.is_reading()
+            self.pause_reading()
+            return reading
+        if self._closing_v or self._paused_v:
+            return False
+        self._paused = True
+        return True
+
+    def _resume_after_sendfile(self, reading: bool) -> None:
+        """Resumes reading after a sendfile if :meth:`_pause_for_sendfile`
+        paused it: when the receive is still in flight and took nothing
+        meanwhile (``resume_reading`` would then only clear the flag), by
+        the flag alone; else, and in debug mode, by ``resume_reading``,
+        which arms a receive or hands on the bytes kept meanwhile."""
+        if not reading:
+            return
+        if (self._paused_v and not self._closing_v and self._read_fut is not None
+                and self._pending_data_length < 0 and not self._data and not self._loop.get_debug()):
+            self._paused = False
+            return
+        self.resume_reading()
+
     def _hand_on(self, data: bytes) -> None:
         """Hands a buffered protocol the bytes kept while it was paused,
         then arms the next receive unless it paused again."""
@@ -1856,10 +1884,14 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                         if sent > 0:
                             await self._place_after_sent(transp, file, offset + sent)
                         return sent
+                    past_end = offset + count - end if count else _PAGE
+                    if sent < 0 and end - offset <= _SENDFILE_READ:
+                        # A small range not cached: one read on the ring,
+                        # then one send (see _sendfile_cold).
+                        return await self._sendfile_cold(transp, file, offset, fileno, end, past_end)
                     # The rest in steps, from where this stopped (a range
                     # not cached: read on the ring from its start; a failed
                     # call: its error raised as the first step's).
-                    past_end = offset + count - end if count else _PAGE
                     rest = (fileno, end, past_end, max(sent, 0), sent < 0, failed)
                     return await self._sendfile_native_steps(transp, file, offset, count, rest)
         return await self._sendfile_native_steps(transp, file, offset, count, None)
@@ -1888,6 +1920,59 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             transp._reset_empty_waiter()
             if resume_reading:
                 transp.resume_reading()
+
+    async def _sendfile_cold(self, transp, file, offset, fileno, end, past_end):
+        """A transport's sendfile of a range of at most ``_SENDFILE_READ``
+        bytes of the regular file ``fileno`` that the page cache does not
+        wholly hold, to a transport with nothing in flight or buffered:
+        one read of the whole range on the ring, then one ``send`` of it,
+        with no future but the read's and no frame of the general path
+        (:meth:`_sendfile_native_steps`), which takes what this does not
+        finish (the socket full, a failed send, a read the ring refuses)
+        from where it stopped. asyncio's state of a transport in a
+        sendfile holds throughout: reading paused, writes refused, a
+        second sendfile refused (the empty waiter set; done at once, as
+        nothing is in flight or buffered)."""
+        reading = transp._pause_for_sendfile()
+        transp._make_empty_waiter()
+        sock = transp._sock
+        sent = 0
+        try:
+            try:
+                data = await self._proactor.pread(fileno, offset, end - offset)
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EAGAIN):
+                    raise
+                # (the ring refuses this file's read: the steps send it
+                # with os.sendfile, see _sendfile_step)
+                return await self._sendfile_steps(sock, file, offset, fileno, end, past_end, 0, False, 0)
+            failed = 0
+            if getattr(sock, "_closed", False):
+                raise _sendfile_closed(0)
+            if data:
+                try:
+                    sent = sock.send(data)
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError as exc:
+                    failed = exc.errno or errno.EIO
+            if sent < len(data) or failed:
+                # The rest in steps (the socket full: read again from the
+                # cache, where the read just put it; a failed send: its
+                # error raised as the first step's, with asyncio's reset).
+                return await self._sendfile_steps(sock, file, offset, fileno, end, past_end, sent, False, failed)
+            # (a file cut short: the read's bytes were all of it)
+            if sent > 0:
+                await _place_after_sendfile(file, offset + sent)
+            return sent
+        except ConnectionAbortedError as exc:
+            # (see _sendfile_native_steps)
+            if transp._lost_reset:
+                raise _proactor.os_error(errno.ECONNRESET) from exc
+            raise
+        finally:
+            transp._reset_empty_waiter()
+            transp._resume_after_sendfile(reading)
 
     async def _sendfile_native_steps(self, transp, file, offset, count, rest):
         """asyncio's native sendfile of a transport: reading paused, the
