@@ -33,7 +33,7 @@ and subprocesses on io_uring; see :mod:`blockio._loop`)::
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from ._blockio import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE
 from ._buffers import aligned_buffer
@@ -43,10 +43,27 @@ from ._loop import EpollEventLoop, EventLoopPolicy, UringEventLoop, install, new
 from ._open import open
 from ._text import AsyncTextFile
 
-try:
-    __version__: str = version("blockio")
-except PackageNotFoundError:  # imported from a source tree
-    __version__ = "0+unknown"
+__version__: str  # given by __getattr__ below
+
+
+def __getattr__(name: str) -> Any:
+    """``blockio.__version__``, looked up when first asked for.
+
+    ``importlib.metadata`` costs about half of ``import blockio``'s time
+    and some 3.5 MB of address space, which a program at a tight
+    ``ulimit -v`` may not have: it is imported only here.
+    """
+    if name != "__version__":
+        raise AttributeError(f"module 'blockio' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("blockio")
+    except PackageNotFoundError:  # imported from a source tree
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found
+
 
 __all__ = [
     "Engine", "open", "AsyncFile", "AsyncTextFile", "aligned_buffer", "default_engine", "__version__",

@@ -45,3 +45,17 @@ def test_a_build_without_rust_says_what_to_install(tmp_path):
     text = out.stdout + out.stderr
     assert "no `cargo` was found" in text and "sh.rustup.rs" in text, text[-3000:]
     assert "puccinialin" not in text
+
+
+def test_import_leaves_package_metadata_until_the_version_is_asked_for():
+    # importlib.metadata is half of `import blockio`'s time and some 3.5 MB
+    # of address space: only `blockio.__version__` needs it.
+    check = ("import sys, blockio; print('importlib.metadata' in sys.modules); "
+             "v = blockio.__version__; import importlib.metadata as m; "
+             "print(v == m.version('blockio'), v is blockio.__version__, 'nope' in dir(blockio))")
+    got = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == ["False", "True", "True", "False"]
+    missing = subprocess.run([sys.executable, "-c", "import blockio; blockio.nope"], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
+    assert "AttributeError: module 'blockio' has no attribute 'nope'" in missing.stderr
