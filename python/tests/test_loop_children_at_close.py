@@ -34,13 +34,16 @@ while True:
 
 
 def _state(pid):
-    """The child's state letter in /proc (``S``, ``R``, ``Z``...), or
-    ``"gone"`` once it is reaped."""
+    """The child's state letter in /proc (``S``, ``R``, ``Z``...),
+    ``"exiting"`` while its entry is being taken down (reading it then
+    fails with ``ESRCH``), or ``"gone"`` once it is reaped."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         return "gone"
+    except ProcessLookupError:
+        return "exiting"
 
 
 def _pidfds():
