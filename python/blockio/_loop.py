@@ -1241,6 +1241,13 @@ _PAGE = mmap.PAGESIZE
 _NATIVE_LIMIT = 1 << 62
 
 
+def _write_only(file: Any) -> bool:
+    """Whether ``file`` says it is open for writing only (its ``mode``:
+    ``"wb"``, ``"ab"``, ``"xb"``), so that its descriptor cannot be read."""
+    mode = getattr(file, "mode", None)
+    return isinstance(mode, str) and "r" not in mode and "+" not in mode
+
+
 def _plain_sendfile(file: Any, offset: Any, count: Any) -> int | None:
     """The descriptor of ``file`` when ``loop.sendfile``'s arguments are
     plainly valid and the file needs nothing done before its bytes are
@@ -2016,6 +2023,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             st = os.fstat(fileno)
         except (AttributeError, io.UnsupportedOperation, OSError):
             raise exceptions.SendfileNotAvailableError("not a regular file") from None
+        if _write_only(file):
+            # asyncio's os.sendfile fails (EBADF) before any byte: "not
+            # available", and its fallback, if allowed, reads the file.
+            raise exceptions.SendfileNotAvailableError("os.sendfile call failed")
         fsize = st.st_size
         if await _before_sendfile(file):
             fsize = os.fstat(fileno).st_size

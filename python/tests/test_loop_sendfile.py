@@ -10,6 +10,7 @@ peer goes away first, with asyncio's error."""
 import asyncio
 import ctypes
 import errno
+import io
 import os
 import random
 import select
@@ -813,3 +814,49 @@ def test_this_file_passes_where_the_kernel_has_no_cachestat(tmp_path):
                           f"--basetemp={tmp_path / 'inner'}", "-k", "not where_the_kernel_has_no_cachestat and not epoll",
                           os.path.abspath(__file__)], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["asyncio", "blockio-uring", "blockio-epoll"])
+@pytest.mark.parametrize("via", ["transport", "socket"])
+@pytest.mark.parametrize("cached", [True, False], ids=["cached", "uncached"])
+def test_a_sendfile_of_a_write_only_file_fails_as_on_asyncio(name, via, cached, tmp_path):
+    # asyncio's os.sendfile fails (EBADF) before any byte: the sendfile is
+    # "not available" (SendfileNotAvailableError with fallback=False), and
+    # its fallback reads the file (io.UnsupportedOperation: read).
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 5000)
+    lp = FACTORIES[name]()
+
+    async def attempt(f, fallback):
+        if via == "transport":
+            t, peer, _ = await _pair(lp)
+            with peer:
+                try:
+                    return await lp.sendfile(t, f, fallback=fallback)
+                finally:
+                    t.close()
+        a, b = socket.socketpair()
+        with a, b:
+            a.setblocking(False)
+            return await lp.sock_sendfile(a, f, fallback=fallback)
+
+    async def main():
+        got = []
+        for fallback in (False, True):
+            with open(p, "ab") as f:
+                if not cached:
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                try:
+                    got.append(await attempt(f, fallback))
+                except Exception as exc:
+                    got.append((type(exc), str(exc)))
+        return got
+
+    try:
+        got = lp.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        lp.close()
+    assert got == [
+        (asyncio.exceptions.SendfileNotAvailableError, "os.sendfile call failed"),
+        (io.UnsupportedOperation, "read"),
+    ]
