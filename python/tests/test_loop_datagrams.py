@@ -18,7 +18,7 @@ import socket
 import pytest
 
 from loops import FACTORIES
-from waits import DEADLINE
+from waits import DEADLINE, await_until
 
 NAMES = ["asyncio", "blockio-uring", "blockio-epoll"]
 LOOPS = pytest.mark.parametrize("name", NAMES)
@@ -568,7 +568,7 @@ def test_a_datagram_endpoint_s_receive_waits_on_the_ring_and_reaches_the_protoco
                 got.set_result((data, names))
 
         t, _ = await loop.create_datagram_endpoint(P, local_addr=("127.0.0.1", 0))
-        await asyncio.sleep(0)  # (the endpoint's first receive is armed)
+        await await_until(lambda: t._read_fut is not None, "the endpoint's first receive armed")
         sock = t.get_extra_info("socket")
         ops = [op for op in loop._proactor._ops.values() if isinstance(op[2], tuple) and sock in op[2]]
         receives = loop._proactor._ring.receives()
@@ -656,7 +656,8 @@ def test_a_datagram_endpoint_ended_in_datagram_received_is_handed_no_datagram_af
 
         t, _ = await loop.create_datagram_endpoint(P, local_addr=("127.0.0.1", 0))
         sock = t.get_extra_info("socket")
-        await asyncio.sleep(0)  # (the endpoint's first receive is armed)
+        if ring is not None:
+            await await_until(lambda: t._read_fut is not None, "the endpoint's first receive armed")
         before = None if ring is None else ring.in_flight()
         with _sender(t.get_extra_info("sockname")) as s:
             for i in (b"1", b"2", b"3"):
