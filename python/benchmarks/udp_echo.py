@@ -3,12 +3,8 @@ echo protocol (``create_datagram_endpoint``, neither connected, so that
 each receive is a ``recvfrom``, on 127.0.0.1), on blockio's loops against
 asyncio's and uvloop's, measured side by side in the same rounds.
 
-Contenders: ``blockio-uring`` (a datagram receive tries a ``recvmsg``
-with ``MSG_DONTWAIT`` at once, then a ``recvmsg`` on the ring when
-nothing is there),
-``blockio-uring-ring`` (the same build with that first try switched off
-in its process: every receive goes to the ring), ``blockio-epoll``,
-``asyncio``, ``uvloop``.
+Contenders: ``blockio-uring`` (an endpoint's receive is a ``recvmsg``
+kept armed on the ring), ``blockio-epoll``, ``asyncio``, ``uvloop``.
 
 Workloads: ``pingpong`` (one datagram in flight: the client sends the
 next when the echo comes back) and ``burst`` (32 in flight: each echo
@@ -37,7 +33,7 @@ import subprocess
 import sys
 import time
 
-CONTENDERS = ["blockio-uring", "blockio-uring-ring", "blockio-epoll", "asyncio", "uvloop"]
+CONTENDERS = ["blockio-uring", "blockio-epoll", "asyncio", "uvloop"]
 WORKLOADS = {"pingpong": 1, "burst": 32}
 
 
@@ -51,12 +47,7 @@ def make_loop(name: str) -> asyncio.AbstractEventLoop:
         return uvloop.new_event_loop()
     from blockio._loop import EpollEventLoop, UringEventLoop
 
-    if name == "blockio-uring-ring":
-        from blockio import _proactor
-
-        # (every datagram receive to the ring: none tried at once first)
-        setattr(_proactor.RingProactor, "_datagram_first", False)
-    return UringEventLoop() if name.startswith("blockio-uring") else EpollEventLoop()
+    return UringEventLoop() if name == "blockio-uring" else EpollEventLoop()
 
 
 async def echo(n: int, in_flight: int) -> float:

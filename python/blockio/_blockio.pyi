@@ -519,7 +519,6 @@ class StreamRx:
         holdable: bool,
         context: object,
         datagram: bool = ...,
-        now: bool = ...,
     ) -> "StreamRx": ...
     @property
     def _proactor(self) -> object: ...
@@ -546,10 +545,6 @@ class StreamRx:
     def datagram(self) -> bool:
         """A datagram endpoint's receive (``recvmsg``; ``data`` is
         ``(bytes, address)``)."""
-    @property
-    def now(self) -> bool:
-        """A datagram receive tries a ``recvmsg`` with ``MSG_DONTWAIT``
-        at its arming before it goes to the ring."""
     token: object
     cancelled: bool
     direct: Optional[object]

@@ -838,8 +838,8 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
     the protocol's writing) and handed to the ring one at a time, in order
     (a ``sendmsg`` each, which the kernel sends when the socket has room;
     see ``_wait_writable``); received by a ``recvmsg`` kept armed on the
-    ring (a :class:`~blockio._proactor.StreamReceive` of a datagram, tried
-    at once first), whose completion the ring's dispatch hands to the
+    ring (a :class:`~blockio._proactor.StreamReceive` of a datagram, never
+    tried in the loop's thread first), whose completion the ring's dispatch hands to the
     protocol's ``datagram_received`` with no future, done callback or
     ``call_soon`` per datagram (see :meth:`_arm`);
     ``close()`` sends what is buffered, then reports ``connection_lost``;
@@ -1033,8 +1033,8 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
     def _arm(self) -> None:
         """Arms the transport's next receive: a ``recvmsg`` of at most
         ``max_size`` bytes on the ring, kept in its slab with the receive
-        (and the socket held open until the kernel is done with it), tried
-        at once first; its completion goes to the protocol from the ring's
+        (and the socket held open until the kernel is done with it); its
+        completion goes to the protocol from the ring's
         dispatch (see :meth:`_update_direct`), or to :meth:`_datagram`
         (an error, a datagram handed on behind queued callbacks, a
         transport closing). A connected endpoint's datagrams are handed

@@ -218,13 +218,11 @@ class StreamReceive(_blockio.StreamRx):
     transport's ``_read_fut``: ``cancel()`` cancels the receive in flight.
 
     A datagram endpoint's receive (``datagram``) is a ``recvmsg`` of one
-    datagram, ``data`` its ``(bytes, address)``; tried at once at each
-    arming (``now``, the proactor's ``_datagram_first``), a datagram
-    already queued is handed on in the next turn of the loop without a
-    ring operation (``LoopRing.arm_stream``).
+    datagram on the ring, ``data`` its ``(bytes, address)``; it is not
+    tried in the loop's thread first (``LoopRing.arm_stream``).
 
     Its state (``conn``, ``fd``, ``nbytes``, ``socket``, ``stream``, ``holdable``,
-    ``context``, ``datagram``, ``now``, ``peer``; ``token``, the receive in flight or the marker of kept
+    ``context``, ``datagram``, ``peer``; ``token``, the receive in flight or the marker of kept
     bytes about to be handed on, None when not armed; ``cancelled``) is
     the Rust base's, which the dispatch and ``_blockio.arm_receive`` read
     per message without attribute lookups.
@@ -239,7 +237,7 @@ class StreamReceive(_blockio.StreamRx):
             release(conn)
         return super().__new__(
             cls, proactor, conn, _fd_of(conn), nbytes, isinstance(conn, socket.socket), is_stream(conn),
-            holdable, contextvars.copy_context(), datagram, datagram and proactor._datagram_first,
+            holdable, contextvars.copy_context(), datagram,
         )
 
     def cancel(self, msg: Any = None) -> bool:
@@ -1054,7 +1052,7 @@ class RingProactor:
             # (socket.recvfrom's own checks and flags, by readiness)
             return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom(nbytes, flags))
         fd = conn.fileno()
-        return self._receive_datagram(lambda now: self._ring.recvmsg(fd, nbytes, 0, now), (fd, conn, nbytes, None))
+        return self._receive_datagram(lambda: self._ring.recvmsg(fd, nbytes, 0, True), (fd, conn, nbytes, None))
 
     def recvfrom_into(self, conn: socket.socket, buf: Any, nbytes: int = 0, flags: int = 0) -> futures.Future:
         """As :meth:`recvfrom`, into at most ``nbytes`` (0: all) of
@@ -1071,24 +1069,19 @@ class RingProactor:
             view[: len(data)] = data
             return self._done((len(data), addr))
         fd = conn.fileno()
-        return self._receive_datagram(lambda now: self._ring.recvmsg_into(fd, buf, room, 0, now), (fd, conn, room, buf))
+        return self._receive_datagram(lambda: self._ring.recvmsg_into(fd, buf, room, 0, True), (fd, conn, room, buf))
 
-    # Whether a datagram receive takes one already queued at once (a
-    # ``recvmsg`` with ``MSG_DONTWAIT`` made by the ring's call, before it
-    # submits): then a burst's datagrams cost no completion each, as on
-    # asyncio's selector loop, and a receive that waits costs that one
-    # failed call more. Switched off only to measure it
-    # (``python/benchmarks/udp_echo.py``; ``docs/benchmarks.md``,
-    # "Datagrams on the ring").
-    _datagram_first = True
-
-    def _receive_datagram(self, call: Callable[[bool], Any], arg: tuple) -> futures.Future:
-        """The future of a datagram receive made by ``call(now)`` (the
-        ring's ``recvmsg``/``recvmsg_into``): done at once with the value
-        or error when it found one queued, else the ring's operation,
-        whose argument for the tables is ``arg``."""
+    def _receive_datagram(self, call: Callable[[], Any], arg: tuple) -> futures.Future:
+        """The future of a datagram receive made by ``call()`` (the ring's
+        ``recvmsg``/``recvmsg_into`` with ``now``: a ``recvmsg`` with
+        ``MSG_DONTWAIT`` made by the ring's call before it submits, so
+        that a datagram already queued costs no completion, as on
+        asyncio's selector loop; ``docs/benchmarks.md``, "Datagrams on
+        the ring"): done at once with the value or error when it found
+        one queued, else the ring's operation, whose argument for the
+        tables is ``arg``."""
         try:
-            got = call(self._datagram_first)
+            got = call()
         except OSError as exc:
             fut = self._loop.create_future()
             fut.set_exception(exc)

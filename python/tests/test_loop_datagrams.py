@@ -715,3 +715,43 @@ def test_a_protocol_set_by_set_protocol_in_datagram_received_gets_the_next_datag
         return told
 
     assert _run(name, main)[0] == [("first", b"1"), ("then", b"2"), ("then", b"3")]
+
+
+@LOOPS
+def test_a_burst_of_datagrams_queued_before_the_endpoint_reads_is_each_taken_by_a_receive_on_the_ring(name):
+    """32 datagrams queued at once on an endpoint whose receive waits all
+    reach ``datagram_received``, in order; on the io_uring loop each was
+    taken by a ``recvmsg`` on the ring (the ring's ``msg_receives``: one
+    per datagram, and the one armed after the last), none by a
+    ``recvmsg`` made in the loop's thread when a receive is armed, which
+    would have found the next datagram already queued at every arming."""
+    count = 32
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ring = _ring(loop)
+        told = []
+        done = loop.create_future()
+
+        class P(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                told.append(data)
+                if len(told) == count:
+                    done.set_result(None)
+
+        t, _ = await loop.create_datagram_endpoint(P, local_addr=("127.0.0.1", 0))
+        if ring is not None:
+            await await_until(lambda: t._read_fut is not None, "the endpoint's first receive armed")
+        before = None if ring is None else ring.msg_receives
+        with _sender(t.get_extra_info("sockname")) as s:
+            for i in range(count):
+                s.send(b"%02d" % i)  # (all queued before the loop runs again)
+            await done
+        receives = None if ring is None else ring.msg_receives - before
+        t.close()
+        return told, receives
+
+    told, receives = _run(name, main)[0]
+    assert told == [b"%02d" % i for i in range(count)]
+    if name == "blockio-uring":
+        assert receives == count

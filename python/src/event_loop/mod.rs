@@ -63,9 +63,10 @@
 //!   submission, never the kernel's own retry of the same message. A
 //!   datagram endpoint's `recvmsg` is kept armed as a stream transport's
 //!   receive is (`dispatch::StreamRx` with `datagram` set): its completion
-//!   goes from the dispatch to the protocol's `datagram_received`, and
-//!   one its arming found queued (a `recvmsg` with `MSG_DONTWAIT`) waits
-//!   for the next turn's dispatch in the ring, not in a future;
+//!   goes from the dispatch to the protocol's `datagram_received`, not
+//!   through a future, and each datagram is taken by that `recvmsg` (none
+//!   is tried in the loop's thread at the arming; `sock_recvfrom`'s
+//!   one-shot receive is, see `ring::receive_now`);
 //! * one-shot `POLL_ADD` (the loop's `add_reader`/`add_writer`, pidfds of
 //!   subprocesses, and the operations asyncio drives by readiness);
 //! * cancellation (`ASYNC_CANCEL`): the operation still completes once,

@@ -35,12 +35,6 @@ use crate::fds::Born;
 /// ignored.
 const CANCEL_TOKEN: u64 = u64::MAX;
 
-/// The bit that marks the token of a datagram a transport's receive took
-/// at its arming (see [`LoopRing::arm_stream`]): above every slab token
-/// (whose top bit is clear, `slots`), so that a cancel of it finds no
-/// operation in flight, and below [`CANCEL_TOKEN`].
-const AT_ONCE: u64 = 1 << 63;
-
 /// How long `close()` waits for cancelled operations to answer before
 /// leaking their memory instead of freeing it.
 const CLOSE_BOUND: Duration = Duration::from_secs(2);
@@ -129,9 +123,6 @@ pub(crate) struct RecvAsk {
     /// A datagram endpoint's receive: a `recvmsg` of one datagram and
     /// its sender into `nbytes` of new bytes (see [`LoopRing::recvmsg`]).
     pub datagram: bool,
-    /// A datagram receive tries a `recvmsg` with `MSG_DONTWAIT` first
-    /// (see [`LoopRing::arm_stream`]).
-    pub now: bool,
 }
 
 /// A finished operation, reaped and not yet dispatched.
@@ -202,14 +193,6 @@ struct State {
     ops: Slots,
     /// Finished operations not yet dispatched (see [`LoopRing::fill`]).
     pending: VecDeque<Reaped>,
-    /// Datagrams that transports' receives took at their arming, during
-    /// a dispatch (see [`LoopRing::arm_stream`]): moved behind the
-    /// completions of the next wait, which then does not block, so that
-    /// a socket that always has one queued is served once per turn of
-    /// the loop, as asyncio's readiness callback reads one per turn.
-    later: VecDeque<Reaped>,
-    /// The count part of the next [`AT_ONCE`] token.
-    at_once_seq: u64,
     /// By descriptor: the token of its transport's latest receive, from
     /// its arming until its completion is dispatched (0: none). The
     /// proactor's `_receiving` for the receives kept in the slab.
@@ -296,8 +279,6 @@ impl LoopRing {
                 ring,
                 ops: Slots::default(),
                 pending: VecDeque::new(),
-                later: VecDeque::new(),
-                at_once_seq: 0,
                 receiving: Vec::new(),
                 queued: false,
                 scratch: Vec::new(),
@@ -342,7 +323,6 @@ impl LoopRing {
             stream,
             first: RECV_FIRST,
             datagram: false,
-            now: false,
         };
         let op = {
             let mut guard = self.lock()?;
@@ -928,7 +908,7 @@ impl LoopRing {
             return Ok(());
         };
         let owners = st.ops.iter().filter_map(|op| op.owner.as_ref());
-        let done = st.pending.iter().chain(&st.later).filter_map(Reaped::owner);
+        let done = st.pending.iter().filter_map(Reaped::owner);
         for owner in owners.chain(done) {
             visit.call(&owner.rx)?;
             visit.call(&owner.callback)?;
@@ -949,7 +929,6 @@ impl LoopRing {
                 op.owner = None;
             }
             st.pending.clear();
-            st.later.clear();
         }
     }
 
@@ -961,7 +940,7 @@ impl LoopRing {
             return Ok(Vec::new());
         };
         let owners = st.ops.iter().filter_map(|op| op.owner.as_ref());
-        let done = st.pending.iter().chain(&st.later).filter_map(Reaped::owner);
+        let done = st.pending.iter().filter_map(Reaped::owner);
         Ok(owners
             .chain(done)
             .map(|o| o.rx.clone_ref(py).into_any())
@@ -1008,12 +987,6 @@ impl LoopRing {
         py.check_signals()?;
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
-        // (datagrams taken at once wait for this turn's dispatch: no block)
-        let timeout = if st.later.is_empty() {
-            timeout
-        } else {
-            Some(0.0)
-        };
         let queued = std::mem::take(&mut st.queued);
         let held_back = st.ring.submission().taskrun();
         let overflow = st.ring.submission().cq_overflow();
@@ -1080,8 +1053,6 @@ impl LoopRing {
             }
             st.reap(py)?;
         }
-        let State { pending, later, .. } = st;
-        pending.extend(later.drain(..));
         Ok(())
     }
 
@@ -1135,15 +1106,14 @@ impl LoopRing {
     /// [`LoopRing::receiving`]). On failure `owner` is handed back, so
     /// that the caller ends the hold it carries.
     ///
-    /// A datagram receive with `ask.now` first tries a `recvmsg` with
-    /// `MSG_DONTWAIT` ([`receive_now`]): a datagram already queued (or the
-    /// socket's pending error) is then its outcome, kept with `owner`
-    /// under an [`AT_ONCE`] token for the dispatch of the next turn (see
-    /// `State::later`), and nothing goes to the kernel: a burst's
-    /// datagrams cost no completion each, as `LoopRing::recvmsg`'s.
+    /// A datagram receive is always the ring's `recvmsg`, never tried in
+    /// the loop's thread first: a `recvmsg` with `MSG_DONTWAIT` at each
+    /// arming failed with `EAGAIN` at every arming in ping-pong and at
+    /// half of them in a burst, for no less CPU per round trip
+    /// (`docs/benchmarks.md`, "A datagram endpoint's receive: no try at
+    /// its arming").
     pub(crate) fn arm_stream(
         &self,
-        py: Python<'_>,
         ask: RecvAsk,
         owner: Owner,
     ) -> Result<u64, (PyErr, Option<Owner>)> {
@@ -1162,13 +1132,6 @@ impl LoopRing {
             Ok(op) => op,
             Err(e) => return Err((e, Some(owner))),
         };
-        if ask.datagram && ask.now {
-            return match st.datagram_at_once(py, op, owner) {
-                Ok(Ok(at_once)) => Ok(at_once),
-                Ok(Err((op, owner))) => self.arm_op(st, token, op, owner, fd),
-                Err(e) => Err(e),
-            };
-        }
         self.arm_op(st, token, op, owner, fd)
     }
 
@@ -1374,42 +1337,6 @@ impl State {
             }
             self.receiving[i] = token;
         }
-    }
-
-    /// Tries datagram receive `op` at once (see [`LoopRing::arm_stream`]):
-    /// its token when a datagram (or an error) was there, kept in
-    /// `later` with `owner`; `op` and `owner` back when none was queued.
-    #[allow(clippy::type_complexity)]
-    fn datagram_at_once(
-        &mut self,
-        py: Python<'_>,
-        mut op: InFlight,
-        owner: Owner,
-    ) -> Result<Result<u64, (InFlight, Owner)>, (PyErr, Option<Owner>)> {
-        let fd = op.fd;
-        let Memory::Msg(slot) = &mut op.memory else {
-            return Ok(Err((op, owner)));
-        };
-        let res = match receive_now(fd, slot, op.mask) {
-            Ok(None) => return Ok(Err((op, owner))),
-            Ok(Some(n)) => n,
-            Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
-        };
-        let value = match finish(py, op, res, &mut [], &mut Spares::default()) {
-            Ok(v) => v,
-            Err(e) => return Err((e, Some(owner))),
-        };
-        self.at_once_seq = self.at_once_seq.wrapping_add(1);
-        let token = AT_ONCE | (self.at_once_seq & (AT_ONCE - 1)).max(1);
-        self.later.push_back(Reaped::Done(Done::Stream {
-            token,
-            res: i64::from(res),
-            value,
-            fd,
-            owner,
-        }));
-        self.set_receiving(fd, token);
-        Ok(Ok(token))
     }
 
     /// A transport's receive `op` (`token`) whose kernel receive took
@@ -1944,8 +1871,6 @@ impl State {
     /// receives in flight or not yet dispatched.
     fn shut_down(mut self, py: Python<'_>) -> Vec<Owner> {
         let mut owners = Vec::new();
-        let later = std::mem::take(&mut self.later);
-        owners.extend(later.into_iter().filter_map(Reaped::into_owner));
         for reaped in std::mem::take(&mut self.pending) {
             if let Reaped::Ready(token) = reaped {
                 // (in the slab, but not in the kernel: nothing to cancel)
