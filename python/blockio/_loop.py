@@ -831,6 +831,12 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 return
 
 
+#: The longest datagram an IP socket receives: a UDP datagram's length is
+#: a 16-bit field (its payload at most 65,507 bytes over IPv4, 65,527 over
+#: IPv6).
+_IP_DATAGRAM_ROOM = 1 << 16
+
+
 class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
     """asyncio's proactor datagram transport, with the behaviour of its
     selector one on Linux: each datagram is sent at once when the socket
@@ -1039,10 +1045,20 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
         (an error, a datagram handed on behind queued callbacks, a
         transport closing). A connected endpoint's datagrams are handed
         on with its peer's address (``peer``), as asyncio's proactor
-        transport hands them."""
+        transport hands them.
+
+        Each receive allocates its buffer: ``max_size`` (256 KiB, asyncio's)
+        on a Unix socket, whose datagrams may be that long, but at most 64
+        KiB on an IP socket, whose datagrams never are (a UDP datagram's
+        length is 16 bits): glibc's ``malloc`` grows its heap (``brk``) for
+        each 256 KiB block and gives the top back at its ``free``, three
+        ``brk`` calls per datagram and fresh pages to fault in, which cost
+        a burst of datagrams 2.2x the CPU (docs/benchmarks.md, "A datagram
+        endpoint's receive buffer")."""
         rx = self._rx
         if rx is None:
-            rx = self._rx = _proactor.StreamReceive(self._loop._proactor, self._sock, self.max_size, datagram=True)
+            room = self.max_size if self._sock.family == socket.AF_UNIX else min(self.max_size, _IP_DATAGRAM_ROOM)
+            rx = self._rx = _proactor.StreamReceive(self._loop._proactor, self._sock, room, datagram=True)
             rx.peer = self._address
             self._update_direct()
         _arm_receive(rx, self._datagram)

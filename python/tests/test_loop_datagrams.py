@@ -755,3 +755,45 @@ def test_a_burst_of_datagrams_queued_before_the_endpoint_reads_is_each_taken_by_
     assert told == [b"%02d" % i for i in range(count)]
     if name == "blockio-uring":
         assert receives == count
+
+
+@LOOPS
+@pytest.mark.parametrize("family", ["ipv4", "ipv6", "unix"])
+def test_the_longest_datagram_of_each_family_reaches_the_endpoint_whole(name, family, tmp_path):
+    """A datagram endpoint's receive holds the longest datagram its socket
+    can get: 65,507 bytes over UDP on IPv4 and 65,527 on IPv6 (an IP
+    endpoint's receive is 64 KiB, not asyncio's 256 KiB ``max_size``),
+    and 150,000 bytes on a Unix socket (whose receive stays ``max_size``);
+    each reaches ``datagram_received`` whole, as on asyncio's loop."""
+    size = {"ipv4": 65_507, "ipv6": 65_527, "unix": 150_000}[family]
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    here = str(tmp_path / "r")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        got = loop.create_future()
+
+        class P(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                got.set_result(data)
+
+        if family == "unix":
+            t, _ = await loop.create_datagram_endpoint(P, local_addr=here, family=socket.AF_UNIX)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        else:
+            host = "127.0.0.1" if family == "ipv4" else "::1"
+            t, _ = await loop.create_datagram_endpoint(P, local_addr=(host, 0))
+            s = socket.socket(socket.AF_INET if family == "ipv4" else socket.AF_INET6, socket.SOCK_DGRAM)
+        if _ring(loop) is not None:
+            await await_until(lambda: t._read_fut is not None, "the endpoint's first receive armed")
+        with s:
+            s.sendto(payload, t.get_extra_info("sockname"))
+            data = await got
+        t.close()
+        return data
+
+    got, counts = _run(name, main)
+    assert len(got) == size and got == payload
+    if counts is not None:
+        assert counts[0] >= 1, "the datagram was not taken by a receive on the ring"
