@@ -831,10 +831,12 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 return
 
 
-#: The longest datagram an IP socket receives: a UDP datagram's length is
-#: a 16-bit field (its payload at most 65,507 bytes over IPv4, 65,527 over
-#: IPv6).
+#: The longest datagram an IP socket receives: an IP packet's length is a
+#: 16-bit field (a UDP payload is at most 65,507 bytes over IPv4, 65,527
+#: over IPv6).
 _IP_DATAGRAM_ROOM = 1 << 16
+#: The families whose datagram endpoints receive into ``_IP_DATAGRAM_ROOM``.
+_IP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
@@ -1047,17 +1049,18 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
         on with its peer's address (``peer``), as asyncio's proactor
         transport hands them.
 
-        Each receive allocates its buffer: ``max_size`` (256 KiB, asyncio's)
-        on a Unix socket, whose datagrams may be that long, but at most 64
-        KiB on an IP socket, whose datagrams never are (a UDP datagram's
-        length is 16 bits): glibc's ``malloc`` grows its heap (``brk``) for
-        each 256 KiB block and gives the top back at its ``free``, three
-        ``brk`` calls per datagram and fresh pages to fault in, which cost
-        a burst of datagrams 2.2x the CPU (docs/benchmarks.md, "A datagram
-        endpoint's receive buffer")."""
+        Each receive allocates its buffer: at most 64 KiB on an IP
+        socket, whose datagrams are never longer (an IP packet's length
+        is 16 bits), and ``max_size`` (256 KiB, asyncio's) on any other
+        (a Unix socket's datagrams may be that long). On an IP socket the
+        256 KiB cost a burst of datagrams 2.2x the CPU: glibc's ``malloc``
+        grew its heap (``brk``) for each such block and gave the top back
+        at its ``free``, three ``brk`` calls per datagram and fresh pages
+        to fault in (docs/benchmarks.md, "A datagram endpoint's receive
+        buffer")."""
         rx = self._rx
         if rx is None:
-            room = self.max_size if self._sock.family == socket.AF_UNIX else min(self.max_size, _IP_DATAGRAM_ROOM)
+            room = min(self.max_size, _IP_DATAGRAM_ROOM) if self._sock.family in _IP_FAMILIES else self.max_size
             rx = self._rx = _proactor.StreamReceive(self._loop._proactor, self._sock, room, datagram=True)
             rx.peer = self._address
             self._update_direct()
