@@ -904,7 +904,11 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
             return
         if not self._buffer and self._write_fut is None:
             try:
-                self._send_one(data, addr)
+                # (_send_one, inlined: a frame less per datagram)
+                if self._address is not None or addr is None:
+                    self._sock.send(data)
+                else:
+                    self._sock.sendto(data, addr)
                 return
             except (BlockingIOError, InterruptedError):
                 pass
