@@ -797,3 +797,48 @@ def test_the_longest_datagram_of_each_family_reaches_the_endpoint_whole(name, fa
     assert len(got) == size and got == payload
     if counts is not None:
         assert counts[0] >= 1, "the datagram was not taken by a receive on the ring"
+
+
+@LOOPS
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
+def test_each_datagram_from_many_peers_in_turn_names_its_own_sender(name, family):
+    """An endpoint that hears from 20 peers in turn, each three times,
+    is told each datagram's own sender, as ``socket.recvfrom`` tells it:
+    the io_uring loop hands a recent peer's address tuple out again (a
+    few per thread), and must never hand out another peer's."""
+    host = "127.0.0.1" if family == "ipv4" else "::1"
+    fam = socket.AF_INET if family == "ipv4" else socket.AF_INET6
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        got = []
+        done = loop.create_future()
+
+        class P(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                got.append((data, addr))
+                if len(got) == 60:
+                    done.set_result(None)
+
+        t, _ = await loop.create_datagram_endpoint(P, local_addr=(host, 0))
+        peers = [socket.socket(fam, socket.SOCK_DGRAM) for _ in range(20)]
+        try:
+            for p in peers:
+                p.bind((host, 0))
+            here = t.get_extra_info("sockname")
+            for turn in range(3):
+                for i, p in enumerate(peers):
+                    p.sendto(b"%d" % i, here)
+            await done
+            names = [p.getsockname() for p in peers]
+        finally:
+            for p in peers:
+                p.close()
+        t.close()
+        return got, names
+
+    got, counts = _run(name, main)
+    got, names = got
+    assert sorted(data for data, _ in got) == sorted(b"%d" % i for i in range(20) for _ in range(3))
+    for data, addr in got:
+        assert addr == names[int(data)], (data, addr)

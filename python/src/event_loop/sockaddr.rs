@@ -12,9 +12,80 @@ use pyo3::types::PyBytes;
 
 use super::ops::AddrSlot;
 
+/// How many IP addresses [`to_python`] keeps made, per thread.
+const RECENT: usize = 8;
+
+/// The longest IP address the cache keys on: a `sockaddr_in6`.
+const KEY: usize = std::mem::size_of::<libc::sockaddr_in6>();
+
+/// An IP address [`to_python`] made: the kernel's bytes of it, and the
+/// tuple made of them.
+struct Made {
+    key: [u8; KEY],
+    len: usize,
+    obj: PyObject,
+}
+
+thread_local! {
+    /// The IP addresses made last on this thread, the next to replace at
+    /// `.1`. A datagram endpoint's peers are few, and each datagram's
+    /// sender is made into a tuple (its host as text, with the
+    /// formatting that costs): about 1,100 instructions per datagram
+    /// from a known peer saved (docs/benchmarks.md, "A datagram's sender
+    /// made once per peer"). Tuples are immutable, so handing one out
+    /// again is handing out an equal value, as `socket.recvfrom`'s is.
+    static MADE: std::cell::RefCell<(Vec<Made>, usize)> = const { std::cell::RefCell::new((Vec::new(), 0)) };
+}
+
 /// `slot` as a Python address; `None` for a family Python's `socket`
-/// module has no tuple form for here.
+/// module has no tuple form for here. An IP address made recently on
+/// this thread is handed out again (see [`MADE`]).
 pub(crate) fn to_python(py: Python<'_>, slot: &AddrSlot) -> PyResult<PyObject> {
+    let len = slot.len as usize;
+    let family = i32::from(slot.storage.ss_family);
+    if (family == libc::AF_INET || family == libc::AF_INET6) && len <= KEY {
+        // SAFETY: `storage` is a plain sockaddr_storage, at least `KEY`
+        // bytes long; its first `len` bytes are the kernel's address.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(std::ptr::addr_of!(slot.storage).cast::<u8>(), len)
+        };
+        let found = MADE.with(|m| {
+            let m = m.try_borrow().ok()?;
+            m.0.iter()
+                .find(|made| made.len == len && &made.key[..len] == bytes)
+                .map(|made| made.obj.clone_ref(py))
+        });
+        if let Some(obj) = found {
+            return Ok(obj);
+        }
+        let obj = make(py, slot)?;
+        let mut key = [0u8; KEY];
+        key[..len].copy_from_slice(bytes);
+        let made = Made {
+            key,
+            len,
+            obj: obj.clone_ref(py),
+        };
+        // (Not kept if the cache is in use: making a tuple can run a
+        // collection, whose finalizers could come here.)
+        MADE.with(|m| {
+            if let Ok(mut m) = m.try_borrow_mut() {
+                let (list, next) = &mut *m;
+                if list.len() < RECENT {
+                    list.push(made);
+                } else {
+                    list[*next] = made;
+                    *next = (*next + 1) % RECENT;
+                }
+            }
+        });
+        return Ok(obj);
+    }
+    make(py, slot)
+}
+
+/// `slot` as a new Python address (see [`to_python`]).
+fn make(py: Python<'_>, slot: &AddrSlot) -> PyResult<PyObject> {
     let len = slot.len as usize;
     if len == 0 {
         // (no address: a datagram from an unnamed Unix socket, as
