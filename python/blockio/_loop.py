@@ -847,9 +847,10 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
     (a ``sendmsg`` each, which the kernel sends when the socket has room;
     see ``_wait_writable``); received by a ``recvmsg`` kept armed on the
     ring (a :class:`~blockio._proactor.StreamReceive` of a datagram, never
-    tried in the loop's thread first), whose completion the ring's dispatch hands to the
-    protocol's ``datagram_received`` with no future, done callback or
-    ``call_soon`` per datagram (see :meth:`_arm`);
+    tried in the loop's thread first), whose completion the ring's
+    dispatch hands to the protocol's ``datagram_received`` with no
+    future, done callback or ``call_soon`` per datagram (see
+    :meth:`_arm`);
     ``close()`` sends what is buffered, then reports ``connection_lost``;
     an empty datagram is delivered as ``b""``; reading goes on after an
     error. (asyncio's proactor version stops writing at ``close()`` and

@@ -721,8 +721,9 @@ def test_a_protocol_set_by_set_protocol_in_datagram_received_gets_the_next_datag
 def test_a_burst_of_datagrams_queued_before_the_endpoint_reads_is_each_taken_by_a_receive_on_the_ring(name):
     """32 datagrams queued at once on an endpoint whose receive waits all
     reach ``datagram_received``, in order; on the io_uring loop each was
-    taken by a ``recvmsg`` on the ring (the ring's ``msg_receives``: one
-    per datagram, and the one armed after the last), none by a
+    taken by a ``recvmsg`` on the ring (the ring's ``msg_receives`` grows
+    by one per datagram: the receive waiting when they were sent was
+    counted before), none by a
     ``recvmsg`` made in the loop's thread when a receive is armed, which
     would have found the next datagram already queued at every arming."""
     count = 32
@@ -842,3 +843,32 @@ def test_each_datagram_from_many_peers_in_turn_names_its_own_sender(name, family
     assert sorted(data for data, _ in got) == sorted(b"%d" % i for i in range(20) for _ in range(3))
     for data, addr in got:
         assert addr == names[int(data)], (data, addr)
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv6", "unix", "netlink"])
+def test_an_ip_endpoint_receives_into_64_kib_and_every_other_into_max_size(family, tmp_path):
+    """The io_uring loop's endpoint receive asks for 64 KiB on an IP
+    socket, whose datagrams are never longer, and for asyncio's
+    ``max_size`` (256 KiB) on every other family: a Unix socket's, a
+    netlink socket's (given as ``sock=``) may be longer."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        if family == "netlink":
+            s = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+            s.bind((0, 0))
+            t, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=s)
+        elif family == "unix":
+            t, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=str(tmp_path / "u"),
+                                                       family=socket.AF_UNIX)
+        else:
+            host = "127.0.0.1" if family == "ipv4" else "::1"
+            t, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(host, 0))
+        await await_until(lambda: t._read_fut is not None, "the endpoint's first receive armed")
+        room, max_size = t._rx.nbytes, t.max_size
+        t.close()
+        return room, max_size
+
+    (room, max_size), _ = _run("blockio-uring", main)
+    assert max_size == 256 * 1024
+    assert room == (64 * 1024 if family in ("ipv4", "ipv6") else max_size)

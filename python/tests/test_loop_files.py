@@ -206,12 +206,16 @@ def test_engine_aread_goes_on_the_loops_ring(data_path):
             engine.close()
         return got, tail, past, counts
 
-    got, tail, past, (on_ring, through_engine) = run_on(UringEventLoop, main())
-    assert got == [data[at:at + PIECE] for at in range(0, SIZE, SIZE // 16)]
-    assert tail == data[-100:]
-    assert past == b""
-    assert on_ring >= 1
-    assert through_engine == 0
+    # (made again until a read missed the cache: see random_reads_that_missed)
+    for _ in range(100):
+        got, tail, past, (on_ring, through_engine) = run_on(UringEventLoop, main())
+        assert got == [data[at:at + PIECE] for at in range(0, SIZE, SIZE // 16)]
+        assert tail == data[-100:]
+        assert past == b""
+        assert through_engine == 0
+        if on_ring:
+            break
+    assert on_ring >= 1, "every read was served on the calling thread in 100 runs"
 
 
 def test_a_cancelled_read_on_the_ring_moves_nothing(data_path):
@@ -345,7 +349,7 @@ def test_loop_close_with_a_file_read_in_flight(data_path):
     try:
         f = loop.run_until_complete(blockio.open(path, "rb", buffering=0))
         loop._ring_pread = submit_and_stop
-        for _ in range(100):
+        for _ in range(1000):
             drop_cache(path)
             task = loop.create_task(f.read(PIECE))
             task.add_done_callback(lambda _: loop.stop())
@@ -356,7 +360,7 @@ def test_loop_close_with_a_file_read_in_flight(data_path):
             loop.run_until_complete(f.seek(0))
     finally:
         loop.close()
-    assert not task.done(), "each of 100 reads was served by the page cache, or the close completed one"
+    assert not task.done(), "each of 1000 reads was served by the page cache, or the close completed one"
     assert loop._proactor is None
     with pytest.raises(RuntimeError, match="its event loop was closed while it was in progress"):
         run_on(UringEventLoop, f.close())
@@ -624,7 +628,12 @@ def test_a_forked_child_reads_on_its_own_loops_ring(data_path):
     if pid == 0:  # pragma: no cover - the child
         code = 1
         try:
-            same, on_ring, through_engine = run_on(UringEventLoop, child_main())
+            # (made again until the read missed the cache: see
+            # random_reads_that_missed)
+            for _ in range(100):
+                same, on_ring, through_engine = run_on(UringEventLoop, child_main())
+                if not same or through_engine != 0 or on_ring >= 1:
+                    break
             code = 0 if same and on_ring >= 1 and through_engine == 0 else 2
         finally:
             os._exit(code)

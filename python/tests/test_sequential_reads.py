@@ -38,12 +38,14 @@ def test_a_read_loop_returns_the_files_bytes_at_every_size(tmp_path, engine, siz
     bytes: two chunks of ``n``, then the 123 bytes (a read cut short at
     the end), then ``b""``, together the file's bytes. Each chunk of 64 KiB
     or more that an engine's read produced (the file not cached: at least
-    the first) is that read's own object, not a copy of it."""
+    the first) is that read's own object, not a copy of it.
+
+    A try on the calling thread (``preadv2(RWF_NOWAIT)``) starts the
+    readahead of the pages it misses, which a fast disk may finish within
+    the call, for stretches at a time: the file not cached is written
+    afresh and read again, up to 50 times, until a read goes to the
+    engine (every run's bytes checked)."""
     p = tmp_path / "f"
-    data = os.urandom(2 * size + 123)
-    p.write_bytes(data)
-    if not cached:
-        drop_from_the_page_cache(p)
 
     async def main():
         async with blockio.open(p, "rb", engine=engine) as f:
@@ -53,11 +55,18 @@ def test_a_read_loop_returns_the_files_bytes_at_every_size(tmp_path, engine, siz
                 chunks.append(chunk)
             return chunks, results
 
-    chunks, results = asyncio.run(main())
-    assert [len(c) for c in chunks] == [size, size, 123]
-    assert b"".join(chunks) == data
+    for _ in range(1 if cached else 50):
+        data = os.urandom(2 * size + 123)
+        p.write_bytes(data)
+        if not cached:
+            drop_from_the_page_cache(p)
+        chunks, results = asyncio.run(main())
+        assert [len(c) for c in chunks] == [size, size, 123]
+        assert b"".join(chunks) == data
+        if results:
+            break
     if not cached:
-        assert results, "the first read of a file not cached goes to the engine"
+        assert results, "no first read of a file not cached went to the engine in 50 runs"
     if size >= FRESH_MIN:
         engine_made = [c for c in chunks if any(c == r for r in results)]
         assert all(any(c is r for r in results) for c in engine_made)

@@ -189,7 +189,7 @@ fn reads_the_try_cannot_serve_whole_go_to_the_backend_with_the_same_bytes() {
     let s = read_blocks_in(&e, &file, 512, 2, 1);
     assert_eq!(s.served_inline + s.sent_to_backend, 512, "{s:?}");
     warm(&file);
-    let (mut a, mut b) = ([0u8; 4096], [0u8; 4096]);
+    let (mut a, mut b) = ([0xffu8; 4096], [0u8; 4096]);
     let mut ops = [
         Op::read(&file, 0, &mut a),
         Op::read(&file, 512 * 4096 - 100, &mut b),
