@@ -2525,10 +2525,15 @@ class _PeerSendto:
     sending to the peer. Everything else is the socket's own.
     """
 
-    __slots__ = ("_sock",)
+    __slots__ = ("_sock", "recvfrom")
+
+    #: The socket's own ``recvfrom``, kept: the transport calls it for
+    #: every datagram, and ``__getattr__`` would look it up each time.
+    recvfrom: Callable[..., Any]
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self.recvfrom = sock.recvfrom
 
     def sendto(self, data: Any, *args: Any) -> int:
         if args and args[-1] is None:
@@ -2843,6 +2848,11 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         transport = super()._make_datagram_transport(sock, protocol, address, waiter, extra)
         # (the transport's own socket only: get_extra_info("socket") is still the socket)
         transport._sock = _PeerSendto(transport._sock)
+        if sock.family in _IP_FAMILIES:
+            # Each datagram's recvfrom of asyncio's 256 KiB max_size is an
+            # mmap, an mremap and a munmap in glibc's malloc; an IP
+            # datagram never passes 64 KiB (see _DatagramTransport._arm).
+            transport.max_size = min(transport.max_size, _IP_DATAGRAM_ROOM)
         return transport
 
 
