@@ -1997,9 +1997,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 await _place_after_sendfile(file, offset + sent)
             return sent
         except ConnectionAbortedError as exc:
-            # (see _sendfile_native_steps)
-            if transp._lost_reset:
-                raise _proactor.os_error(errno.ECONNRESET) from exc
+            _raise_reset_if_lost(transp, exc)
             raise
         finally:
             transp._reset_empty_waiter()
@@ -2023,10 +2021,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 return await self._sendfile_steps(transp._sock, file, offset, *rest)
             return await self.sock_sendfile(transp._sock, file, offset, count, fallback=False)
         except ConnectionAbortedError as exc:
-            # The transport's own receive took the peer's reset and closed
-            # the socket: the reset is what ended the sendfile.
-            if transp._lost_reset:
-                raise _proactor.os_error(errno.ECONNRESET) from exc
+            _raise_reset_if_lost(transp, exc)
             raise
         finally:
             transp._reset_empty_waiter()
@@ -2513,6 +2508,15 @@ def _remove_signal_handler(loop: Any, remove: Callable[[Any, int], bool], sig: i
         if heir is not None:
             signal.set_wakeup_fd(heir._wakeup_number, warn_on_full_buffer=False)
     return removed
+
+
+def _raise_reset_if_lost(transp: Any, exc: ConnectionAbortedError) -> None:
+    """Raises ``ECONNRESET`` (from ``exc``) if the sendfile on ``transp``
+    that ``exc`` ended was ended by the peer's reset: the transport's own
+    receive took the reset and closed the socket, so the send saw an
+    aborted connection. Returns otherwise."""
+    if transp._lost_reset:
+        raise _proactor.os_error(errno.ECONNRESET) from exc
 
 
 class _PeerSendto:

@@ -1052,7 +1052,7 @@ class RingProactor:
             # (socket.recvfrom's own checks and flags, by readiness)
             return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom(nbytes, flags))
         fd = conn.fileno()
-        return self._receive_datagram(lambda: self._ring.recvmsg(fd, nbytes, 0, True), (fd, conn, nbytes, None))
+        return self._receive_datagram(lambda: self._ring.recvmsg(fd, nbytes), (fd, conn, nbytes, None))
 
     def recvfrom_into(self, conn: socket.socket, buf: Any, nbytes: int = 0, flags: int = 0) -> futures.Future:
         """As :meth:`recvfrom`, into at most ``nbytes`` (0: all) of
@@ -1069,7 +1069,7 @@ class RingProactor:
             view[: len(data)] = data
             return self._done((len(data), addr))
         fd = conn.fileno()
-        return self._receive_datagram(lambda: self._ring.recvmsg_into(fd, buf, room, 0, True), (fd, conn, room, buf))
+        return self._receive_datagram(lambda: self._ring.recvmsg_into(fd, buf, room), (fd, conn, room, buf))
 
     def _receive_datagram(self, call: Callable[[], Any], arg: tuple) -> futures.Future:
         """The future of a datagram receive made by ``call()`` (the ring's

@@ -658,28 +658,21 @@ impl LoopRing {
     /// completion; the value is `(bytes, address)`, the address as
     /// `socket.recvfrom` gives it. A longer datagram is cut to `nbytes`
     /// and its rest dropped, as `recvfrom` does. `flags` are `recvmsg`'s
-    /// (`MSG_PEEK`...). Returns the token; with `now`, a datagram already
-    /// queued is received at once instead, in this call (a `recvmsg` with
-    /// `MSG_DONTWAIT` in the loop's thread, see [`receive_now`]), and the
-    /// value is returned, not a token (`OSError` for what that call
-    /// refuses, as `recvfrom` raises it).
-    #[pyo3(signature = (fd, nbytes, flags = 0, now = false))]
-    fn recvmsg(
-        &self,
-        py: Python<'_>,
-        fd: RawFd,
-        nbytes: usize,
-        flags: u32,
-        now: bool,
-    ) -> PyResult<PyObject> {
+    /// (`MSG_PEEK`...). A datagram already queued is received at once,
+    /// in this call (a `recvmsg` with `MSG_DONTWAIT` in the loop's thread,
+    /// see [`receive_now`]), and its value returned (`OSError` for what
+    /// that call refuses, as `recvfrom` raises it); else the receive goes
+    /// on the ring and its token is returned.
+    #[pyo3(signature = (fd, nbytes, flags = 0))]
+    fn recvmsg(&self, py: Python<'_>, fd: RawFd, nbytes: usize, flags: u32) -> PyResult<PyObject> {
         let slot = MsgSlot::new(Memory::try_fresh(nbytes)?, nbytes, None);
-        self.receive_datagram(py, fd, slot, flags, now)
+        self.receive_datagram(py, fd, slot, flags)
     }
 
     /// As [`LoopRing::recvmsg`], into at most `nbytes` (0: all) of the
     /// writable buffer `buf`, held until the completion (even after a
     /// cancel); the value is `(count, address)`.
-    #[pyo3(signature = (fd, buf, nbytes = 0, flags = 0, now = false))]
+    #[pyo3(signature = (fd, buf, nbytes = 0, flags = 0))]
     fn recvmsg_into(
         &self,
         py: Python<'_>,
@@ -687,11 +680,10 @@ impl LoopRing {
         buf: &Bound<'_, PyAny>,
         nbytes: usize,
         flags: u32,
-        now: bool,
     ) -> PyResult<PyObject> {
         let (b, n) = receive_target(buf, nbytes, "recvmsg_into")?;
         let slot = MsgSlot::new(Memory::Lent(b), n, None);
-        self.receive_datagram(py, fd, slot, flags, now)
+        self.receive_datagram(py, fd, slot, flags)
     }
 
     /// Sends `data` (any contiguous buffer, held until the completion)
@@ -1251,24 +1243,21 @@ impl Drop for LoopRing {
 
 impl LoopRing {
     /// A datagram receive into `slot` on socket `fd` with `recvmsg` flags
-    /// `flags`: received at once when `now` and one is queued (its value),
-    /// else submitted (its token). See [`LoopRing::recvmsg`].
+    /// `flags`: received at once when one is queued (its value), else
+    /// submitted (its token). See [`LoopRing::recvmsg`].
     fn receive_datagram(
         &self,
         py: Python<'_>,
         fd: RawFd,
         slot: Box<MsgSlot>,
         flags: u32,
-        now: bool,
     ) -> PyResult<PyObject> {
         let room = slot.room;
         let mut op = InFlight::new(Kind::RecvMsg, fd, true, Memory::Msg(slot), room);
         op.mask = flags;
-        if now {
-            if let Memory::Msg(slot) = &mut op.memory {
-                if let Some(n) = receive_now(fd, slot, flags).map_err(crate::errors::io_err)? {
-                    return finish(py, op, n, &mut [], &mut Spares::default());
-                }
+        if let Memory::Msg(slot) = &mut op.memory {
+            if let Some(n) = receive_now(fd, slot, flags).map_err(crate::errors::io_err)? {
+                return finish(py, op, n, &mut [], &mut Spares::default());
             }
         }
         let token = self.submit(op)?;
