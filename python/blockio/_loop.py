@@ -839,6 +839,16 @@ _IP_DATAGRAM_ROOM = 1 << 16
 _IP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
+def _datagram_room(family: int, max_size: int) -> int:
+    """The bytes a datagram endpoint of ``family`` receives into, on both
+    backends: ``max_size`` (asyncio's 256 KiB), but at most
+    ``_IP_DATAGRAM_ROOM`` on an IP socket, where no datagram is longer and
+    the larger block costs the allocator (glibc grows and trims its heap,
+    or maps and unmaps the block, for each datagram). Unix, netlink and
+    packet sockets keep ``max_size``: their datagrams may be longer."""
+    return min(max_size, _IP_DATAGRAM_ROOM) if family in _IP_FAMILIES else max_size
+
+
 class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
     """asyncio's proactor datagram transport, with the behaviour of its
     selector one on Linux: each datagram is sent at once when the socket
@@ -1065,7 +1075,7 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
         buffer")."""
         rx = self._rx
         if rx is None:
-            room = min(self.max_size, _IP_DATAGRAM_ROOM) if self._sock.family in _IP_FAMILIES else self.max_size
+            room = _datagram_room(self._sock.family, self.max_size)
             rx = self._rx = _proactor.StreamReceive(self._loop._proactor, self._sock, room, datagram=True)
             rx.peer = self._address
             self._update_direct()
@@ -2852,11 +2862,10 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         transport = super()._make_datagram_transport(sock, protocol, address, waiter, extra)
         # (the transport's own socket only: get_extra_info("socket") is still the socket)
         transport._sock = _PeerSendto(transport._sock)
-        if sock.family in _IP_FAMILIES:
-            # Each datagram's recvfrom of asyncio's 256 KiB max_size is an
-            # mmap, an mremap and a munmap in glibc's malloc; an IP
-            # datagram never passes 64 KiB (see _DatagramTransport._arm).
-            transport.max_size = min(transport.max_size, _IP_DATAGRAM_ROOM)
+        # Each datagram's recvfrom of asyncio's 256 KiB max_size is an mmap,
+        # an mremap and a munmap in glibc's malloc; an IP datagram never
+        # passes 64 KiB.
+        transport.max_size = _datagram_room(sock.family, transport.max_size)
         return transport
 
 
