@@ -36,6 +36,23 @@ def _pairs(n):
     return made
 
 
+def _pair_on(n):
+    """A non-blocking socketpair whose first socket has descriptor number
+    ``n``, which the caller has just closed: dup2 puts it there. (A new
+    descriptor takes the lowest free number, and another thread, or
+    another test's garbage, may have freed a lower one meanwhile.)"""
+    x, y = socket.socketpair()
+    if y.fileno() == n:  # dup2 onto the number would close y
+        x, y = y, x
+    if x.fileno() != n:
+        os.dup2(x.fileno(), n)
+        x.close()
+        x = socket.socket(fileno=n)
+    x.setblocking(False)
+    y.setblocking(False)
+    return x, y
+
+
 def _waiting_bytes(pairs):
     """Bytes waiting on either end of ``pairs`` (which nothing wrote to)."""
     n = 0
@@ -132,16 +149,7 @@ def test_a_receive_cancelled_in_its_turn_takes_nothing_from_a_socket_reusing_the
         await asyncio.sleep(0)  # the receive's task starts it
         recv.cancel()
         a.close()
-        # The new socket takes a's number by dup2 (the lowest free number
-        # may be a lower one, freed meanwhile by another test's garbage).
-        x, y = socket.socketpair()
-        if y.fileno() == old:  # dup2 onto the number would close y
-            x, y = y, x
-        if x.fileno() != old:
-            os.dup2(x.fileno(), old)
-            x.close()
-            x = socket.socket(fileno=old)
-        x.setblocking(False)
+        x, y = _pair_on(old)  # the new socket on a's number
         y.send(b"for x")
         got = await loop.sock_recv(x, 100)
         for s in (x, y):
@@ -193,14 +201,10 @@ def test_a_socket_its_owner_closes_in_data_received_gives_no_new_socket_s_bytes_
         if loop.backend == "uring":
             # (else the transport's receive, still in flight, would read the new socket)
             assert held, "the next receive holds the socket its owner closed"
-        x, y = socket.socketpair()
-        if y.fileno() == old:  # dup2 onto the number would close y
-            x, y = y, x
-        if not held and x.fileno() != old:
-            os.dup2(x.fileno(), old)
-            x.close()
-            x = socket.socket(fileno=old)
-        x.setblocking(False)
+        if held:
+            x, y = _pairs(1)[0]
+        else:
+            x, y = _pair_on(old)
         y.send(b"for x")
         mine = await loop.sock_recv(x, 100)
         for s in (x, y):
@@ -635,8 +639,7 @@ def test_a_reader_closed_in_its_callback_never_runs_for_the_file_reusing_the_num
             calls.append(loop.time())
             if len(calls) == 1:
                 a.close()
-                x, y = _pairs(1)[0]
-                assert x.fileno() == n
+                x, y = _pair_on(n)
                 y.send(b"for x")  # the new file is readable
                 kept.append((x, y))
                 waited.append(_sentinel(loop, 3))
@@ -679,8 +682,7 @@ def test_readers_removed_closed_and_added_again_each_run_for_their_own_file(loop
             calls.append("old")
             loop.remove_reader(n)
             a.close()
-            x, y = _pairs(1)[0]
-            assert x.fileno() == n
+            x, y = _pair_on(n)
             kept.append((x, y))
             loop.add_reader(n, new)
             y.send(b"for x")
@@ -712,8 +714,7 @@ def test_add_reader_on_a_number_closed_without_remove_watches_the_new_file(loop)
         b.send(b"for a")  # the old file is readable, for as long as it lives
         await await_until(lambda: calls, "the old reader ran")
         a.close()
-        x, y = _pairs(1)[0]
-        assert x.fileno() == n
+        x, y = _pair_on(n)
         del calls[:]
         loop.add_reader(n, calls.append, "new")
         y.send(b"for x")
@@ -1824,9 +1825,7 @@ def _reset_after_two_sends(lp, second):
         def swap():
             n = a.fileno()
             a.close()
-            held.extend(socket.socketpair())
-            held[0].setblocking(False)
-            assert held[0].fileno() == n
+            held.extend(_pair_on(n))
 
         async def send_new():
             await lp.sock_sendall(held[0], b"x")
