@@ -35,16 +35,21 @@ def served_inline(coro):
 
 
 @contextlib.contextmanager
-def another_file_open(tmp_path):
-    """Another file, open while the block runs: it takes the lowest free
-    descriptor number, the one a file just closed or detached gave back."""
+def another_file_on(number, tmp_path):
+    """Another file, open on descriptor ``number`` (which a file just
+    closed or detached gave back) while the block runs: dup2 puts it there,
+    as a new descriptor takes the lowest free number, which another thread
+    may have made a lower one."""
     other = tmp_path / "other"
     other.write_bytes(b"other file")
     fd = os.open(other, os.O_RDONLY)
-    try:
-        yield fd
-    finally:
+    if fd != number:
+        os.dup2(fd, number)
         os.close(fd)
+    try:
+        yield number
+    finally:
+        os.close(number)
 
 
 def with_engine(backend, main):
@@ -167,6 +172,7 @@ def test_a_detached_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend)
         assert served_inline(f.seek(2)) == 2
         assert served_inline(f.read(2)) == b"23"
         raw = f.detach()
+        number = raw.fileno()
         try:
             for call in (lambda: f.seek(0), lambda: f.read(3), lambda: f.read(0)):
                 with pytest.raises(ValueError, match="detached"):
@@ -176,7 +182,7 @@ def test_a_detached_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend)
             raw.close()
         # The descriptor's number, now free, names another file: still
         # nothing of it is read through the detached file.
-        with another_file_open(tmp_path):
+        with another_file_on(number, tmp_path):
             with pytest.raises(ValueError, match="detached"):
                 await f.read(5)
 
@@ -196,8 +202,9 @@ def test_a_closed_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend):
         f = await blockio.open(p, "rb", engine=e)
         assert served_inline(f.seek(0)) == 0
         assert served_inline(f.read(3)) == b"012"
+        number = f.fileno()
         await f.close()
-        with another_file_open(tmp_path):  # (on the closed file's number)
+        with another_file_on(number, tmp_path):
             for call in (lambda: f.seek(0), lambda: f.read(3)):
                 with pytest.raises(ValueError, match="closed file"):
                     await call()

@@ -253,7 +253,14 @@ def test_a_cancelled_read_lets_the_file_close_and_the_number_be_reused(data_path
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        inode = os.stat(path).st_ino
         await f.close()
+        try:  # the close let go of the number (compared by inode: the
+            # number may already name a file another thread opened)
+            kept = os.fstat(number).st_ino == inode
+        except OSError:
+            kept = False
+        assert not kept, "the close left the number on the file"
         # `other` on the number just freed: dup2 puts it there (the
         # lowest free number may be a lower one, freed meanwhile by
         # another thread or another test's garbage).
