@@ -12,6 +12,7 @@ import os
 import pytest
 
 import blockio
+from fdnumbers import move_to
 from waits import await_until, blocked_in, waits_for_bytes
 
 
@@ -45,9 +46,7 @@ def test_detach_during_a_read_is_refused_and_the_read_keeps_its_file(tmp_path, e
         # and puts `other` in its place at once. (Closing it and opening
         # `other` gets the lowest free number, which another thread's
         # close may have made a lower one.)
-        fd = os.open(other, os.O_RDONLY)
-        os.dup2(fd, num)
-        os.close(fd)
+        move_to(os.open(other, os.O_RDONLY), num)
         try:
             with pytest.raises(ValueError, match="detached"):
                 await f.read(1)

@@ -15,6 +15,7 @@ import pytest
 
 import blockio
 from blockio._blockio import set_turn_count
+from fdnumbers import move_to
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 
@@ -42,10 +43,7 @@ def another_file_on(number, tmp_path):
     may have made a lower one."""
     other = tmp_path / "other"
     other.write_bytes(b"other file")
-    fd = os.open(other, os.O_RDONLY)
-    if fd != number:
-        os.dup2(fd, number)
-        os.close(fd)
+    move_to(os.open(other, os.O_RDONLY), number)
     try:
         yield number
     finally:

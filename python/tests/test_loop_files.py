@@ -27,6 +27,7 @@ import uvloop
 import blockio
 from blockio._engine import default_engine
 from blockio._loop import EpollEventLoop, UringEventLoop
+from fdnumbers import move_to, names
 from loops import abandon
 from test_inline_reads import evict
 from waits import await_until, wait_until
@@ -255,19 +256,8 @@ def test_a_cancelled_read_lets_the_file_close_and_the_number_be_reused(data_path
             await task
         inode = os.stat(path).st_ino
         await f.close()
-        try:  # the close let go of the number (compared by inode: the
-            # number may already name a file another thread opened)
-            kept = os.fstat(number).st_ino == inode
-        except OSError:
-            kept = False
-        assert not kept, "the close left the number on the file"
-        # `other` on the number just freed: dup2 puts it there (the
-        # lowest free number may be a lower one, freed meanwhile by
-        # another thread or another test's garbage).
-        fd = os.open(other, os.O_RDONLY)
-        if fd != number:
-            os.dup2(fd, number)
-            os.close(fd)
+        assert not names(number, inode), "the close left the number on the file"
+        move_to(os.open(other, os.O_RDONLY), number)  # `other` on the number just freed
         async with blockio.open(number, "rb", buffering=0) as g:
             got = await (await read_on_ring(g, other, 0, PIECE))
             got += await g.read()  # (after the cancelled read's completion, if it came)
@@ -1168,10 +1158,7 @@ def test_a_read_only_files_failed_close_on_the_loops_thread_is_reported_once(tmp
             await f.close()
         assert e.value.errno == errno.EBADF
         assert f.closed
-        other = os.open(path, os.O_RDONLY)  # (another file takes the number)
-        if other != fd:
-            os.dup2(other, fd)
-            os.close(other)
+        move_to(os.open(path, os.O_RDONLY), fd)  # (another file takes the number)
         try:
             await f.close()
             assert is_open(fd)

@@ -23,6 +23,7 @@ import pytest
 
 import blockio
 from blockio import _proactor
+from fdnumbers import move_to, names
 from waits import DEADLINE, await_until
 
 
@@ -45,9 +46,7 @@ def _pair_on(n):
     if y.fileno() == n:  # dup2 onto the number would close y
         x, y = y, x
     if x.fileno() != n:
-        os.dup2(x.fileno(), n)
-        x.close()
-        x = socket.socket(fileno=n)
+        x = socket.socket(fileno=move_to(x.detach(), n))
     x.setblocking(False)
     y.setblocking(False)
     return x, y
@@ -60,11 +59,7 @@ def _replace(a):
     on the number cannot share)."""
     n, inode = a.fileno(), os.fstat(a.fileno()).st_ino
     a.close()
-    try:
-        kept = os.fstat(n).st_ino == inode
-    except OSError:
-        kept = False
-    assert not kept, "the close left the number on the old socket"
+    assert not names(n, inode), "the close left the number on the old socket"
     return _pair_on(n)
 
 
@@ -104,10 +99,7 @@ def test_sendfile_aborted_sends_nothing_to_a_socket_reusing_the_number(loop, tmp
             task = asyncio.ensure_future(loop.sendfile(t, f))
             await await_until(lambda: got, "the first bytes of the sendfile at the peer")
             t.abort()
-            try:
-                held = os.fstat(fd).st_ino == inode
-            except OSError:
-                held = False
+            held = names(fd, inode)
             # Made before the loop runs again: the sendfile's operation is
             # in flight, and so must hold the number (made after the
             # transfer's end, a pair may rightly take it).
