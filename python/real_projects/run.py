@@ -17,7 +17,10 @@ compatibility package are installed anew on every run.
 
 Usage: ``python3 python/real_projects/run.py [SUITE...]`` from the
 repository root (``scripts/python-real-projects`` runs every suite); naming
-suites runs only those.
+suites runs only those. ``run.py --venvs [SUITE...]`` only makes their
+venvs' pinned part (no blockio, no test run), which needs no wheel:
+``scripts/test`` makes them early, beside other tests, since making them
+(mostly downloads and pip) is most of the time a run from nothing takes.
 """
 
 import concurrent.futures
@@ -145,14 +148,20 @@ def venv_name(suite, compat):
     return f"{group}-{'blockio' if compat else 'aiofiles'}"
 
 
-def make_venv(path, compat, requirements):
-    """A venv with the pinned ``requirements``, kept while they are the
-    same; with ``compat``, aiofiles replaced by blockio and its
-    compatibility package (installed anew on each run)."""
+def pinned_part(path, compat, requirements):
+    """The python of a venv with the pinned ``requirements``, kept while
+    they are the same; with ``compat``, without aiofiles."""
     def without_aiofiles(py):
         sh(py, "-m", "pip", "uninstall", "-q", "-y", "aiofiles")
 
-    py = pinned_venv(path, HERE / requirements, without_aiofiles if compat else None)
+    return pinned_venv(path, HERE / requirements, without_aiofiles if compat else None)
+
+
+def make_venv(path, compat, requirements):
+    """:func:`pinned_part`; with ``compat``, with blockio and its
+    compatibility package in aiofiles' place (installed anew on each
+    run)."""
+    py = pinned_part(path, compat, requirements)
     if compat:
         install_wheel(py, "real-projects")
         sh(*pip_install(py), "--force-reinstall", "--no-deps", ROOT / "python" / "compat")
@@ -337,7 +346,10 @@ def run_all(pys, chosen):
 
 def main():
     os.chdir(ROOT)
-    chosen = sys.argv[1:] or list(SUITES)
+    args = sys.argv[1:]
+    venvs_only = "--venvs" in args
+    args = [a for a in args if a != "--venvs"]
+    chosen = args or list(SUITES)
     unknown = [s for s in chosen if s not in SUITES]
     if unknown:
         sys.exit(f"real-projects: no suite named {', '.join(unknown)} (the suites: {', '.join(SUITES)})")
@@ -346,9 +358,13 @@ def main():
     # in one run than in the other)
     needed = {(venv_name(s, compat), compat, REQUIREMENTS.get(s, "requirements.txt"))
               for s in chosen for compat in (False, True)}
+    make = pinned_part if venvs_only else make_venv
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        made = {name: pool.submit(make_venv, WORK / name, compat, req) for name, compat, req in sorted(needed)}
+        made = {name: pool.submit(make, WORK / name, compat, req) for name, compat, req in sorted(needed)}
         pys = {name: f.result() for name, f in made.items()}
+    if venvs_only:
+        print(f"real-projects: {len(pys)} venvs ready (without blockio) in {WORK}")
+        return
     results = run_all(pys, chosen)
     failed = False
     print("real-projects: each suite's tests with aiofiles, then with blockio's compatibility package")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import gc
+import os
 import socket
 import sys
 import warnings
@@ -329,7 +330,7 @@ def test_a_socket_class_without_hash_takes_turns(loop):
 
 def test_two_accepts_in_flight_each_get_a_connection(loop):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind("\0blockio-two-accepts-%d" % id(loop))
+    listener.bind("\0blockio-two-accepts-%d-%d" % (os.getpid(), id(loop)))
     listener.listen()
     listener.setblocking(False)
 
@@ -385,7 +386,7 @@ def test_a_sendfile_and_a_sendall_in_flight_go_out_whole_in_order(loop, tmp_path
 
 def test_an_exception_thrown_into_a_waiting_accept_leaves_the_next_connection(loop):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind("\0blockio-thrown-accept-%d" % id(loop))
+    listener.bind("\0blockio-thrown-accept-%d-%d" % (os.getpid(), id(loop)))
     listener.listen()
     listener.setblocking(False)
 

@@ -150,12 +150,14 @@ def test_engine_is_not_usable_after_fork(data_file):
     e = blockio.Engine()
     pid = os.fork()
     if pid == 0:
+        # (the child never returns into pytest, whatever is raised)
         code = 1
         try:
             e.read_batch(os.open(path, os.O_RDONLY), offsets=[0], length=1)
         except RuntimeError as ex:
             code = 0 if "fork" in str(ex) else 2
-        os._exit(code)
+        finally:
+            os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     e.close()

@@ -25,7 +25,9 @@ waits (on peers, child processes and timeouts), so that its wall time is
 far less than the sum (about two minutes for the three runs).
 
 Usage: ``python3 python/tests/uvloop_suite/run.py [--min-pass N] [-j JOBS]
-[--module test_tcp ...]`` from the repository root.
+[--module test_tcp ...] [--part all|shared|alone]`` from the repository root
+(``--part shared``: every module but those run alone; ``--part alone``:
+only those, one at a time).
 """
 
 import argparse
@@ -194,11 +196,15 @@ def main():
     ap.add_argument("--min-pass", type=int, default=0, help="fail when fewer tests pass on a blockio backend")
     ap.add_argument("-j", type=int, default=5, help="modules run at once")
     ap.add_argument("--module", action="append", help="only this module (repeatable)")
+    ap.add_argument("--part", choices=("all", "shared", "alone"), default="all",
+                    help="only the modules that may share the machine (shared), or only those run alone "
+                         "(alone: the ALONE modules, which measure timers against the clock)")
     args = ap.parse_args()
     os.chdir(ROOT)
     py = make_venv()
     tree = unpack()
-    modules = args.module or MODULES
+    modules = [m for m in args.module or MODULES
+               if args.part == "all" or (m in ALONE) == (args.part == "alone")]
     started = time.monotonic()
     if not isolated():
         print("uvloop-tests: no network namespaces (not root): one module at a time")
