@@ -88,7 +88,12 @@ def pinned_venv(path, requirements, fresh=None):
     py = path / "bin" / "python"
     if not (stamp.exists() and stamp.read_text() == want):
         shutil.rmtree(path, ignore_errors=True)
-        venv.create(path, with_pip=True)
+        # symlinks: the venv's python links to this one rather than being a
+        # copy. Venvs are made two at a time (threads); a copy still open
+        # for writing is inherited by the other thread's child between its
+        # fork and exec, and running the new copy then fails with ETXTBSY
+        # ("Text file busy"). The CLI (`python -m venv`) links on Linux too.
+        venv.create(path, with_pip=True, symlinks=True)
         sh(*pip_install(py), "-r", requirements)
         if fresh:
             fresh(py)
