@@ -153,40 +153,16 @@ impl AsyncEngine {
 }
 
 #[cfg(feature = "tokio")]
-pub(crate) use per_runtime::runtime_gone;
-
-#[cfg(feature = "tokio")]
 mod per_runtime {
     use std::io;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Mutex;
 
-    use super::super::{tokio_drive, AsyncEngine, AsyncEngineBuilder};
+    use super::super::{runtime_engines, tokio_drive, AsyncEngine, AsyncEngineBuilder};
     use crate::backend::{Backend, BackendChoice};
-
-    /// The engines of the tokio runtimes that have one, by runtime.
-    static ENGINES: Mutex<Vec<(tokio::runtime::Id, AsyncEngine)>> = Mutex::new(Vec::new());
 
     /// Set once an engine built for a runtime turned out to be the thread
     /// pool's (io_uring refused): runtimes get the process engine from
     /// then on, without building (and dropping) a pool each time.
-    /// Drops the entries of runtimes whose driving task is gone.
-    fn forget_gone(engines: &mut Vec<(tokio::runtime::Id, AsyncEngine)>) {
-        engines.retain(|(_, e)| e.tokio_drivers().running.load(Ordering::Acquire) > 0);
-    }
-
-    /// Called when an engine's last `drive_on_tokio` task is gone (its
-    /// runtime shut down): drops the entries of such runtimes now, rather
-    /// than at the next look-up, so that a program whose last runtime is
-    /// gone keeps no ring (streams still open keep theirs). Skipped when
-    /// the list is busy (a look-up, which drops them itself, is under way
-    /// on this thread or another).
-    pub(crate) fn runtime_gone() {
-        if let Ok(mut engines) = ENGINES.try_lock() {
-            forget_gone(&mut engines);
-        }
-    }
-
     static POOL_ONLY: AtomicBool = AtomicBool::new(false);
 
     /// The engine of the runtime the caller runs on, built now if it has
@@ -205,33 +181,23 @@ mod per_runtime {
         if pool_asked || POOL_ONLY.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let id = runtime.id();
-        let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
-        // Runtimes whose driving task is gone are shut down (or had it
-        // aborted): their entries go, the caller's too (its runtime then
-        // gets a new engine), since tokio may give a new runtime the id of
-        // one that is gone.
-        forget_gone(&mut engines);
-        if let Some((_, engine)) = engines.iter().find(|(rt, _)| *rt == id) {
-            return Ok(Some(engine.clone()));
-        }
-        let built = tokio_drive::build_on_runtime(&AsyncEngineBuilder::default());
-        let built = built.map_err(|e| {
-            super::start_error(
-                " (an io_uring ring driven by this tokio runtime)",
-                super::out_of_memory(&e).unwrap_or(e.kind()),
-                &e.to_string(),
-            )
-        })?;
-        let Some(engine) = built else {
-            // A runtime without I/O, or the thread pool (for every runtime).
-            if super::process_engine().is_ok_and(|e| e.backend() == Backend::ThreadPool) {
+        runtime_engines::get_or_build(runtime.id(), || {
+            let built = tokio_drive::build_on_runtime(&AsyncEngineBuilder::default());
+            let built = built.map_err(|e| {
+                super::start_error(
+                    " (an io_uring ring driven by this tokio runtime)",
+                    super::out_of_memory(&e).unwrap_or(e.kind()),
+                    &e.to_string(),
+                )
+            })?;
+            if built.is_none()
+                && super::process_engine().is_ok_and(|e| e.backend() == Backend::ThreadPool)
+            {
+                // A runtime without I/O, or the thread pool (for every runtime).
                 POOL_ONLY.store(true, Ordering::Relaxed);
             }
-            return Ok(None);
-        };
-        engines.push((id, engine.clone()));
-        Ok(Some(engine))
+            Ok(built)
+        })
     }
 }
 

@@ -104,6 +104,8 @@ mod ready;
 mod relay;
 pub(crate) mod request;
 #[cfg(feature = "tokio")]
+mod runtime_engines;
+#[cfg(feature = "tokio")]
 mod tokio_drive;
 #[cfg(feature = "tokio")]
 pub(crate) use tokio_drive::register_rw as register_in_reactor;

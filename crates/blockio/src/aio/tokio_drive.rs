@@ -403,7 +403,7 @@ impl Drop for Counted {
         relay_if_undriven(&engine);
         drop(engine);
         if before == 1 {
-            super::current::runtime_gone();
+            super::runtime_engines::runtime_gone();
         }
     }
 }
