@@ -4,16 +4,15 @@
 //! request never claims more bytes than arrived.
 #![no_main]
 
-use blockio_bench::net_bench::{servers, service};
-use blockio_bench::strategy;
+use blockio_bench_input::{http, runtime, strategy};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(s) = std::str::from_utf8(data) {
         let _ = strategy::parse_strategies(s);
-        let _ = servers::parse_runtime(s);
+        let _ = runtime::parse_runtime(s);
     }
-    if let Ok((count, used)) = service::parse_requests(data) {
+    if let Ok((count, used)) = http::parse_requests(data) {
         assert!(used <= data.len(), "{used} of {} bytes", data.len());
         assert!(count <= used, "{count} requests in {used} bytes");
     }
