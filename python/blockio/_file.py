@@ -2249,6 +2249,10 @@ class AsyncFile(FileState, LineReader[bytes]):
         if self._engine.closed:
             # Kept, for close() to write with blocking system calls, as the
             # built-in buffered file keeps what a failed flush did not write.
+            # In a forked child the engine is the parent's (forgotten, so
+            # closed): the core's check raises the error that says so, as
+            # the file's calls with nothing buffered do.
+            self._engine._core.eventfd()
             raise RuntimeError("the engine is closed")
         data, self._wbuf = self._wbuf, bytearray()
         wpos = self._wpos
