@@ -2,7 +2,9 @@
 same sequence of calls on two copies of a file must return the same values
 and leave the same bytes. The built-in file is the reference."""
 
+import array
 import asyncio
+import collections
 import io
 import mmap
 import os
@@ -473,6 +475,38 @@ def test_writelines_with_a_bad_item_writes_the_items_before_it_as_the_builtin_fi
         run(main())
     assert str(got.value) == str(want.value)
     assert ours.read_bytes() == ref.read_bytes()
+
+
+_WRONG_ITEMS = {"None": None, "int": 5, "deque": collections.deque(), "array": array.array("u", "ab"),
+                "str": "text", "object": object()}
+
+
+@pytest.mark.parametrize("mode, buffering, item", [
+    pytest.param(mode, buffering, item, id=f"{mode}-{buffering}-{name}")
+    for mode, buffering in [("w", -1), ("wb", -1), ("wb", 0)]
+    for name, item in _WRONG_ITEMS.items()
+    # (what the file takes is no wrong type there)
+    if not (mode == "w" and name == "str" or mode == "wb" and name == "array")
+])
+@pytest.mark.parametrize("call", ["write", "writelines"])
+def test_a_write_of_the_wrong_type_says_what_the_builtin_files_says(tmp_path, mode, buffering, call, item):
+    """The ``TypeError`` of a write (or ``writelines`` item) of the wrong
+    type reads as the built-in file's: the type by its C name
+    (``collections.deque``, ``array.array``), ``None`` by name in text,
+    never ``memoryview``'s own message ("memoryview: a bytes-like object
+    is required")."""
+    arg = item if call == "write" else [item]
+    with pytest.raises(TypeError) as want:
+        with open(tmp_path / "ref", mode, buffering=buffering) as f:
+            getattr(f, call)(arg)
+
+    async def main():
+        async with blockio.open(tmp_path / "ours", mode, buffering=buffering) as f:
+            await getattr(f, call)(arg)
+
+    with pytest.raises(TypeError) as got:
+        run(main())
+    assert str(got.value) == str(want.value)
 
 
 @pytest.mark.parametrize("mode", ["r", "rb"])
