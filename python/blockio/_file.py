@@ -2326,6 +2326,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         it are written, as the built-in file's ``writelines`` does (a
         strided one ``BufferError``)."""
         self._check_open()
+        # The built-in asks for the iterator first (a reader's
+        # writelines(None) raises TypeError, not UnsupportedOperation).
+        lines = iter(lines)
         if self._bufsize > 0:
             # The buffered file's mode is checked before the items (FileIO
             # writes each item, so there an item's error comes first).

@@ -509,6 +509,26 @@ def test_a_write_of_the_wrong_type_says_what_the_builtin_files_says(tmp_path, mo
     assert str(got.value) == str(want.value)
 
 
+@pytest.mark.parametrize("lines", [None, 5])
+def test_writelines_of_no_iterable_on_a_reader_raises_the_builtins_type_error(tmp_path, lines):
+    """A read-only buffered file's ``writelines`` of something that is not
+    iterable raises the built-in's ``TypeError`` (it asks for the
+    iterator first), not ``UnsupportedOperation``."""
+    path = tmp_path / "f"
+    path.write_bytes(b"data")
+    with pytest.raises(Exception) as want:
+        with open(path, "rb") as f:
+            f.writelines(lines)
+
+    async def main():
+        async with blockio.open(path, "rb") as f:
+            await f.writelines(lines)
+
+    with pytest.raises(type(want.value)) as got:
+        run(main())
+    assert str(got.value) == str(want.value)
+
+
 @pytest.mark.parametrize("mode", ["r", "rb"])
 @pytest.mark.parametrize("hint", ["x", 1.5, None, True, 3, 4, 5, 8, 9])
 def test_readlines_hint_is_taken_or_refused_as_the_builtin_file(tmp_path, mode, hint):
