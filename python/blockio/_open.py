@@ -16,7 +16,7 @@ import operator
 import os
 import stat
 import warnings
-from typing import Any, Callable, Generator, Generic, Literal, Optional, Tuple, TypeVar, Union, overload
+from typing import Any, Callable, Coroutine, Generator, Generic, Literal, Optional, Tuple, TypeVar, Union, overload
 
 from ._aio import run_in_thread
 from ._engine import Engine, _Descriptor, default_engine
@@ -301,21 +301,33 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
 class Opener(Generic[F]):
     """What :func:`open` returns: await it for the file, or use it with
     ``async with`` (which closes the file). ``_obj`` is the file once
-    open, as on aiofiles' context manager."""
+    open, as on aiofiles' context manager, which it follows: the file is
+    opened once, by the first ``await`` (or ``async with``); awaited
+    again, or entered after an ``await``, it is that file (a second open
+    of a ``"w"`` file would truncate it again). Once an ``async with`` has
+    closed it, or the open failed, another use raises ``RuntimeError``,
+    as awaiting a used coroutine does."""
 
     def __init__(self, args: Tuple[Any, ...]) -> None:
         self._args = args
         self._obj: Optional[F] = None
+        #: The open, made at the first use (so an opener never used
+        #: leaves no coroutine never awaited).
+        self._coro: Optional[Coroutine[Any, Any, F]] = None
 
     def __await__(self) -> Generator[Any, None, F]:
-        return _open(*self._args).__await__()
+        if self._obj is None:
+            if self._coro is None:
+                self._coro = _open(*self._args)
+            self._obj = yield from self._coro.__await__()
+        return self._obj
 
     async def __aenter__(self) -> F:
-        self._obj = await _open(*self._args)
-        return self._obj
+        return await self
 
     async def __aexit__(self, *exc: Any) -> None:
         obj: Any = self._obj
+        self._obj = None
         if obj is not None:
             await obj.close()
 
