@@ -285,6 +285,33 @@ def test_open_errors_read_as_the_builtin_opens(tmp_path):
         assert str(ours.value) == str(ref.value)
 
 
+@pytest.mark.parametrize("mode, kw", [
+    ("r", {"buffering": "x"}), ("r", {"buffering": 1.5}), ("r", {"buffering": None}),
+    ("r", {"encoding": 5}), ("r", {"errors": 5}), ("r", {"newline": 5}), ("rb", {"newline": b"\n"}),
+    ("r", {"closefd": "x"}), ("r", {"closefd": None}), ("r", {"opener": 5}),
+    ("rr", {"buffering": "x"}), ("rb", {"errors": 5, "encoding": "utf-8"}), (None, {}), (b"r", {}),
+], ids=repr)
+def test_open_refuses_arguments_of_the_wrong_type_as_the_builtin_open(tmp_path, mode, kw):
+    """An argument of the wrong type raises the built-in ``open``'s error,
+    in its order, before anything is opened: ``errors=5`` and
+    ``closefd="x"`` were taken (``errors`` then failed at the first
+    decode), ``newline=5`` raised ``ValueError`` and ``encoding=5``
+    ``codecs.lookup``'s message."""
+    present = tmp_path / "present"
+    present.write_bytes(b"abc\n")
+    with pytest.raises(Exception) as ref:
+        with open(present, mode, **kw) as f:
+            f.read()
+
+    async def main():
+        async with blockio.open(present, mode, **kw) as f:
+            await f.read()
+
+    with pytest.raises(Exception) as ours:
+        run(main())
+    assert (type(ours.value), str(ours.value)) == (type(ref.value), str(ref.value))
+
+
 def test_open_takes_descriptors_closefd_and_opener(tmp_path):
     p = tmp_path / "f.bin"
     p.write_bytes(b"hello")
