@@ -833,6 +833,14 @@ class AsyncTextFile(LineReader[str]):
             return False
         return True
 
+    def _continue_stream(self) -> None:
+        """Writes on as past the stream's start: no BOM (for a file made
+        for one write to a stream that others wrote before it, and whose
+        start cannot be asked for: a pipe, a terminal)."""
+        if self._encoder is None:
+            self._encoder = codecs.getincrementalencoder(self.encoding)(self.errors)
+        self._encoder.setstate(0)
+
     def _encode(self, s: str) -> bytes:
         """``s`` with its newlines translated, encoded by the file's encoder
         (made by :meth:`_start_writing`)."""
