@@ -211,6 +211,28 @@ def _snapshot(data: Any) -> Any:
     return data
 
 
+def _c_type_name(obj: Any) -> str:
+    """What the built-in file's errors call the type of ``obj`` (not a
+    ``str``): its C ``tp_name``, which for a type defined in C carries its
+    module (``collections.deque``, ``array.array``) and for a class defined
+    in Python is its name. Python does not show ``tp_name`` itself; the
+    error of ``str.join`` names it."""
+    try:
+        "".join([obj])
+    except TypeError as e:
+        said = str(e)  # ("sequence item 0: expected str instance, array.array found")
+        head, found = "expected str instance, ", " found"
+        if head in said and said.endswith(found):
+            return said[said.index(head) + len(head):-len(found)]
+    return type(obj).__name__
+
+
+def _not_bytes_like(obj: Any) -> TypeError:
+    """The built-in binary file's error for a write of ``obj``, which is
+    not bytes-like (``memoryview``'s own says "memoryview: ...")."""
+    return TypeError(f"a bytes-like object is required, not '{_c_type_name(obj)}'")
+
+
 def _not_contiguous(data: Any) -> Exception:
     """The error the built-in's ``write`` gives for a buffer that is not
     C-contiguous: its exporter's own, for the simple request the built-in
@@ -2000,9 +2022,10 @@ class AsyncFile(FileState, LineReader[bytes]):
         # (the built-in's order: the mode of a buffered file, the argument,
         # then whether the file is closed)
         self._refuse_absent_method(False, "write")
-        if isinstance(data, str):
-            raise TypeError("a bytes-like object is required, not 'str'")
-        view = memoryview(data)
+        try:
+            view = memoryview(data)  # (str included: not bytes-like)
+        except TypeError:
+            raise _not_bytes_like(data) from None
         if not view.c_contiguous:
             view.release()
             raise _not_contiguous(data)
@@ -2249,6 +2272,10 @@ class AsyncFile(FileState, LineReader[bytes]):
         if self._engine.closed:
             # Kept, for close() to write with blocking system calls, as the
             # built-in buffered file keeps what a failed flush did not write.
+            # In a forked child the engine is the parent's (forgotten, so
+            # closed): the core's check raises the error that says so, as
+            # the file's calls with nothing buffered do.
+            self._engine._core.eventfd()
             raise RuntimeError("the engine is closed")
         data, self._wbuf = self._wbuf, bytearray()
         wpos = self._wpos
@@ -2299,6 +2326,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         it are written, as the built-in file's ``writelines`` does (a
         strided one ``BufferError``)."""
         self._check_open()
+        # The built-in asks for the iterator first (a reader's
+        # writelines(None) raises TypeError, not UnsupportedOperation).
+        lines = iter(lines)
         if self._bufsize > 0:
             # The buffered file's mode is checked before the items (FileIO
             # writes each item, so there an item's error comes first).
@@ -2318,7 +2348,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             try:
                 view = memoryview(line)
             except TypeError:
-                bad = TypeError(f"a bytes-like object is required, not '{type(line).__name__}'")
+                bad = _not_bytes_like(line)
                 break
             if not view.c_contiguous:
                 bad = _not_contiguous(line)

@@ -16,11 +16,11 @@ import operator
 import os
 import stat
 import warnings
-from typing import Any, Callable, Generator, Generic, Literal, Optional, Tuple, TypeVar, Union, overload
+from typing import Any, Callable, Coroutine, Generator, Generic, Literal, Optional, Tuple, TypeVar, Union, overload
 
 from ._aio import run_in_thread
 from ._engine import Engine, _Descriptor, default_engine
-from ._file import _C_INT, AsyncFile, PathOrFd
+from ._file import _C_INT, AsyncFile, PathOrFd, _c_type_name
 from ._text import AsyncTextFile
 
 F = TypeVar("F")
@@ -46,14 +46,40 @@ _GOOD_MODES: "set[str]" = set()
 
 
 def _check_mode(mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
-                newline: Optional[str]) -> None:
+                newline: Optional[str], closefd: bool = True,
+                opener: Optional[Callable[[Any, int], int]] = None) -> None:
     """Refuses what the built-in ``open`` refuses, with its messages."""
-    defaults = buffering == -1 and encoding is None and errors is None and newline is None
+    defaults = (type(buffering) is int and buffering == -1 and encoding is None and errors is None
+                and newline is None and type(closefd) is bool and opener is None)
     if defaults and type(mode) is str and mode in _GOOD_MODES:
         return
+    if not (type(buffering) is int and type(closefd) is bool
+            and type(mode) is str
+            and all(value is None or type(value) is str for value in (encoding, errors, newline))):
+        _refuse_types_as_the_builtin(mode, buffering, encoding, errors, newline, closefd)
     _check_mode_fully(mode, buffering, encoding, errors, newline)
+    if opener is not None and not callable(opener):
+        # (the built-in's error when it calls it, having opened nothing)
+        raise TypeError(f"'{_c_type_name(opener)}' object is not callable")
     if defaults and type(mode) is str:
         _GOOD_MODES.add(mode)
+
+
+def _refuse_types_as_the_builtin(mode: Any, buffering: Any, encoding: Any, errors: Any, newline: Any,
+                                 closefd: Any) -> None:
+    """An argument of a type the built-in ``open`` refuses (``errors=5``,
+    ``closefd="x"``, ``buffering=1.5``) raises its error, in its order:
+    the built-in itself checks them, given a descriptor no file has (-1),
+    which its ``FileIO`` then refuses, having opened nothing. (Its
+    warning for line buffering in binary mode is given by the checks
+    after this one.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            io.open(-1, mode, buffering, encoding, errors, newline, closefd)
+        except ValueError as e:
+            if str(e) != "negative file descriptor":
+                raise
 
 
 def _check_mode_fully(mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
@@ -301,21 +327,33 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
 class Opener(Generic[F]):
     """What :func:`open` returns: await it for the file, or use it with
     ``async with`` (which closes the file). ``_obj`` is the file once
-    open, as on aiofiles' context manager."""
+    open, as on aiofiles' context manager, which it follows: the file is
+    opened once, by the first ``await`` (or ``async with``); awaited
+    again, or entered after an ``await``, it is that file (a second open
+    of a ``"w"`` file would truncate it again). Once an ``async with`` has
+    closed it, or the open failed, another use raises ``RuntimeError``,
+    as awaiting a used coroutine does."""
 
     def __init__(self, args: Tuple[Any, ...]) -> None:
         self._args = args
         self._obj: Optional[F] = None
+        #: The open, made at the first use (so an opener never used
+        #: leaves no coroutine never awaited).
+        self._coro: Optional[Coroutine[Any, Any, F]] = None
 
     def __await__(self) -> Generator[Any, None, F]:
-        return _open(*self._args).__await__()
+        if self._obj is None:
+            if self._coro is None:
+                self._coro = _open(*self._args)
+            self._obj = yield from self._coro.__await__()
+        return self._obj
 
     async def __aenter__(self) -> F:
-        self._obj = await _open(*self._args)
-        return self._obj
+        return await self
 
     async def __aexit__(self, *exc: Any) -> None:
         obj: Any = self._obj
+        self._obj = None
         if obj is not None:
             await obj.close()
 
@@ -352,5 +390,5 @@ def open(file: PathOrFd, mode: str = "r", buffering: int = -1, encoding: Optiona
     and ignored: the file's calls run on the engine (the running loop's
     completions, the engine's threads), never on an executor, and on the
     loop that awaits them."""
-    _check_mode(mode, buffering, encoding, errors, newline)
+    _check_mode(mode, buffering, encoding, errors, newline, closefd, opener)
     return Opener((file, mode, buffering, encoding, errors, newline, closefd, opener, engine))

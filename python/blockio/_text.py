@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, List, NoReturn, Optional, Tuple, Uni
 
 from ._aio import pause
 from ._blockio import TURN_BUDGET, count_copied, turn_count, turn_due
-from ._file import _C_INT, _MAX_OFFSET, AsyncFile, _count_arg, _int_arg, _size_arg
+from ._file import _C_INT, _MAX_OFFSET, AsyncFile, _c_type_name, _count_arg, _int_arg, _size_arg
 from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns
 from ._lines import LineReader, split_keeping_ends
 
@@ -52,6 +52,12 @@ _HELD = 8
 #: The most bytes one character returned can take: 4 (UTF-8, UTF-32,
 #: GB18030), twice for a ``\r\n`` returned as one ``\n``.
 _CHAR_BYTES = 8
+
+
+def _not_str(obj: Any) -> TypeError:
+    """The built-in text file's error for a write of ``obj``, not a
+    ``str``: ``None`` by name, any other type by its C name."""
+    return TypeError(f"write() argument must be str, not {'None' if obj is None else _c_type_name(obj)}")
 
 
 def _last_chars(parts: List[str], n: int) -> str:
@@ -800,7 +806,7 @@ class AsyncTextFile(LineReader[str]):
         """Writes ``s`` (newlines translated, then encoded); the number of
         characters."""
         if not isinstance(s, str):  # (the argument first, as the built-in's)
-            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+            raise _not_str(s)
         self._check_writable()
         at_start = await self._start_writing()
         await self._write_encoded(self._encode(s), at_start, "\n" in s or "\r" in s)
@@ -826,6 +832,14 @@ class AsyncTextFile(LineReader[str]):
             self._encoder.setstate(0)
             return False
         return True
+
+    def _continue_stream(self) -> None:
+        """Writes on as past the stream's start: no BOM (for a file made
+        for one write to a stream that others wrote before it, and whose
+        start cannot be asked for: a pipe, a terminal)."""
+        if self._encoder is None:
+            self._encoder = codecs.getincrementalencoder(self.encoding)(self.errors)
+        self._encoder.setstate(0)
 
     def _encode(self, s: str) -> bytes:
         """``s`` with its newlines translated, encoded by the file's encoder
@@ -891,7 +905,7 @@ class AsyncTextFile(LineReader[str]):
         bad: Optional[Exception] = None
         for line in strings:
             if not isinstance(line, str):
-                bad = TypeError(f"write() argument must be str, not {type(line).__name__}")
+                bad = _not_str(line)
                 break
             if at_start is None:
                 self._check_writable()

@@ -130,6 +130,43 @@ def test_standard_streams_on_descriptors_read_and_write_in_order_as_aiofiles(tmp
                        b"printed between\ntwo lines\nprinted after\n")
 
 
+BOM_WRITES = """
+    import asyncio
+    import aiofiles
+
+    async def main():
+        print("p1")
+        await aiofiles.stdout.write("a1\\n")
+        await aiofiles.stdout.writelines(["a2", "\\n"])
+        print("p2")
+        await aiofiles.stdout.write("a3\\n")
+
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
+@pytest.mark.parametrize("to_file", [False, True], ids=["pipe", "file"])
+def test_text_writes_to_a_stream_with_a_bom_codec_add_no_bom_in_the_middle(tmp_path, monkeypatch, encoding, to_file):
+    """``aiofiles.stdout`` on a pipe with a codec that writes a BOM
+    (``PYTHONIOENCODING=utf-16``): each write made a file of its own whose
+    encoder took the pipe for a fresh start and wrote the BOM before every
+    write, in the middle of the output; the bytes are aiofiles' (whose
+    writes go through ``sys.stdout``), on a regular file too."""
+    monkeypatch.setenv("PYTHONIOENCODING", encoding)
+    outs = []
+    for compat in (False, True):
+        if to_file:
+            path = tmp_path / f"out-{compat}"
+            with open(path, "wb") as f:
+                run_py(BOM_WRITES, compat, stdout=f)
+            outs.append(path.read_bytes())
+        else:
+            outs.append(run_py(BOM_WRITES, compat))
+    assert outs[1] == outs[0]
+    assert outs[0].decode(encoding).replace("\ufeff", "") == "p1\na1\na2\np2\na3\n"
+
+
 STDIN_BYTES = """
     import asyncio
     import aiofiles

@@ -2,7 +2,9 @@
 same sequence of calls on two copies of a file must return the same values
 and leave the same bytes. The built-in file is the reference."""
 
+import array
 import asyncio
+import collections
 import io
 import mmap
 import os
@@ -283,6 +285,33 @@ def test_open_errors_read_as_the_builtin_opens(tmp_path):
         assert str(ours.value) == str(ref.value)
 
 
+@pytest.mark.parametrize("mode, kw", [
+    ("r", {"buffering": "x"}), ("r", {"buffering": 1.5}), ("r", {"buffering": None}),
+    ("r", {"encoding": 5}), ("r", {"errors": 5}), ("r", {"newline": 5}), ("rb", {"newline": b"\n"}),
+    ("r", {"closefd": "x"}), ("r", {"closefd": None}), ("r", {"opener": 5}),
+    ("rr", {"buffering": "x"}), ("rb", {"errors": 5, "encoding": "utf-8"}), (None, {}), (b"r", {}),
+], ids=repr)
+def test_open_refuses_arguments_of_the_wrong_type_as_the_builtin_open(tmp_path, mode, kw):
+    """An argument of the wrong type raises the built-in ``open``'s error,
+    in its order, before anything is opened: ``errors=5`` and
+    ``closefd="x"`` were taken (``errors`` then failed at the first
+    decode), ``newline=5`` raised ``ValueError`` and ``encoding=5``
+    ``codecs.lookup``'s message."""
+    present = tmp_path / "present"
+    present.write_bytes(b"abc\n")
+    with pytest.raises(Exception) as ref:
+        with open(present, mode, **kw) as f:
+            f.read()
+
+    async def main():
+        async with blockio.open(present, mode, **kw) as f:
+            await f.read()
+
+    with pytest.raises(Exception) as ours:
+        run(main())
+    assert (type(ours.value), str(ours.value)) == (type(ref.value), str(ref.value))
+
+
 def test_open_takes_descriptors_closefd_and_opener(tmp_path):
     p = tmp_path / "f.bin"
     p.write_bytes(b"hello")
@@ -473,6 +502,58 @@ def test_writelines_with_a_bad_item_writes_the_items_before_it_as_the_builtin_fi
         run(main())
     assert str(got.value) == str(want.value)
     assert ours.read_bytes() == ref.read_bytes()
+
+
+_WRONG_ITEMS = {"None": None, "int": 5, "deque": collections.deque(), "array": array.array("u", "ab"),
+                "str": "text", "object": object()}
+
+
+@pytest.mark.parametrize("mode, buffering, item", [
+    pytest.param(mode, buffering, item, id=f"{mode}-{buffering}-{name}")
+    for mode, buffering in [("w", -1), ("wb", -1), ("wb", 0)]
+    for name, item in _WRONG_ITEMS.items()
+    # (what the file takes is no wrong type there)
+    if not (mode == "w" and name == "str" or mode == "wb" and name == "array")
+])
+@pytest.mark.parametrize("call", ["write", "writelines"])
+def test_a_write_of_the_wrong_type_says_what_the_builtin_files_says(tmp_path, mode, buffering, call, item):
+    """The ``TypeError`` of a write (or ``writelines`` item) of the wrong
+    type reads as the built-in file's: the type by its C name
+    (``collections.deque``, ``array.array``), ``None`` by name in text,
+    never ``memoryview``'s own message ("memoryview: a bytes-like object
+    is required")."""
+    arg = item if call == "write" else [item]
+    with pytest.raises(TypeError) as want:
+        with open(tmp_path / "ref", mode, buffering=buffering) as f:
+            getattr(f, call)(arg)
+
+    async def main():
+        async with blockio.open(tmp_path / "ours", mode, buffering=buffering) as f:
+            await getattr(f, call)(arg)
+
+    with pytest.raises(TypeError) as got:
+        run(main())
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("lines", [None, 5])
+def test_writelines_of_no_iterable_on_a_reader_raises_the_builtins_type_error(tmp_path, lines):
+    """A read-only buffered file's ``writelines`` of something that is not
+    iterable raises the built-in's ``TypeError`` (it asks for the
+    iterator first), not ``UnsupportedOperation``."""
+    path = tmp_path / "f"
+    path.write_bytes(b"data")
+    with pytest.raises(Exception) as want:
+        with open(path, "rb") as f:
+            f.writelines(lines)
+
+    async def main():
+        async with blockio.open(path, "rb") as f:
+            await f.writelines(lines)
+
+    with pytest.raises(type(want.value)) as got:
+        run(main())
+    assert str(got.value) == str(want.value)
 
 
 @pytest.mark.parametrize("mode", ["r", "rb"])

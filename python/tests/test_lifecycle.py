@@ -756,6 +756,57 @@ def test_a_forked_child_closes_what_it_inherited_writing_what_it_buffered(tmp_pa
         assert (tmp_path / "f").read_bytes() == b"parent\nchild\n"
 
 
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+def test_a_forked_childs_calls_on_an_inherited_file_name_the_fork_with_bytes_buffered(tmp_path, backend):
+    """A file opened before fork() whose child has buffered bytes: the
+    child's calls that flush them (flush, seek, read, truncate, a write
+    past the buffer) raise the fork's RuntimeError, as the same calls do
+    with nothing buffered, where they said "the engine is closed" (the
+    program closed no engine); close() still writes the bytes."""
+    engine = blockio.Engine(backend=backend)
+    path = tmp_path / "f"
+
+    async def opened():
+        f = await blockio.open(path, "w+b", engine=engine)
+        await f.write(b"parent\n")
+        await f.flush()
+        return f
+
+    f = asyncio.run(opened())
+    back_r, back_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            async def child():
+                said = []
+                for call in (f.flush, lambda: f.seek(0), f.read, lambda: f.truncate(3),
+                             lambda: f.write(b"y" * 100_000)):
+                    await f.write(b"child\n")  # (buffered)
+                    try:
+                        await call()
+                        said.append("no error")
+                    except RuntimeError as e:
+                        said.append(str(e))
+                await f.close()
+                return said
+
+            said = asyncio.run(child())
+            os.write(back_w, repr(said).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(back_w)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(back_r, "rb") as r:
+        said = eval(r.read())
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(said) == 5 and all("before fork()" in s for s in said), said
+    asyncio.run(f.close())
+    engine.close()
+    assert path.read_bytes() == b"parent\n" + b"child\n" * 5
+
+
 def test_a_forked_child_reads_a_pipe_whose_parent_left_a_read_running():
     """A read cancelled in the parent is left running on a thread (its
     bytes are the file's next read); the child, which has no such thread,

@@ -108,3 +108,43 @@ def test_text_files_buffer_is_an_async_binary_file_over_the_same_file(tmp_path):
         return p.read_bytes()
 
     assert run(main()) == b"line one\nline two\nline three\n"
+
+
+def _reused_opener(open_, path):
+    """What an opener awaited, then entered, then entered again gives:
+    each step's outcome and the file's bytes after it."""
+    said = []
+
+    async def main():
+        cm = open_(path, "w")
+        f = await cm
+        again = await cm  # (the same file: one open, one truncation)
+        said.append(("awaited twice, same file", again is f))
+        await f.write("data")
+        await f.close()
+        async with cm as g:  # (the file awaited, closed: not opened again)
+            said.append(("entered after await", g is f, g.closed))
+        said.append(("bytes", path.read_bytes()))
+        try:
+            async with cm:
+                said.append(("entered again", "opened"))
+        except RuntimeError as e:
+            said.append(("entered again", str(e)))
+        said.append(("bytes", path.read_bytes()))
+
+    run(main())
+    return said
+
+
+def test_an_opener_awaited_again_or_entered_after_await_is_the_same_file_as_on_aiofiles(tmp_path):
+    """aiofiles' context manager keeps the file it opened: awaited again,
+    or entered with ``async with`` after an ``await``, it gives that file,
+    never a second open, which for a ``"w"`` file truncated again what was
+    written through the first (data lost); once that ``async with`` has
+    closed it, a third use raises ``RuntimeError``, as awaiting a used
+    coroutine does, rather than open (and truncate) the file again."""
+    want = _reused_opener(aiofiles.open, tmp_path / "aiofiles")
+    got = _reused_opener(blockio.open, tmp_path / "blockio")
+    assert want == [("awaited twice, same file", True), ("entered after await", True, True), ("bytes", b"data"),
+                    ("entered again", "cannot reuse already awaited coroutine"), ("bytes", b"data")]
+    assert got == want

@@ -84,6 +84,11 @@ class _Stream:
             # Python's stream first, so that what it holds lands first.
             await _on_thread(stream.flush)
             async with self._open(stream, fd, "wb" if "b" in self._mode else "w") as f:
+                if "b" not in self._mode and not await f.seekable():
+                    # (a file made for this call, over a pipe or terminal
+                    # whose start is past: its codec's BOM, if it has one,
+                    # would land before every write)
+                    f._continue_stream()
                 return await getattr(f, name)(*args)
         return await getattr(await self._read_file(stream, fd), name)(*args)
 
