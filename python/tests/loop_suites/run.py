@@ -1,12 +1,16 @@
-"""anyio 4.16.0's and websockets 15.0.1's own tests on blockio's event loop
-(both backends) beside asyncio's own loop, each test's outcome compared.
+"""anyio 4.16.0's, websockets 15.0.1's and tornado 6.6.1's own tests on
+blockio's event loop (both backends) beside asyncio's own loop, each
+test's outcome compared.
 
 anyio's tests run their asyncio backend through ``asyncio.Runner``, and
 websockets' tests of its asyncio implementation make their loops with
 ``asyncio.new_event_loop()``: both ask the event loop policy, which
 ``loop_choice.py`` sets to one making asyncio's loop or blockio's (as
 ``blockio.install()`` does), loaded as a pytest plugin (``-p loop_choice``)
-for anyio and by ``websockets_main.py`` (unittest) for websockets. Their
+for anyio and by ``websockets_main.py`` (unittest) for websockets. Tornado's
+``IOLoop`` wraps the loop ``asyncio.new_event_loop()`` makes and drives its
+streams with ``add_reader``/``add_writer``: ``tornado_main.py`` runs the
+modules of tornado's own runner (``tornado.test.runtests``). Their
 code is not changed. The run fails unless
 
 - every test has the same outcome (passed, failed, error, skipped) on each
@@ -16,7 +20,7 @@ code is not changed. The run fails unless
   is the environment's and fails alike on every loop. A test whose outcome
   differs is run again alone on that loop and on asyncio's (each such test
   is printed): the difference is forgiven only when asyncio's own outcome
-  changes then (the six runs at once upset asyncio's first run) and both
+  changes then (the runs at once upset asyncio's first run) and both
   loops agree; one of blockio's loop alone fails the run, its first run's
   traceback printed;
 - each run made its loops of the class asked for (``loop_choice`` counts
@@ -28,11 +32,13 @@ code is not changed. The run fails unless
 
 anyio's sdist comes from PyPI (pip); websockets' PyPI sdist holds only its
 Sans-I/O tests, so its tests come from Debian's source of websockets
-15.0.1 (its ``orig`` archive, through apt). Both are pinned by sha256 and
+15.0.1 (its ``orig`` archive, through apt); tornado's sdist holds its
+tests in ``tornado/test``, and the tests import tornado from that unpacked
+source (pure Python: its optional C speedups are not built). All are pinned by sha256 and
 kept in ``target/loop-suites/downloads``; the venv (``requirements.txt``)
 is kept while the pins are the same, and blockio's wheel
 (``target/wheels``, from ``scripts/python-setup``) is installed anew.
-The six runs (two suites, three loops) go at once: the suites mostly wait
+The nine runs (three suites, three loops) go at once: the suites mostly wait
 on their peers and timers.
 
 Usage: ``python3 python/tests/loop_suites/run.py [--suite anyio|websockets]``
@@ -66,6 +72,8 @@ SOURCES = {
     # (a path in the Debian archive that apt is configured with)
     "websockets": ("apt", "pool/main/p/python-websockets/python-websockets_15.0.1.orig.tar.gz",
                    "8451495265af3e368f794c4dc15c99ce90c771d95560f542bff8c64b5455af3b", "websockets-15.0.1"),
+    "tornado": ("pip", "tornado-6.6.1.tar.gz",
+                "28e6311402af59c8b02e3fa0f5e7d8eb465b25081381803b127d97e6a4395d5a", "tornado-6.6.1"),
 }
 
 #: anyio's test modules of what a loop serves (sockets, signals,
@@ -91,8 +99,9 @@ RUNS = [
 DESELECTED: dict[tuple[str, str], dict[str, str]] = {}
 
 #: The fewest tests of each suite that pass on asyncio's loop here (on
-#: Python 3.11: anyio 398 of 405, websockets' asyncio tests 420 of 446).
-MIN_PASS = {"anyio": 390, "websockets": 410}
+#: Python 3.11: anyio 398 of 405, websockets' asyncio tests 420 of 446,
+#: tornado 1,431 of 1,518, 87 skipped: no IPv6, pycurl, twisted, root).
+MIN_PASS = {"anyio": 390, "websockets": 410, "tornado": 1420}
 
 #: Seconds a suite's run may take before it counts as hung.
 RUN_TIMEOUT = 600
@@ -119,11 +128,12 @@ def fetch(name):
 def unpack(name, into):
     """The suite's tests, unpacked afresh into ``into/name``: anyio's sdist
     without its ``src`` and websockets' ``tests`` package alone, so that
-    the installed package is the one their tests import."""
+    the installed package is the one their tests import; tornado's
+    ``tornado`` package, its tests within."""
     dest = into / name
     shutil.rmtree(dest, ignore_errors=True)
     top = SOURCES[name][3] + "/"
-    keep = "tests/" if name == "websockets" else ""
+    keep = {"websockets": "tests/", "tornado": "tornado/"}.get(name, "")
     with tarfile.open(fetch(name)) as t:
         members = []
         for m in t.getmembers():
@@ -180,7 +190,8 @@ def command(py, suite, tree, report, deselected, only):
         tests = [node_id(tree, t) for t in only] or ANYIO_ARGS
         return [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "loop_choice", "--tb=short",
                 f"--junitxml={report}", *tests, *(f"--deselect={t}" for t in deselected)]
-    return [py, HERE / "websockets_main.py", report, *(["--only", *only] if only else deselected)]
+    main = HERE / ("tornado_main.py" if suite == "tornado" else "websockets_main.py")
+    return [py, main, report, *(["--only", *only] if only else deselected)]
 
 
 def run_one(py, suite, tree, run, only=()):
@@ -277,7 +288,7 @@ def judge(test, reference, mine, again):
     run (``mine``) differed from asyncio's (``reference``) in the first
     run; ``again``: both loops' reports of it run again alone. Forgiven
     only when asyncio's own outcome changed when run again (its first run
-    was upset, by the six runs at once: websockets' waits are 100 ms) and
+    was upset, by the runs at once: websockets' waits are 100 ms) and
     both loops then agree; a difference of blockio's loop alone (asyncio's
     outcome the same again) fails, whatever blockio's second run gives."""
     got, want = outcomes_of(mine).get(test, "not run"), outcomes_of(reference).get(test, "not run")
@@ -295,7 +306,7 @@ def judge(test, reference, mine, again):
 def run_again(py, suite, results, trees):
     """Runs the tests whose outcome differed from asyncio's again, alone
     (one loop at a time), on the same loop and on asyncio's: a test whose
-    timing the six runs at once upset (websockets' waits are 100 ms) gets
+    timing the runs at once upset (websockets' waits are 100 ms) gets
     the same outcome on both then, a difference of the loop's does not.
     Returns run name -> (its outcomes, asyncio's)."""
     again = {}
@@ -329,7 +340,7 @@ def main():
                 for key, tree in trees.items()}
         results = {suite: {name: jobs[suite, name].result() for name, *_ in RUNS} for suite in suites}
     again = {suite: run_again(py, suite, results[suite], {n: trees[suite, n] for n, *_ in RUNS}) for suite in suites}
-    print(f"loop-suites: anyio's and websockets' tests on asyncio's loop and blockio's "
+    print(f"loop-suites: {', '.join(suites)}: their tests on asyncio's loop and blockio's "
           f"({time.monotonic() - started:.0f} s)")
     failed, forgiven = [], []
     for suite in suites:
